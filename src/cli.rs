@@ -1,0 +1,202 @@
+//! Command line and environment (clap): parses and validates flags, and builds the `Spec` and
+//! `RunOptions` the rest of volprep works from. Nothing below this module sees clap types.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::pass::{Mode, RunOptions};
+use crate::spec::{self, Spec};
+
+/// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
+/// change-only-what-differs and safe against symlink races.
+#[derive(Debug, Parser)]
+#[command(name = "volprep", version, about, max_term_width = 100)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log format on stderr: human text, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "VOLPREP_LOG_FORMAT")]
+    pub log_format: LogFormat,
+
+    /// Log level (error, warn, info, debug, trace); RUST_LOG, when set, overrides it.
+    #[arg(long, global = true, default_value = "info", env = "VOLPREP_LOG_LEVEL")]
+    pub log_level: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Make every PATH conform to the spec, changing only the entries that differ.
+    Apply(PassArgs),
+    /// Change nothing; report what `apply` would change (exit 3 if anything).
+    Check(PassArgs),
+    /// Make a demo volume in a temp dir (or DIR), then check, apply and check it again.
+    Demo(DemoArgs),
+}
+
+/// The desired state of the volumes.
+#[derive(Debug, Args, Clone)]
+pub struct SpecArgs {
+    /// Group every entry gets, with the kubelet's fsGroup mode policy (g+rw, dirs g+rwxs).
+    #[arg(long, value_name = "GID", env = "VOLPREP_FS_GROUP", value_parser = spec::parse_id,
+          allow_hyphen_values = true)]
+    pub fs_group: Option<u32>,
+
+    /// Owner every entry gets (and group, without --fs-group), like `chown -R UID:GID`.
+    #[arg(long, value_name = "UID[:GID]", env = "VOLPREP_OWNER", value_parser = spec::parse_owner,
+          allow_hyphen_values = true)]
+    pub owner: Option<(u32, Option<u32>)>,
+
+    /// Use the read-only mask (0440 instead of 0660), as the kubelet does for read-only volumes.
+    #[arg(long, env = "VOLPREP_READ_ONLY")]
+    pub read_only: bool,
+}
+
+/// Arguments of `apply` and `check`.
+#[derive(Debug, Args)]
+pub struct PassArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+
+    /// Worker threads (0: automatic, 4 per core, at least 8).
+    #[arg(
+        long,
+        short = 'j',
+        value_name = "N",
+        default_value_t = 0,
+        env = "VOLPREP_THREADS"
+    )]
+    pub threads: usize,
+
+    /// Enter directories on other filesystems (nested mounts); by default they are skipped.
+    #[arg(long, env = "VOLPREP_CROSS_DEVICES")]
+    pub cross_devices: bool,
+
+    /// Per-entry errors tolerated before the exit code becomes 1 (they are always reported).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        env = "VOLPREP_MAX_ERRORS"
+    )]
+    pub max_errors: u64,
+
+    /// Write the JSON report to FILE ('-': stdout).
+    #[arg(long, value_name = "FILE", env = "VOLPREP_REPORT")]
+    pub report: Option<PathBuf>,
+
+    /// Volume roots (directories) to prepare.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+/// Arguments of `demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Where to make the demo volume (a new or empty directory); default: a temp dir.
+    pub dir: Option<PathBuf>,
+
+    /// Entries in the demo volume.
+    #[arg(long, default_value_t = 20_000)]
+    pub entries: u64,
+
+    /// Keep the demo volume afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl SpecArgs {
+    /// The spec, or a usage error when it asks for nothing.
+    pub fn to_spec(&self) -> Result<Spec, String> {
+        let spec = Spec {
+            fs_group: self.fs_group,
+            owner_uid: self.owner.map(|o| o.0),
+            owner_gid: self.owner.and_then(|o| o.1),
+            read_only: self.read_only,
+        };
+        if spec.is_empty() {
+            return Err("nothing to do: give --fs-group GID and/or --owner UID[:GID] (or VOLPREP_FS_GROUP / VOLPREP_OWNER)".into());
+        }
+        if spec.read_only && spec.fs_group.is_none() {
+            return Err("--read-only changes the fsGroup mode policy: it needs --fs-group".into());
+        }
+        Ok(spec)
+    }
+}
+
+impl PassArgs {
+    pub fn run_options(&self, mode: Mode) -> RunOptions {
+        RunOptions {
+            mode,
+            threads: resolve_threads(self.threads),
+            cross_devices: self.cross_devices,
+        }
+    }
+}
+
+/// `0` means automatic: metadata I/O waits far more than it computes, so 4 threads per core
+/// (at least 8) keep the device busy; see README "Design".
+pub fn resolve_threads(n: usize) -> usize {
+    if n > 0 {
+        return n;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 4).clamp(8, 64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("volprep").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn spec_flags_build_the_spec() {
+        let cli = parse(&["apply", "--fs-group", "2000", "--owner", "1001", "/v"]).unwrap();
+        let Command::Apply(a) = cli.command else {
+            panic!()
+        };
+        let s = a.spec.to_spec().unwrap();
+        assert_eq!(
+            (s.fs_group, s.owner_uid, s.owner_gid),
+            (Some(2000), Some(1001), None)
+        );
+    }
+
+    #[test]
+    fn bad_ids_are_usage_errors() {
+        for bad in ["-1", "4294967295", "abc", ""] {
+            let e = parse(&["apply", "--fs-group", bad, "/v"]).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{bad}");
+        }
+        assert!(parse(&["apply", "--owner", "1:-1", "/v"]).is_err());
+    }
+
+    #[test]
+    fn empty_spec_and_lone_read_only_are_refused() {
+        let cli = parse(&["check", "/v"]).unwrap();
+        let Command::Check(a) = cli.command else {
+            panic!()
+        };
+        assert!(a.spec.to_spec().is_err());
+        let cli = parse(&["check", "--read-only", "--owner", "1", "/v"]).unwrap();
+        let Command::Check(a) = cli.command else {
+            panic!()
+        };
+        assert!(a.spec.to_spec().is_err());
+    }
+
+    #[test]
+    fn a_path_is_required() {
+        assert!(parse(&["apply", "--fs-group", "1"]).is_err());
+    }
+}

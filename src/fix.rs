@@ -1,0 +1,247 @@
+//! One entry's fix: `decide` (pure: metadata + spec → the change) and `apply` (the syscalls).
+
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
+
+use crate::error::Op;
+use crate::spec::Spec;
+use crate::sys::{self, Kind, Meta};
+
+/// What must change on one entry; `Change::default()` means it conforms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Change {
+    /// New owner uid (`None`: keep).
+    pub uid: Option<u32>,
+    /// New group (`None`: keep).
+    pub gid: Option<u32>,
+    /// New permission bits, special bits included (`None`: keep).
+    pub mode: Option<u32>,
+}
+
+impl Change {
+    pub fn is_none(&self) -> bool {
+        *self == Change::default()
+    }
+
+    pub fn owner(&self) -> bool {
+        self.uid.is_some() || self.gid.is_some()
+    }
+}
+
+/// The kubelet's rule (`pkg/volume/volume_linux.go`), made change-only: the group (and owner)
+/// the spec names, and for every non-symlink `old_mode | mask` (directories also `| 0110 |
+/// S_ISGID`). When a non-directory's owner changes, the kernel clears its setuid/setgid bits,
+/// so a chmod to `old_mode | mask` follows whenever the old mode had them.
+pub fn decide(meta: &Meta, spec: &Spec) -> Change {
+    let uid = spec.uid().filter(|&u| u != meta.uid);
+    let gid = spec.gid().filter(|&g| g != meta.gid);
+    let chown = uid.is_some() || gid.is_some();
+    let kind = meta.kind();
+    let mode = match spec.mode_mask(kind == Kind::Dir) {
+        Some(mask) if kind != Kind::Symlink => {
+            let old = meta.perm();
+            let want = old | mask;
+            let special_cleared =
+                chown && kind != Kind::Dir && old & (libc::S_ISUID | libc::S_ISGID) != 0;
+            (want != old || special_cleared).then_some(want)
+        }
+        _ => None,
+    };
+    Change { uid, gid, mode }
+}
+
+/// Applies `change` to the inode `fd` refers to: chown first, then chmod (the chown may have
+/// cleared special bits that the chmod restores). `fd` is a directory fd or an O_PATH pin.
+pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), (Op, Errno)> {
+    if change.owner() {
+        sys::chown_fd(fd, change.uid, change.gid).map_err(|e| (Op::Chown, e))?;
+    }
+    if let Some(mode) = change.mode {
+        sys::chmod_fd(fd, mode).map_err(|e| (Op::Chmod, e))?;
+    }
+    Ok(())
+}
+
+/// Fixes the non-directory entry `name` in `dir`, which was seen with `seen`.
+///
+/// Conforming entries cost nothing more. Otherwise the entry is pinned with O_PATH|O_NOFOLLOW
+/// and re-stated, and the decision is made again from the pinned inode's own metadata, so the
+/// inode changed is the inode decided on, even if `name` was swapped meanwhile (for a symlink,
+/// the link itself; never its target). Returns the change made.
+pub fn fix_entry(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    seen: &Meta,
+    spec: &Spec,
+) -> Result<Change, (Op, Errno)> {
+    if decide(seen, spec).is_none() {
+        return Ok(Change::default());
+    }
+    let pinned = sys::pin_at(dir, name).map_err(|e| (Op::Open, e))?;
+    let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| (Op::Stat, e))?;
+    if now.kind() == Kind::Dir {
+        // Swapped for a directory after it was read: its contents were not walked.
+        return Err((Op::Stat, Errno::AGAIN));
+    }
+    let change = decide(&now, spec);
+    apply(sys::fd(&pinned), &change)?;
+    Ok(change)
+}
+
+/// Fixes a directory through its own fd, opened when the walk entered it and seen then as `seen`.
+pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, (Op, Errno)> {
+    if decide(seen, spec).is_none() {
+        return Ok(Change::default());
+    }
+    let now = sys::stat_fd(fd).map_err(|e| (Op::Stat, e))?;
+    let change = decide(&now, spec);
+    apply(fd, &change)?;
+    Ok(change)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(kind: u32, perm: u32, uid: u32, gid: u32) -> Meta {
+        Meta {
+            dev: 1,
+            ino: 2,
+            mode: kind | perm,
+            uid,
+            gid,
+        }
+    }
+
+    fn fs(g: u32) -> Spec {
+        Spec {
+            fs_group: Some(g),
+            owner_uid: None,
+            owner_gid: None,
+            read_only: false,
+        }
+    }
+
+    /// The kubelet's formula, written as it is in volume_linux.go, for comparison.
+    fn kubelet(m: &Meta, gid: u32, ro: bool) -> (u32, u32, u32) {
+        let mut mask = if ro { 0o440 } else { 0o660 };
+        if m.kind() == Kind::Dir {
+            mask |= libc::S_ISGID | 0o110;
+        }
+        let mode = if m.kind() == Kind::Symlink {
+            m.perm()
+        } else {
+            m.perm() | mask
+        };
+        (m.uid, gid, mode)
+    }
+
+    #[test]
+    fn conforming_entry_needs_nothing() {
+        assert!(decide(&meta(libc::S_IFREG, 0o660, 5, 2000), &fs(2000)).is_none());
+        assert!(decide(&meta(libc::S_IFDIR, 0o2770, 5, 2000), &fs(2000)).is_none());
+        assert!(decide(&meta(libc::S_IFLNK, 0o777, 5, 2000), &fs(2000)).is_none());
+    }
+
+    #[test]
+    fn symlink_gets_group_but_never_a_mode() {
+        let c = decide(&meta(libc::S_IFLNK, 0o777, 5, 1), &fs(2000));
+        assert_eq!(
+            c,
+            Change {
+                uid: None,
+                gid: Some(2000),
+                mode: None
+            }
+        );
+    }
+
+    #[test]
+    fn directory_gets_setgid_and_search_bits() {
+        let c = decide(&meta(libc::S_IFDIR, 0o700, 5, 2000), &fs(2000));
+        assert_eq!(c.mode, Some(0o2770));
+        assert_eq!(c.gid, None);
+    }
+
+    #[test]
+    fn setuid_file_gets_its_bits_back_after_a_chown() {
+        let c = decide(&meta(libc::S_IFREG, 0o4755, 0, 1), &fs(2000));
+        assert_eq!(
+            c,
+            Change {
+                uid: None,
+                gid: Some(2000),
+                mode: Some(0o4775)
+            }
+        );
+        // Without a chown there is nothing to restore.
+        let c = decide(&meta(libc::S_IFREG, 0o4775, 0, 2000), &fs(2000));
+        assert!(c.is_none());
+    }
+
+    #[test]
+    fn owner_alone_changes_ownership_only() {
+        let s = Spec {
+            fs_group: None,
+            owner_uid: Some(1001),
+            owner_gid: Some(1001),
+            read_only: false,
+        };
+        let c = decide(&meta(libc::S_IFREG, 0o600, 999, 999), &s);
+        assert_eq!(
+            c,
+            Change {
+                uid: Some(1001),
+                gid: Some(1001),
+                mode: None
+            }
+        );
+        let s = Spec {
+            owner_gid: None,
+            ..s
+        };
+        assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 999, 999), &s).gid, None);
+    }
+
+    #[test]
+    fn decide_matches_the_kubelet_formula_for_every_mode_and_kind() {
+        let kinds = [
+            libc::S_IFREG,
+            libc::S_IFDIR,
+            libc::S_IFLNK,
+            libc::S_IFIFO,
+            libc::S_IFSOCK,
+            libc::S_IFCHR,
+            libc::S_IFBLK,
+        ];
+        for kind in kinds {
+            for perm in 0..=0o7777 {
+                for (gid, ro) in [(2000, false), (7, true)] {
+                    let m = meta(kind, perm, 42, 7);
+                    let spec = Spec {
+                        read_only: ro,
+                        ..fs(gid)
+                    };
+                    let c = decide(&m, &spec);
+                    let (uid, g, mode) = kubelet(&m, gid, ro);
+                    // The result after applying the change equals the kubelet's result ...
+                    let after = Meta {
+                        uid: c.uid.unwrap_or(m.uid),
+                        gid: c.gid.unwrap_or(m.gid),
+                        mode: (m.mode & libc::S_IFMT) | c.mode.unwrap_or(m.perm()),
+                        ..m
+                    };
+                    assert_eq!(
+                        (after.uid, after.gid, after.perm()),
+                        (uid, g, mode),
+                        "{kind:o} {perm:o}"
+                    );
+                    // ... and is a fixed point.
+                    assert!(decide(&after, &spec).is_none(), "{kind:o} {perm:o}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The outcome of a run: per-volume figures, the human summary line and the JSON report.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::error::{Error, Op, errno_name, errno_text};
+use crate::escape::Escaped;
+
+/// At most this many per-entry errors are listed (all are counted).
+pub const MAX_LISTED_ERRORS: usize = 100;
+
+/// The JSON report: `{"version":1,"volumes":[...]}`. Key names are a stable interface.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub version: u32,
+    pub volumes: Vec<VolumeReport>,
+}
+
+/// What happened to a volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    /// `apply` walked the volume.
+    Walked,
+    /// `check` walked it without changing anything.
+    Checked,
+    /// The volume could not be prepared at all (see `fatal`).
+    Failed,
+}
+
+/// One per-entry failure.
+#[derive(Debug, Clone, Serialize)]
+pub struct EntryError {
+    /// The entry's path, escaped (see `escape`): lossless for any bytes.
+    pub path: String,
+    pub op: Op,
+    /// The errno's name, e.g. `EROFS`.
+    pub errno: String,
+    /// The errno's text.
+    pub error: String,
+}
+
+impl EntryError {
+    pub fn new(path: &Path, op: Op, errno: i32) -> Self {
+        EntryError {
+            path: Escaped(path.as_os_str()).to_string(),
+            op,
+            errno: errno_name(errno).map_or_else(|| errno.to_string(), str::to_string),
+            error: errno_text(errno),
+        }
+    }
+}
+
+/// One volume's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumeReport {
+    pub path: String,
+    pub action: Action,
+    pub spec: String,
+    pub spec_digest: String,
+    pub threads: usize,
+    pub entries: u64,
+    pub dirs: u64,
+    pub files: u64,
+    pub symlinks: u64,
+    pub others: u64,
+    pub changed_owner: u64,
+    pub changed_mode: u64,
+    pub errors: u64,
+    pub error_list: Vec<EntryError>,
+    pub skipped_mounts: Vec<String>,
+    pub elapsed_ms: u64,
+    pub entries_per_s: u64,
+    /// The error that stopped this volume before or during its walk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fatal: Option<String>,
+}
+
+impl VolumeReport {
+    /// A volume that could not be walked at all.
+    pub fn failed(path: &Path, spec: &crate::spec::Spec, threads: usize, err: &Error) -> Self {
+        VolumeReport {
+            path: Escaped(path.as_os_str()).to_string(),
+            action: Action::Failed,
+            spec: spec.to_string(),
+            spec_digest: spec.digest(),
+            threads,
+            entries: 0,
+            dirs: 0,
+            files: 0,
+            symlinks: 0,
+            others: 0,
+            changed_owner: 0,
+            changed_mode: 0,
+            errors: 0,
+            error_list: Vec::new(),
+            skipped_mounts: Vec::new(),
+            elapsed_ms: 0,
+            entries_per_s: 0,
+            fatal: Some(err.to_string()),
+        }
+    }
+
+    /// The one-line human summary.
+    pub fn summary(&self) -> String {
+        if let Some(f) = &self.fatal {
+            return format!("{}: failed: {f}", self.path);
+        }
+        let (verb, changed) = match self.action {
+            Action::Checked => ("checked", "would change"),
+            _ => ("prepared", "changed"),
+        };
+        let mut s = format!(
+            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} owner {}, mode {}",
+            self.path,
+            self.entries,
+            self.elapsed_ms as f64 / 1000.0,
+            self.entries_per_s,
+            self.changed_owner,
+            self.changed_mode,
+        );
+        if !self.skipped_mounts.is_empty() {
+            s += &format!(
+                ", skipped {} nested mount(s): {}",
+                self.skipped_mounts.len(),
+                self.skipped_mounts.join(" ")
+            );
+        }
+        s += &format!(", {} error(s)", self.errors);
+        s
+    }
+}
+
+/// Writes the report as one JSON document to `dest` (`-`: stdout).
+pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
+    let mut json = serde_json::to_vec_pretty(report).expect("report serializes");
+    json.push(b'\n');
+    let res = if dest == Path::new("-") {
+        std::io::stdout().lock().write_all(&json)
+    } else {
+        std::fs::write(dest, &json)
+    };
+    res.map_err(|e| Error::Other {
+        path: dest.to_path_buf(),
+        msg: format!("cannot write report: {e}"),
+    })
+}

@@ -1,0 +1,228 @@
+//! The desired state of a volume (group, owner, mode masks) and its stable digest.
+
+use sha2::{Digest, Sha256};
+use std::fmt;
+
+/// Group read/write bits the kubelet adds to every non-symlink (`rwMask`).
+pub const RW_MASK: u32 = 0o660;
+/// Group/user read bits for read-only volumes (`roMask`).
+pub const RO_MASK: u32 = 0o440;
+/// Search bits added to directories (`execMask`).
+pub const EXEC_MASK: u32 = 0o110;
+
+/// What every entry of a volume must look like. Immutable once built by `cli`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// `--fs-group`: the kubelet's fsGroup; also turns on the mode policy.
+    pub fs_group: Option<u32>,
+    /// `--owner UID[:GID]`: the owner uid.
+    pub owner_uid: Option<u32>,
+    /// `--owner UID:GID`: the group, used when `fs_group` is not set.
+    pub owner_gid: Option<u32>,
+    /// `--read-only`: mask 0440 instead of 0660.
+    pub read_only: bool,
+}
+
+impl Spec {
+    /// The group every entry must have, if any.
+    pub fn gid(&self) -> Option<u32> {
+        self.fs_group.or(self.owner_gid)
+    }
+
+    /// The owner every entry must have, if any.
+    pub fn uid(&self) -> Option<u32> {
+        self.owner_uid
+    }
+
+    /// The permission bits a non-symlink entry must have (ORed into its mode),
+    /// or `None` when the spec does not touch modes (`--owner` alone).
+    pub fn mode_mask(&self, is_dir: bool) -> Option<u32> {
+        self.fs_group?;
+        let base = if self.read_only { RO_MASK } else { RW_MASK };
+        Some(if is_dir {
+            base | EXEC_MASK | libc::S_ISGID
+        } else {
+            base
+        })
+    }
+
+    /// True when the spec asks for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.gid().is_none() && self.uid().is_none()
+    }
+
+    /// The canonical text the digest is computed from. Any field that changes the
+    /// desired state appears here; the format version prefix changes if the rules do.
+    pub fn canonical(&self) -> String {
+        fn opt(v: Option<u32>) -> String {
+            v.map_or_else(|| "-".to_string(), |v| v.to_string())
+        }
+        format!(
+            "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}",
+            opt(self.gid()),
+            opt(self.uid()),
+            self.mode_mask(false)
+                .map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(true)
+                .map_or_else(|| "-".into(), |m| format!("{m:o}")),
+        )
+    }
+
+    /// A stable digest of the desired state: 16 hex digits of SHA-256 over [`Spec::canonical`].
+    pub fn digest(&self) -> String {
+        let hash = Sha256::digest(self.canonical().as_bytes());
+        hash[..8].iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl fmt::Display for Spec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(g) = self.fs_group {
+            parts.push(format!("fs-group={g}"));
+        }
+        match (self.owner_uid, self.owner_gid) {
+            (Some(u), Some(g)) => parts.push(format!("owner={u}:{g}")),
+            (Some(u), None) => parts.push(format!("owner={u}")),
+            _ => {}
+        }
+        if self.read_only {
+            parts.push("read-only".into());
+        }
+        f.write_str(&parts.join(" "))
+    }
+}
+
+/// Parses a uid or gid: a decimal number below 4294967295 (which means "-1", no change).
+pub fn parse_id(s: &str) -> Result<u32, String> {
+    if s.trim() == "-1" {
+        return Err("-1 means \"no change\", not an id".into());
+    }
+    let v: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a numeric id (0..4294967294)"))?;
+    if v == u32::MAX {
+        return Err(format!("'{s}' is -1 (\"no change\"), not an id"));
+    }
+    Ok(v)
+}
+
+/// Parses `UID` or `UID:GID`.
+pub fn parse_owner(s: &str) -> Result<(u32, Option<u32>), String> {
+    match s.split_once(':') {
+        Some((u, g)) => Ok((parse_id(u)?, Some(parse_id(g)?))),
+        None => Ok((parse_id(s)?, None)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fs(g: u32) -> Spec {
+        Spec {
+            fs_group: Some(g),
+            owner_uid: None,
+            owner_gid: None,
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn masks_follow_the_kubelet() {
+        assert_eq!(fs(1).mode_mask(false), Some(0o660));
+        assert_eq!(fs(1).mode_mask(true), Some(0o2770));
+        let ro = Spec {
+            read_only: true,
+            ..fs(1)
+        };
+        assert_eq!(ro.mode_mask(false), Some(0o440));
+        assert_eq!(ro.mode_mask(true), Some(0o2550));
+        let owner = Spec {
+            fs_group: None,
+            owner_uid: Some(5),
+            owner_gid: Some(6),
+            read_only: false,
+        };
+        assert_eq!(owner.mode_mask(true), None);
+        assert_eq!(owner.gid(), Some(6));
+    }
+
+    #[test]
+    fn fs_group_wins_over_owner_gid() {
+        let s = Spec {
+            owner_uid: Some(1001),
+            owner_gid: Some(7),
+            ..fs(2000)
+        };
+        assert_eq!(s.gid(), Some(2000));
+        assert_eq!(s.uid(), Some(1001));
+    }
+
+    #[test]
+    fn digest_is_stable_and_sensitive() {
+        // Pinned: a change of this value invalidates every marker in the field.
+        assert_eq!(fs(2000).digest(), fs(2000).digest());
+        assert_eq!(fs(2000).digest().len(), 16);
+        assert_ne!(fs(2000).digest(), fs(1000).digest());
+        assert_ne!(
+            fs(2000).digest(),
+            Spec {
+                read_only: true,
+                ..fs(2000)
+            }
+            .digest()
+        );
+        assert_ne!(
+            fs(2000).digest(),
+            Spec {
+                owner_uid: Some(1),
+                ..fs(2000)
+            }
+            .digest()
+        );
+        // --owner U:G and --fs-group G with --owner U differ (modes).
+        let o = Spec {
+            fs_group: None,
+            owner_uid: Some(1),
+            owner_gid: Some(2000),
+            read_only: false,
+        };
+        assert_ne!(
+            o.digest(),
+            Spec {
+                owner_uid: Some(1),
+                ..fs(2000)
+            }
+            .digest()
+        );
+        // The owner gid is irrelevant when fs-group sets the group.
+        assert_eq!(
+            Spec {
+                owner_uid: Some(1),
+                owner_gid: Some(5),
+                ..fs(2000)
+            }
+            .digest(),
+            Spec {
+                owner_uid: Some(1),
+                owner_gid: None,
+                ..fs(2000)
+            }
+            .digest()
+        );
+    }
+
+    #[test]
+    fn ids_reject_minus_one_and_words() {
+        assert_eq!(parse_id("2000"), Ok(2000));
+        assert!(parse_id("4294967295").is_err());
+        assert!(parse_id("-1").is_err());
+        assert!(parse_id("abc").is_err());
+        assert!(parse_id("").is_err());
+        assert_eq!(parse_owner("1001:2000"), Ok((1001, Some(2000))));
+        assert_eq!(parse_owner("1001"), Ok((1001, None)));
+        assert!(parse_owner("1001:").is_err());
+    }
+}

@@ -1,0 +1,224 @@
+//! The thin syscall layer: every open, stat, chown and chmod volprep makes, each relative to a
+//! directory fd and never following a symlink. Flag choices (NOFOLLOW, CLOEXEC, O_PATH) live here once.
+
+use std::ffi::CStr;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, RawDir, Uid};
+use rustix::io::Errno;
+
+/// The lstat data a decision needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    pub dev: u64,
+    pub ino: u64,
+    /// Full `st_mode`: file type and permission bits, special bits included.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The kind of an entry, from its mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDev,
+    BlockDev,
+}
+
+impl Meta {
+    pub fn kind(&self) -> Kind {
+        match self.mode & libc::S_IFMT {
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            _ => Kind::File,
+        }
+    }
+
+    /// Permission and special bits (`mode & 07777`).
+    pub fn perm(&self) -> u32 {
+        self.mode & 0o7777
+    }
+
+    fn from_stat(st: &rustix::fs::Stat) -> Meta {
+        Meta {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }
+    }
+}
+
+/// `open(path, O_RDONLY|O_DIRECTORY)`: the volume root. The user's own path may contain
+/// symlinks (it names the volume); nothing below it is ever reached through one.
+pub fn open_root(path: &Path) -> Result<OwnedFd, Errno> {
+    retry(|| rustix::fs::open(path, dir_flags(), Mode::empty()))
+}
+
+/// `openat(dir, name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW)`: a subdirectory, never through a
+/// symlink (ELOOP/ENOTDIR when `name` is not a real directory). O_NONBLOCK and O_NOCTTY make
+/// sure nothing else could ever block or become a terminal.
+pub fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
+    retry(|| rustix::fs::openat(dir, name, dir_flags() | OFlags::NOFOLLOW, Mode::empty()))
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY
+}
+
+/// `openat(dir, name, O_PATH|O_NOFOLLOW)`: pins an entry's inode without opening it
+/// (no device driver, FIFO or socket is ever opened; a symlink yields the link itself).
+pub fn pin_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
+    retry(|| {
+        rustix::fs::openat(
+            dir,
+            name,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+    })
+}
+
+/// `fstat(fd)`.
+pub fn stat_fd(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
+    retry(|| rustix::fs::fstat(fd)).map(|st| Meta::from_stat(&st))
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: lstat relative to a directory fd.
+pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Meta, Errno> {
+    retry(|| rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW))
+        .map(|st| Meta::from_stat(&st))
+}
+
+/// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`: changes the owner of the inode `fd` refers to
+/// (for an O_PATH fd on a symlink: the link itself). `None` keeps that id (-1).
+pub fn chown_fd(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+    let uid = uid.map(Uid::from_raw);
+    let gid = gid.map(Gid::from_raw);
+    retry(|| rustix::fs::chownat(fd, c"", uid, gid, AtFlags::EMPTY_PATH))
+}
+
+/// Remembers that this kernel lacks `fchmodat2` (Linux < 6.6), so the fallback is taken at once.
+static NO_FCHMODAT2: AtomicBool = AtomicBool::new(false);
+
+/// `fchmodat2(fd, "", mode, AT_EMPTY_PATH)`: changes the mode of the inode `fd` refers to.
+///
+/// `fd` must not refer to a symlink (callers check with [`stat_fd`]). On kernels without
+/// `fchmodat2`, falls back to `chmod("/proc/self/fd/N")`, which reaches the very inode the fd
+/// pins (the magic link is not re-resolved by name). Plain `fchmodat` is never used: it follows
+/// symlinks, so an entry swapped for a link would change the link's target.
+pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
+    if !NO_FCHMODAT2.load(Ordering::Relaxed) {
+        match retry(|| fchmodat2_empty_path(fd, mode)) {
+            Err(Errno::NOSYS) => NO_FCHMODAT2.store(true, Ordering::Relaxed),
+            other => return other,
+        }
+    }
+    let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    retry(|| rustix::fs::chmod(proc_path.as_str(), Mode::from_raw_mode(mode)))
+}
+
+fn fchmodat2_empty_path(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
+    // SAFETY: plain syscall with a valid fd, a NUL-terminated empty path and flag constants.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_fchmodat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            mode as libc::c_uint,
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::from_raw_os_error(
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        ))
+    }
+}
+
+/// Reads a directory in fixed-size `getdents64` batches, calling `each(name, d_type)` for every
+/// entry but `.` and `..`. Memory is the caller's buffer, whatever the directory's size.
+pub fn read_dir(
+    dir: BorrowedFd<'_>,
+    buf: &mut [MaybeUninit<u8>],
+    mut each: impl FnMut(&CStr, DType),
+) -> Result<(), Errno> {
+    let mut raw = RawDir::new(dir, buf);
+    while let Some(entry) = raw.next() {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e),
+        };
+        let name = entry.file_name();
+        let bytes = name.to_bytes();
+        if bytes == b"." || bytes == b".." {
+            continue;
+        }
+        let t = entry.file_type();
+        let dtype = if t == FileType::Directory {
+            DType::Dir
+        } else if t == FileType::Unknown {
+            DType::Unknown
+        } else {
+            DType::Other
+        };
+        each(name, dtype);
+    }
+    Ok(())
+}
+
+/// What `getdents` said about an entry's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    Dir,
+    Other,
+    /// The filesystem does not fill `d_type`: stat to know.
+    Unknown,
+}
+
+/// Raises the soft open-file limit to the hard limit: a deep tree keeps one fd per directory
+/// on the path being walked.
+pub fn raise_fd_limit() {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = lim.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(max),
+                maximum: Some(max),
+            },
+        );
+    }
+}
+
+/// Borrow helper so callers can pass `&OwnedFd` or a borrowed fd alike.
+pub fn fd<F: AsFd>(f: &F) -> BorrowedFd<'_> {
+    f.as_fd()
+}
+
+fn retry<T>(mut f: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    loop {
+        match f() {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}

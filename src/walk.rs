@@ -1,0 +1,276 @@
+//! Parallel, dirfd-relative, post-order traversal of one filesystem. Knows nothing of ownership:
+//! it hands entries to a [`Visitor`] and calls [`Visitor::dir_done`] once a directory's contents
+//! are all visited (the root last).
+//!
+//! Each directory is a [`Node`] that holds its own fd (opened `O_NOFOLLOW|O_DIRECTORY` relative
+//! to its parent's fd) and a count of unfinished work below it. Directories are read with
+//! `getdents64` into a fixed buffer; subdirectories become rayon jobs (work-stealing, LIFO per
+//! thread, so the walk stays depth-first and few fds are open), and other entries are handled in
+//! batches of names, stolen by idle threads when there are any. No path is ever resolved.
+
+use std::ffi::{CStr, OsStr};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use rustix::io::Errno;
+
+use crate::error::Op;
+use crate::sys::{self, DType, Kind, Meta};
+
+/// Names handled per batch job.
+const BATCH: usize = 256;
+/// `getdents64` buffer per directory being read.
+const DIRENT_BUF: usize = 32 * 1024;
+
+/// A directory being walked.
+pub struct Node {
+    fd: OwnedFd,
+    /// Metadata read through `fd` when the directory was opened.
+    pub meta: Meta,
+    parent: Option<Arc<Node>>,
+    name: Box<[u8]>,
+    /// 0 for the root.
+    pub depth: u32,
+    /// Unfinished work: 1 while being read, plus one per pending child directory or batch.
+    pending: AtomicUsize,
+}
+
+impl Node {
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// The path relative to the walk's root ("" for the root). Built only when needed (errors,
+    /// logs): nodes keep one name each, not a path.
+    pub fn rel_path(&self) -> PathBuf {
+        let mut names = Vec::new();
+        let mut cur = Some(self);
+        while let Some(n) = cur {
+            if n.parent.is_some() {
+                names.push(&n.name[..]);
+            }
+            cur = n.parent.as_deref();
+        }
+        let mut p = PathBuf::new();
+        for n in names.iter().rev() {
+            p.push(OsStr::from_bytes(n));
+        }
+        p
+    }
+}
+
+/// What the walk tells its user. Called from many threads at once.
+pub trait Visitor: Sync {
+    /// A non-directory entry (or any entry at all below a skipped mount is never seen).
+    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta);
+    /// A directory all of whose contents were visited; called before its parent's. Not called
+    /// for directories whose walk was cut short by [`Walk::stop`].
+    fn dir_done(&self, dir: &Node);
+    /// A directory on another filesystem, not entered.
+    fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
+    /// Whether to enter the subdirectory `name` of `parent` (default: yes). A skipped
+    /// subtree is neither read nor reported.
+    fn enter(&self, _parent: &Node, _name: &CStr) -> bool {
+        true
+    }
+    /// A per-entry failure; `name` is `None` when it concerns `dir` itself.
+    fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno);
+}
+
+/// One traversal of one volume.
+pub struct Walk<'v, V: Visitor> {
+    visitor: &'v V,
+    root_dev: u64,
+    cross_devices: bool,
+    stopped: AtomicBool,
+}
+
+impl<'v, V: Visitor> Walk<'v, V> {
+    pub fn new(visitor: &'v V, root_dev: u64, cross_devices: bool) -> Self {
+        Walk {
+            visitor,
+            root_dev,
+            cross_devices,
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    /// Walks the tree below `root_fd` on the current rayon pool and returns when every job
+    /// finished (also when one panicked: the panic is then resumed here).
+    pub fn run(&self, root_fd: OwnedFd, root_meta: Meta) {
+        let root = Arc::new(Node {
+            fd: root_fd,
+            meta: root_meta,
+            parent: None,
+            name: Box::new([]),
+            depth: 0,
+            pending: AtomicUsize::new(1),
+        });
+        rayon_core::in_place_scope(|s| self.read(s, root));
+    }
+
+    fn read<'s>(&'s self, s: &rayon_core::Scope<'s>, node: Arc<Node>) {
+        let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
+        let mut batch = Batch::default();
+        let res = sys::read_dir(node.fd(), &mut buf, |name, dtype| {
+            if self.is_stopped() {
+                return;
+            }
+            match dtype {
+                DType::Dir => self.subdir(s, &node, name),
+                DType::Other | DType::Unknown => {
+                    batch.push(name);
+                    if batch.len() >= BATCH {
+                        self.dispatch(s, &node, std::mem::take(&mut batch));
+                    }
+                }
+            }
+        });
+        if let Err(e) = res {
+            self.visitor.error(&node, None, Op::Readdir, e);
+        }
+        if !batch.is_empty() {
+            self.dispatch(s, &node, batch);
+        }
+        drop(buf);
+        self.complete(node);
+    }
+
+    /// Runs a batch here when this thread already has queued work (others can steal that),
+    /// or queues it for an idle thread otherwise. Keeps both threads and memory in check.
+    fn dispatch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: Batch) {
+        if rayon_core::current_thread_has_pending_tasks() == Some(true)
+            || rayon_core::current_num_threads() == 1
+        {
+            self.run_batch(s, node, &batch);
+        } else {
+            node.pending.fetch_add(1, Ordering::Relaxed);
+            let node = Arc::clone(node);
+            s.spawn(move |s| {
+                self.run_batch(s, &node, &batch);
+                self.complete(node);
+            });
+        }
+    }
+
+    fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: &Batch) {
+        for name in batch.iter() {
+            if self.is_stopped() {
+                return;
+            }
+            match sys::stat_at(node.fd(), name) {
+                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name),
+                Ok(meta) => self.visitor.entry(node, name, &meta),
+                Err(Errno::NOENT) => {}
+                Err(e) => self.visitor.error(node, Some(name), Op::Stat, e),
+            }
+        }
+    }
+
+    /// Opens subdirectory `name` of `parent` without following symlinks and queues it.
+    fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr) {
+        if !self.visitor.enter(parent, name) {
+            return;
+        }
+        let fd = match sys::open_subdir(parent.fd(), name) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return,
+            // Not (or no longer) a directory: a symlink or file took its place. Handle it as the
+            // entry it now is, by its own lstat.
+            Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
+                return match sys::stat_at(parent.fd(), name) {
+                    Ok(meta) if meta.kind() != Kind::Dir => self.visitor.entry(parent, name, &meta),
+                    Ok(_) => self
+                        .visitor
+                        .error(parent, Some(name), Op::Open, Errno::AGAIN),
+                    Err(Errno::NOENT) => {}
+                    Err(e) => self.visitor.error(parent, Some(name), Op::Stat, e),
+                };
+            }
+            Err(e) => return self.visitor.error(parent, Some(name), Op::Open, e),
+        };
+        let meta = match sys::stat_fd(fd.as_fd()) {
+            Ok(m) => m,
+            Err(e) => return self.visitor.error(parent, Some(name), Op::Stat, e),
+        };
+        if meta.dev != self.root_dev && !self.cross_devices {
+            return self.visitor.mount_skipped(parent, name, &meta);
+        }
+        parent.pending.fetch_add(1, Ordering::Relaxed);
+        let child = Arc::new(Node {
+            fd,
+            meta,
+            parent: Some(Arc::clone(parent)),
+            name: name.to_bytes().into(),
+            depth: parent.depth + 1,
+            pending: AtomicUsize::new(1),
+        });
+        s.spawn(move |s| self.read(s, child));
+    }
+
+    /// One unit of `node`'s work is finished; a directory whose count reaches zero is done,
+    /// which in turn finishes one unit of its parent's (iteratively: no recursion on deep trees).
+    fn complete(&self, node: Arc<Node>) {
+        let mut cur = node;
+        loop {
+            if cur.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+                return;
+            }
+            if self.is_stopped() {
+                return;
+            }
+            self.visitor.dir_done(&cur);
+            match cur.parent.clone() {
+                Some(p) => cur = p,
+                None => return,
+            }
+        }
+    }
+}
+
+/// Names of one directory's entries, NUL-terminated, in one buffer.
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Batch {
+    fn push(&mut self, name: &CStr) {
+        self.bytes.extend_from_slice(name.to_bytes_with_nul());
+        self.count += 1;
+    }
+    fn len(&self) -> usize {
+        self.count
+    }
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    fn iter(&self) -> impl Iterator<Item = &CStr> {
+        self.bytes
+            .split_inclusive(|&b| b == 0)
+            .map(|n| CStr::from_bytes_with_nul(n).expect("names are NUL-terminated"))
+    }
+}
+
+/// The path of `name` in `dir`, relative to the root.
+pub fn rel_child(dir: &Node, name: &CStr) -> PathBuf {
+    dir.rel_path().join(OsStr::from_bytes(name.to_bytes()))
+}
+
+/// `root/rel`, or `root` itself for an empty `rel`.
+pub fn full_path(root: &Path, rel: &Path) -> PathBuf {
+    if rel.as_os_str().is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(rel)
+    }
+}
