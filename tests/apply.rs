@@ -1,0 +1,753 @@
+//! `apply` and `check` against real filesystems (ext4, xfs, btrfs loop images; tmpfs): the
+//! result equals the kubelet's fsGroup pass, serial and parallel agree, conforming entries are
+//! not touched (ctime), `check` changes nothing, the report's counts are the truth, nested
+//! mounts are skipped unless `--cross-devices`, and the env vars work like the flags.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use common::snap::{ROOT, conforms, kubelet_reference, kubelet_target};
+use common::tree::{self, GenOpts};
+use common::*;
+
+const GID: u32 = 2000;
+
+/// Entries of the generated part of the big trees (the zoo adds ~60 more).
+const BIG: usize = 10_000;
+
+/// Makes `base/outside` (what the trees' outside symlinks point to) with a canary file.
+fn make_outside(base: &Path) -> std::path::PathBuf {
+    let out = base.join("outside");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("canary-file"), b"canary").unwrap();
+    out
+}
+
+/// The zoo of special cases plus `n` generated entries.
+fn big_tree(outside: &Path, seed: u64, n: usize, opts: GenOpts) -> Tree {
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    t.nest("zoo", &tree::zoo(outside));
+    t.nest("gen", &tree::generated(seed, n, outside, opts));
+    t
+}
+
+/// Builds the same tree twice below `base`, runs the kubelet reference on one and
+/// `volprep apply --fs-group 2000 EXTRA` on the other, and compares (type, uid, gid, mode).
+fn equivalence(base: &Path, read_only: bool, extra: &[&str]) {
+    let outside = make_outside(base);
+    let t = big_tree(&outside, 7, BIG, GenOpts::default());
+    let (want, got) = (base.join("reference"), base.join("volprep"));
+    t.build(&want);
+    t.build(&got);
+    let before = snapshot(&got);
+    assert_eq!(before.len(), t.len(), "snapshot sees every built entry");
+    assert!(
+        before.keys().any(|k| k.len() > 4096),
+        "the tree holds a path longer than PATH_MAX"
+    );
+    let outside_before = snapshot(&outside);
+
+    kubelet_reference(&want, GID, read_only, Mounts::Skip);
+    let mut args = extra.to_vec();
+    if read_only {
+        args.push("--read-only");
+    }
+    let run = apply_fs_group(&got, GID, &args);
+
+    assert_same(
+        &snapshot(&want),
+        &snapshot(&got),
+        Meta::attrs,
+        "kubelet reference vs volprep apply",
+    );
+    assert_same(
+        &outside_before,
+        &snapshot(&outside),
+        Meta::attrs_ctime,
+        "outside the volume",
+    );
+    let vol = run.volume();
+    assert_eq!(vol["action"], "walked", "{}", run.describe());
+    assert_eq!(
+        run.count("entries"),
+        t.len() as u64,
+        "entries counts every entry, root included\n{}",
+        run.describe()
+    );
+    assert_eq!(run.count("errors"), 0, "{}", run.describe());
+    assert!(
+        run.count("changed_owner") > 0 && run.count("changed_mode") > 0,
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn apply_equals_kubelet_on_ext4() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 256);
+    equivalence(fs.path(), false, &[]);
+}
+
+/// mke2fs gives images under 512 MiB 1 KiB blocks: small PVCs look like this (and an xattr
+/// holds at most ~1 KiB there).
+#[test]
+fn apply_equals_kubelet_on_ext4_with_1k_blocks() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 256, &["-b", "1024"]);
+    equivalence(fs.path(), false, &[]);
+}
+
+#[test]
+fn apply_equals_kubelet_on_xfs() {
+    if !privileged(&["mkfs.xfs"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Xfs, 300);
+    equivalence(fs.path(), false, &[]);
+}
+
+#[test]
+fn apply_equals_kubelet_on_btrfs() {
+    if !privileged(&["mkfs.btrfs"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Btrfs, 256);
+    equivalence(fs.path(), false, &[]);
+}
+
+#[test]
+fn apply_equals_kubelet_on_tmpfs() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    equivalence(fs.path(), false, &[]);
+}
+
+#[test]
+fn read_only_equals_kubelet_read_only() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    equivalence(fs.path(), true, &[]);
+}
+
+/// The harness itself: the reference pass gives every entry the kubelet formula's target, and
+/// snapshots see long paths, non-UTF-8 names and every file type.
+#[test]
+fn reference_follows_the_kubelet_formula() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let outside = make_outside(fs.path());
+    let vol = fs.path().join("vol");
+    big_tree(&outside, 3, 2_000, GenOpts::default()).build(&vol);
+    let before = snapshot(&vol);
+    let kinds: BTreeSet<Kind> = before.values().map(|m| m.kind).collect();
+    for k in [
+        Kind::Dir,
+        Kind::File,
+        Kind::Symlink,
+        Kind::Fifo,
+        Kind::Socket,
+        Kind::CharDev,
+    ] {
+        assert!(kinds.contains(&k), "tree lacks a {k:?}");
+    }
+    assert!(
+        before.contains_key(&b"zoo/caf\xe9/\xff\xfe"[..]),
+        "non-UTF-8 names are kept as bytes"
+    );
+    assert!(
+        before
+            .keys()
+            .any(|k| k.len() > 4096 && k.ends_with(b"deep-file"))
+    );
+    assert_eq!(
+        before[&b"zoo/special/setuid"[..]].mode,
+        0o4755,
+        "builder sets special bits after chown"
+    );
+    assert!(
+        before.values().any(|m| !conforms(m, GID, false))
+            && before.values().any(|m| conforms(m, GID, false))
+    );
+
+    kubelet_reference(&vol, GID, false, Mounts::Skip);
+    let after = snapshot(&vol);
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+    for (k, b) in &before {
+        let a = &after[k];
+        assert_eq!(
+            (a.uid, a.gid, a.mode),
+            kubelet_target(b, GID, false),
+            "{}",
+            show(k)
+        );
+    }
+    assert_eq!(
+        after[&b"zoo/special/setuid"[..]].mode,
+        0o4775,
+        "setuid survives the chown"
+    );
+    assert_eq!(after[&b"zoo/special/sticky-dir"[..]].mode, 0o3777);
+    assert_eq!(
+        after[&b"zoo/links/dangling"[..]].gid,
+        GID,
+        "a symlink's own group changes"
+    );
+    assert_eq!(after[ROOT].mode, 0o2775);
+}
+
+#[test]
+fn one_thread_and_eight_threads_agree() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 256);
+    let outside = make_outside(fs.path());
+    let t = big_tree(&outside, 11, BIG, GenOpts::default());
+    let (serial, parallel, reference) = (
+        fs.path().join("t1"),
+        fs.path().join("t8"),
+        fs.path().join("ref"),
+    );
+    for root in [&serial, &parallel, &reference] {
+        t.build(root);
+    }
+    let r1 = apply_fs_group(&serial, GID, &["--threads", "1"]);
+    let r8 = apply_fs_group(&parallel, GID, &["--threads", "8"]);
+    kubelet_reference(&reference, GID, false, Mounts::Skip);
+    let (s1, s8) = (snapshot(&serial), snapshot(&parallel));
+    assert_same(&s1, &s8, Meta::attrs, "--threads 1 vs --threads 8");
+    assert_same(
+        &snapshot(&reference),
+        &s1,
+        Meta::attrs,
+        "kubelet reference vs --threads 1",
+    );
+    assert_eq!(r1.count("entries"), r8.count("entries"));
+    assert_eq!(r1.count("entries"), t.len() as u64);
+    assert_eq!(r1.volume()["threads"], 1, "{}", r1.describe());
+    assert_eq!(r8.volume()["threads"], 8, "{}", r8.describe());
+}
+
+/// ctime is the witness of a syscall: entries that conform are not touched, a second apply
+/// touches nothing, and `check` never touches anything.
+fn ctime_and_check(base: &Path) {
+    let outside = make_outside(base);
+    let vol = base.join("vol");
+    big_tree(&outside, 5, BIG, GenOpts::default()).build(&vol);
+    tick();
+    let s0 = snapshot(&vol);
+    let conforming: Vec<&Vec<u8>> = s0
+        .iter()
+        .filter(|(_, m)| conforms(m, GID, false))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(
+        conforming.len() > 500,
+        "the tree conforms in part ({} entries)",
+        conforming.len()
+    );
+
+    let check = pass("check", &["--fs-group", "2000"], &vol);
+    let check = check.expect_code(3);
+    assert_eq!(check.volume()["action"], "checked", "{}", check.describe());
+    assert!(
+        check.count("changed_owner") > 0 && check.count("changed_mode") > 0,
+        "{}",
+        check.describe()
+    );
+    assert_same(
+        &s0,
+        &snapshot(&vol),
+        Meta::attrs_ctime,
+        "check changed something",
+    );
+
+    let first = apply_fs_group(&vol, GID, &[]);
+    let s1 = snapshot(&vol);
+    for k in &conforming {
+        assert_eq!(
+            s0[*k].ctime,
+            s1[*k].ctime,
+            "conforming entry {} was touched by apply",
+            show(k)
+        );
+    }
+    assert!(first.count("changed_owner") > 0);
+    assert!(
+        s1.values().all(|m| conforms(m, GID, false)),
+        "apply made everything conform"
+    );
+
+    // Again: whether volprep skips the walk (its marker) or walks, nothing is touched.
+    tick();
+    let second = apply_fs_group(&vol, GID, &[]);
+    assert_same(
+        &s1,
+        &snapshot(&vol),
+        Meta::attrs_ctime,
+        "second apply touched entries",
+    );
+    assert_eq!(
+        (second.count("changed_owner"), second.count("changed_mode")),
+        (0, 0),
+        "{}",
+        second.describe()
+    );
+
+    // A full walk over a conforming tree: every entry visited, none chowned or chmodded. The
+    // root's ctime may move: volprep rewrites its marker xattr there after a walk.
+    tick();
+    let full = apply_fs_group(&vol, GID, &["--verify", "full"]);
+    let s2 = snapshot(&vol);
+    assert_eq!(
+        s1[ROOT].attrs(),
+        s2[ROOT].attrs(),
+        "the root's owner and mode stay"
+    );
+    let but_root = |s: &Snapshot| {
+        s.iter()
+            .filter(|(k, _)| k.as_slice() != ROOT)
+            .map(|(k, m)| (k.clone(), *m))
+            .collect()
+    };
+    let (s1_, s2_): (Snapshot, Snapshot) = (but_root(&s1), but_root(&s2));
+    assert_same(
+        &s1_,
+        &s2_,
+        Meta::attrs_ctime,
+        "apply --verify full on a conforming tree touched entries",
+    );
+    assert_eq!(
+        (full.count("changed_owner"), full.count("changed_mode")),
+        (0, 0),
+        "{}",
+        full.describe()
+    );
+    assert_eq!(
+        full.count("entries"),
+        s1.len() as u64,
+        "{}",
+        full.describe()
+    );
+
+    for extra in [&[][..], &["--verify", "full"][..]] {
+        let args = [&["--fs-group", "2000"][..], extra].concat();
+        let after = pass("check", &args, &vol).expect_code(0);
+        assert_eq!(
+            (after.count("changed_owner"), after.count("changed_mode")),
+            (0, 0),
+            "{}",
+            after.describe()
+        );
+        assert_same(
+            &s2,
+            &snapshot(&vol),
+            Meta::attrs_ctime,
+            "check after apply changed something",
+        );
+    }
+}
+
+#[test]
+fn conforming_entries_keep_their_ctime_on_ext4() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 256);
+    ctime_and_check(fs.path());
+}
+
+#[test]
+fn conforming_entries_keep_their_ctime_on_tmpfs() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    ctime_and_check(fs.path());
+}
+
+/// Per-name and per-inode counts of what changed between two snapshots.
+struct Truth {
+    owner_names: u64,
+    owner_inodes: u64,
+    mode_names: u64,
+    mode_inodes: u64,
+    /// Non-directories whose chown clears setuid/setgid although the final mode is the old one:
+    /// volprep must chmod them back (a chmod it may count) without a visible mode change.
+    restored_bits: u64,
+}
+
+fn truth(before: &Snapshot, after: &Snapshot) -> Truth {
+    let mut t = Truth {
+        owner_names: 0,
+        owner_inodes: 0,
+        mode_names: 0,
+        mode_inodes: 0,
+        restored_bits: 0,
+    };
+    let (mut owner_ino, mut mode_ino) = (BTreeSet::new(), BTreeSet::new());
+    for (k, b) in before {
+        let a = &after[k];
+        if (a.uid, a.gid) != (b.uid, b.gid) {
+            t.owner_names += 1;
+            owner_ino.insert(b.ino);
+            let kills = b.mode & libc::S_ISUID != 0
+                || b.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010;
+            if a.mode == b.mode && b.kind != Kind::Dir && b.kind != Kind::Symlink && kills {
+                t.restored_bits += 1;
+            }
+        }
+        if a.mode != b.mode {
+            t.mode_names += 1;
+            mode_ino.insert(b.ino);
+        }
+    }
+    t.owner_inodes = owner_ino.len() as u64;
+    t.mode_inodes = mode_ino.len() as u64;
+    t
+}
+
+/// Without hardlinks and special bits, every changed entry is one name and one chown/chmod:
+/// the report's counts (and `check`'s would-change counts) equal the truth exactly.
+#[test]
+fn report_counts_equal_the_truth() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let outside = make_outside(fs.path());
+    let vol = fs.path().join("vol");
+    tree::generated(
+        13,
+        BIG,
+        &outside,
+        GenOpts {
+            hardlinks: false,
+            special_bits: false,
+        },
+    )
+    .build(&vol);
+    let before = snapshot(&vol);
+    let check = pass("check", &["--fs-group", "2000"], &vol).expect_code(3);
+    let run = apply_fs_group(&vol, GID, &[]);
+    let after = snapshot(&vol);
+    let t = truth(&before, &after);
+    assert!(
+        t.owner_names > 1000 && t.mode_names > 1000 && t.owner_names < before.len() as u64,
+        "a mixed tree"
+    );
+    assert_eq!(t.restored_bits, 0);
+    assert_eq!(
+        run.count("entries"),
+        before.len() as u64,
+        "{}",
+        run.describe()
+    );
+    assert_eq!(
+        run.count("changed_owner"),
+        t.owner_names,
+        "changed_owner\n{}",
+        run.describe()
+    );
+    assert_eq!(
+        run.count("changed_mode"),
+        t.mode_names,
+        "changed_mode\n{}",
+        run.describe()
+    );
+    assert_eq!(run.count("errors"), 0);
+    assert_eq!(
+        check.count("entries"),
+        before.len() as u64,
+        "{}",
+        check.describe()
+    );
+    assert_eq!(
+        check.count("changed_owner"),
+        t.owner_names,
+        "check's would-change owner count\n{}",
+        check.describe()
+    );
+    assert_eq!(
+        check.count("changed_mode"),
+        t.mode_names,
+        "check's would-change mode count\n{}",
+        check.describe()
+    );
+}
+
+/// With hardlinks (one inode, several names) and setuid/setgid files (a chmod that restores
+/// the mode after the chown), the counts lie between the per-inode and the per-name truth.
+#[test]
+fn report_counts_bound_the_truth_with_hardlinks_and_special_bits() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let outside = make_outside(fs.path());
+    let vol = fs.path().join("vol");
+    big_tree(&outside, 17, BIG, GenOpts::default()).build(&vol);
+    let before = snapshot(&vol);
+    let run = apply_fs_group(&vol, GID, &["--threads", "1"]);
+    let t = truth(&before, &snapshot(&vol));
+    assert!(
+        t.owner_names > t.owner_inodes && t.restored_bits > 0,
+        "the tree has the hard cases"
+    );
+    let (owner, mode) = (run.count("changed_owner"), run.count("changed_mode"));
+    assert!(
+        (t.owner_inodes..=t.owner_names).contains(&owner),
+        "changed_owner {owner} not in [{}, {}] (inodes, names)\n{}",
+        t.owner_inodes,
+        t.owner_names,
+        run.describe()
+    );
+    assert!(
+        (t.mode_inodes..=t.mode_names + t.restored_bits).contains(&mode),
+        "changed_mode {mode} not in [{}, {} + {}] (inodes, names + restored setuid/setgid)\n{}",
+        t.mode_inodes,
+        t.mode_names,
+        t.restored_bits,
+        run.describe()
+    );
+    assert_eq!(run.count("entries"), before.len() as u64);
+}
+
+/// A tree with a tmpfs mounted on `nested` (holding entries that need changes).
+fn tree_with_nested_mount(base: &Path) -> (std::path::PathBuf, Tmpfs) {
+    let vol = base.to_path_buf();
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755)
+        .dir("a", 0, 0, 0o755)
+        .file("a/f", 0, 0, 0o644)
+        .dir("nested", 0, 0, 0o700)
+        .file("z", 0, 0, 0o600);
+    t.build(&vol);
+    let nested = Tmpfs::at(&vol.join("nested"));
+    let mut inner = Tree::new();
+    inner
+        .root(0, 0, 0o755)
+        .dir("d", 1000, 1000, 0o755)
+        .file("d/f", 1000, 1000, 0o644)
+        .file("g", 0, 0, 0o600);
+    inner.build(nested.path());
+    (vol, nested)
+}
+
+fn skipped_mounts(run: &Run) -> Vec<String> {
+    let v = run.volume();
+    let list = v["skipped_mounts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skipped_mounts\n{}", run.describe()));
+    list.iter()
+        .map(|s| {
+            s.as_str()
+                .expect("skipped_mounts holds strings")
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn nested_mount_is_skipped_and_reported() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let (want, _m1) = tree_with_nested_mount(&fs.path().join("ref"));
+    let (got, _m2) = tree_with_nested_mount(&fs.path().join("vol"));
+    let inside_before = snapshot(&got.join("nested"));
+    let before = snapshot(&got);
+    tick();
+
+    kubelet_reference(&want, GID, false, Mounts::Skip);
+    let run = apply_fs_group(&got, GID, &[]);
+    assert_same(
+        &snapshot(&want),
+        &snapshot(&got),
+        Meta::attrs,
+        "reference (skipping mounts) vs volprep",
+    );
+    assert_same(
+        &inside_before,
+        &snapshot(&got.join("nested")),
+        Meta::attrs_ctime,
+        "inside the nested mount",
+    );
+    let skipped = skipped_mounts(&run);
+    let abs = got.join("nested").to_string_lossy().into_owned();
+    assert!(
+        skipped.len() == 1 && (skipped[0] == abs || skipped[0] == "nested"),
+        "skipped_mounts should name {abs}\n{}",
+        run.describe()
+    );
+    assert_eq!(
+        run.count("entries"),
+        before.len() as u64 - 1,
+        "a skipped mount point is not an entry\n{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn cross_devices_enters_nested_mount() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let (want, _m1) = tree_with_nested_mount(&fs.path().join("ref"));
+    let (got, _m2) = tree_with_nested_mount(&fs.path().join("vol"));
+    let before = snapshot_with(&got, Mounts::Enter);
+
+    kubelet_reference(&want, GID, false, Mounts::Enter);
+    let run = apply_fs_group(&got, GID, &["--cross-devices"]);
+    let after = snapshot_with(&got, Mounts::Enter);
+    assert_same(
+        &snapshot_with(&want, Mounts::Enter),
+        &after,
+        Meta::attrs,
+        "reference (entering mounts) vs volprep",
+    );
+    assert_eq!(
+        after[&b"nested/d/f"[..]].gid,
+        GID,
+        "entries inside the nested mount changed"
+    );
+    assert_eq!(
+        after[&b"nested"[..]].mode,
+        0o2775,
+        "the nested mount's root changed"
+    );
+    assert!(skipped_mounts(&run).is_empty(), "{}", run.describe());
+    assert_eq!(
+        run.count("entries"),
+        before.len() as u64,
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn env_vars_work_like_the_flags() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let outside = make_outside(fs.path());
+    let t = big_tree(&outside, 19, 500, GenOpts::default());
+    let (flag, env, flag_ro, env_ro) = (
+        fs.path().join("flag"),
+        fs.path().join("env"),
+        fs.path().join("flag-ro"),
+        fs.path().join("env-ro"),
+    );
+    for root in [&flag, &env, &flag_ro, &env_ro] {
+        t.build(root);
+    }
+    apply_fs_group(&flag, GID, &[]);
+    run(volprep()
+        .arg("apply")
+        .arg(&env)
+        .env("VOLPREP_FS_GROUP", "2000"))
+    .expect_code(0);
+    assert_same(
+        &snapshot(&flag),
+        &snapshot(&env),
+        Meta::attrs,
+        "--fs-group 2000 vs VOLPREP_FS_GROUP=2000",
+    );
+    assert!(snapshot(&env).values().all(|m| m.gid == GID));
+
+    apply_fs_group(&flag_ro, GID, &["--read-only"]);
+    run(volprep()
+        .args(["apply", "--threads", "1"])
+        .arg(&env_ro)
+        .env("VOLPREP_FS_GROUP", "2000")
+        .env("VOLPREP_READ_ONLY", "true"))
+    .expect_code(0);
+    let ro = snapshot(&env_ro);
+    assert_same(
+        &snapshot(&flag_ro),
+        &ro,
+        Meta::attrs,
+        "--read-only vs VOLPREP_READ_ONLY=true",
+    );
+    assert_ne!(snapshot(&flag), ro, "read-only differs from read-write");
+}
+
+/// `--owner U:G` alone: chown only (symlinks included), modes untouched.
+#[test]
+fn owner_alone_changes_owner_not_mode() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let outside = make_outside(fs.path());
+    let vol = fs.path().join("vol");
+    tree::generated(
+        23,
+        2_000,
+        &outside,
+        GenOpts {
+            hardlinks: true,
+            special_bits: false,
+        },
+    )
+    .build(&vol);
+    let before = snapshot(&vol);
+    pass("apply", &["--owner", "3000:4000"], &vol).expect_code(0);
+    let after = snapshot(&vol);
+    for (k, b) in &before {
+        let a = &after[k];
+        assert_eq!(
+            (a.uid, a.gid, a.mode),
+            (3000, 4000, b.mode),
+            "{} ({:?})",
+            show(k),
+            b.kind
+        );
+    }
+}
+
+/// `--fs-group G --owner U`: uid U, gid G, and the fsGroup mode policy.
+#[test]
+fn owner_with_fs_group() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let outside = make_outside(fs.path());
+    let vol = fs.path().join("vol");
+    big_tree(&outside, 29, 2_000, GenOpts::default()).build(&vol);
+    let before = snapshot(&vol);
+    pass("apply", &["--fs-group", "2000", "--owner", "3000"], &vol).expect_code(0);
+    let after = snapshot(&vol);
+    for (k, b) in &before {
+        let a = &after[k];
+        let (_, gid, mode) = kubelet_target(b, GID, false);
+        assert_eq!(
+            (a.uid, a.gid, a.mode),
+            (3000, gid, mode),
+            "{} ({:?})",
+            show(k),
+            b.kind
+        );
+    }
+}

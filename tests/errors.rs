@@ -1,0 +1,259 @@
+//! Bad input and failing volumes: fatal errors (exit 1, one stderr line naming the path),
+//! usage errors (exit 2), per-entry errors (EROFS on a read-only mount, EPERM as non-root)
+//! against `--max-errors`.
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use common::snap::conforms;
+use common::*;
+
+/// A small tree (plain files; no chown needed, so it works as any user) whose entries need work.
+fn plain_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("a/b")).unwrap();
+    std::fs::write(dir.join("a/file"), b"x").unwrap();
+    std::fs::write(dir.join("a/b/file"), b"y").unwrap();
+}
+
+#[track_caller]
+fn assert_one_line_naming(run: &Run, path: &Path, cause: Option<&str>) {
+    let lines = run.stderr_lines();
+    assert_eq!(
+        lines.len(),
+        1,
+        "exactly one stderr line expected\n{}",
+        run.describe()
+    );
+    let p = path.to_string_lossy();
+    assert!(
+        lines[0].contains(p.as_ref()),
+        "the stderr line should name {p}\n{}",
+        run.describe()
+    );
+    if let Some(cause) = cause {
+        assert!(
+            lines[0].to_lowercase().contains(&cause.to_lowercase()),
+            "the stderr line should say {cause:?}\n{}",
+            run.describe()
+        );
+    }
+}
+
+#[test]
+fn missing_path_is_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-volume");
+    for cmd in ["apply", "check"] {
+        let run = run(volprep().args([cmd, "--fs-group", "2000"]).arg(&missing)).expect_code(1);
+        assert_one_line_naming(&run, &missing, None);
+    }
+    assert!(!missing.exists(), "a missing volume is not created");
+}
+
+#[test]
+fn regular_file_path_is_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    for cmd in ["apply", "check"] {
+        let run = run(volprep().args([cmd, "--fs-group", "2000"]).arg(&file)).expect_code(1);
+        assert_one_line_naming(&run, &file, Some("not a directory"));
+    }
+}
+
+#[test]
+fn bad_ids_are_usage_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    plain_tree(dir.path());
+    let before = snapshot(dir.path());
+    for args in [
+        &["--fs-group", "-1"][..],
+        &["--fs-group", "4294967295"],
+        &["--fs-group", "abc"],
+        &["--fs-group", ""],
+        &["--fs-group", "2000x"],
+        &["--owner", "abc"],
+        &["--owner", "-1"],
+        &["--owner", "4294967295"],
+        &["--owner", "1000:-1"],
+        &["--owner", "1000:abc"],
+    ] {
+        for cmd in ["apply", "check"] {
+            let run = run(volprep().arg(cmd).args(args).arg(dir.path())).expect_code(2);
+            assert!(
+                !run.stderr.trim().is_empty(),
+                "a usage error says why\n{}",
+                run.describe()
+            );
+        }
+    }
+    assert_same(
+        &before,
+        &snapshot(dir.path()),
+        Meta::attrs_ctime,
+        "usage errors changed the tree",
+    );
+}
+
+#[test]
+fn no_spec_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    plain_tree(dir.path());
+    let before = snapshot(dir.path());
+    for cmd in ["apply", "check"] {
+        let run = run(volprep().arg(cmd).arg(dir.path())).expect_code(2);
+        assert!(!run.stderr.trim().is_empty(), "{}", run.describe());
+    }
+    // A bad value in the environment is a usage error too.
+    run(volprep()
+        .arg("apply")
+        .arg(dir.path())
+        .env("VOLPREP_FS_GROUP", "abc"))
+    .expect_code(2);
+    assert_same(
+        &before,
+        &snapshot(dir.path()),
+        Meta::attrs_ctime,
+        "usage errors changed the tree",
+    );
+}
+
+#[test]
+fn read_only_mount_reports_erofs() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755)
+        .dir("d", 0, 0, 0o755)
+        .file("d/f", 0, 0, 0o644)
+        .file("g", 1000, 1000, 0o600);
+    t.file("ok", 0, 2000, 0o660);
+    t.build(&vol);
+    fs.remount_ro();
+    let before = snapshot(&vol);
+    let needing = before
+        .values()
+        .filter(|m| !conforms(m, 2000, false))
+        .count() as u64;
+
+    let run = pass("apply", &["--fs-group", "2000"], &vol).expect_code(1);
+    let errors = run.count("errors");
+    assert!(
+        errors >= needing,
+        "every entry needing a change fails ({needing})\n{}",
+        run.describe()
+    );
+    let list = run.volume()["error_list"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        !list.is_empty(),
+        "error_list names the failures\n{}",
+        run.describe()
+    );
+    assert!(
+        list.iter()
+            .any(|e| e["errno"] == "EROFS" && (e["op"] == "chown" || e["op"] == "chmod")),
+        "a chown/chmod failed with EROFS\n{}",
+        run.describe()
+    );
+    assert!(
+        list.iter().all(|e| e["errno"] == "EROFS"),
+        "only EROFS errors\n{}",
+        run.describe()
+    );
+
+    let tolerant = pass(
+        "apply",
+        &["--fs-group", "2000", "--max-errors", "1000"],
+        &vol,
+    )
+    .expect_code(0);
+    assert_eq!(
+        tolerant.count("errors"),
+        errors,
+        "errors are still counted\n{}",
+        tolerant.describe()
+    );
+
+    // The threshold is "more than N": exactly `errors` tolerated passes, one fewer fails.
+    let limit = errors.to_string();
+    pass(
+        "apply",
+        &["--fs-group", "2000", "--max-errors", &limit],
+        &vol,
+    )
+    .expect_code(0);
+    let below = (errors - 1).to_string();
+    pass(
+        "apply",
+        &["--fs-group", "2000", "--max-errors", &below],
+        &vol,
+    )
+    .expect_code(1);
+
+    // `check` writes nothing: a read-only volume is no obstacle to it.
+    let check = pass("check", &["--fs-group", "2000"], &vol).expect_code(3);
+    assert_eq!(check.count("errors"), 0, "{}", check.describe());
+    assert_same(
+        &before,
+        &snapshot(&vol),
+        Meta::attrs_ctime,
+        "a read-only volume changed",
+    );
+}
+
+#[test]
+fn non_root_gets_eperm() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755)
+        .dir("d", 0, 0, 0o755)
+        .file("d/f", 0, 0, 0o644)
+        .file("g", 0, 0, 0o644);
+    t.build(&vol);
+    let before = snapshot(&vol);
+    // std drops the supplementary groups when root sets the uid.
+    let as_nobody = |extra: &[&str]| {
+        let mut cmd = volprep();
+        cmd.args(["apply", "--fs-group", "2000", "--report", "-"])
+            .args(extra)
+            .arg(&vol)
+            .uid(65534)
+            .gid(65534);
+        run(&mut cmd)
+    };
+    let run = as_nobody(&[]).expect_code(1);
+    let list = run.volume()["error_list"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        list.iter()
+            .any(|e| e["errno"] == "EPERM" && e["op"] == "chown"),
+        "chown as nobody fails with EPERM\n{}",
+        run.describe()
+    );
+    assert!(
+        run.count("errors") >= 4,
+        "every entry fails\n{}",
+        run.describe()
+    );
+    as_nobody(&["--max-errors", "1000"]).expect_code(0);
+    assert_same(
+        &before,
+        &snapshot(&vol),
+        Meta::attrs_ctime,
+        "nobody changed root's files",
+    );
+}
