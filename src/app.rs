@@ -8,9 +8,9 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, LogFormat, PassArgs};
 use crate::error::{Error, ExitCode};
-use crate::escape::Escaped;
-use crate::pass::{self, Mode};
+use crate::pass::Mode;
 use crate::report::{self, Action, Report, VolumeReport};
+use crate::volume;
 
 /// Sets up `tracing` on stderr (stdout is for the JSON report).
 pub fn init_logging(format: LogFormat, level: &str) {
@@ -31,15 +31,17 @@ pub fn init_logging(format: LogFormat, level: &str) {
 pub fn run(cli: Cli) -> Result<ExitCode, Error> {
     crate::sys::raise_fd_limit();
     match cli.command {
-        Command::Apply(args) => run_pass(&args, Mode::Apply),
-        Command::Check(args) => run_pass(&args, Mode::Check),
+        Command::Apply(args) => run_pass(&args, Mode::Apply, cli.log_format),
+        Command::Check(args) => run_pass(&args, Mode::Check, cli.log_format),
+        Command::Status(args) => crate::status::run(&args),
+        Command::Inspect(args) => crate::inspect::run(&args),
         Command::Demo(args) => crate::demo::run(&args),
     }
 }
 
-fn run_pass(args: &PassArgs, mode: Mode) -> Result<ExitCode, Error> {
+fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCode, Error> {
     let spec = args.spec.to_spec().map_err(Error::Usage)?;
-    let opts = args.run_options(mode);
+    let opts = args.run_options(mode, log_format == LogFormat::Text);
     let pool = rayon_core::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .thread_name(|i| format!("volprep-{i}"))
@@ -48,15 +50,7 @@ fn run_pass(args: &PassArgs, mode: Mode) -> Result<ExitCode, Error> {
     let mut volumes = Vec::new();
     let mut codes = Vec::new();
     for path in &args.paths {
-        let shown = Escaped(path.as_os_str());
-        let verb = if mode == Mode::Apply {
-            "preparing"
-        } else {
-            "checking"
-        };
-        info!(path = %shown, spec = %spec, digest = %spec.digest(), threads = opts.threads,
-              "{verb} {shown}: {spec} (digest {}), {} threads", spec.digest(), opts.threads);
-        let vol = match pool.install(|| pass::run(path, &spec, &opts)) {
+        let vol = match pool.install(|| volume::run(path, &spec, &opts)) {
             Ok(v) => {
                 info!("{}", v.summary());
                 v

@@ -5,8 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::pass::{Mode, RunOptions};
+use crate::marker::{self, Verify};
+use crate::pass::Mode;
+use crate::progress;
 use crate::spec::{self, Spec};
+use crate::volume::RunOptions;
 
 /// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
 /// change-only-what-differs and safe against symlink races.
@@ -37,6 +40,11 @@ pub enum Command {
     Apply(PassArgs),
     /// Change nothing; report what `apply` would change (exit 3 if anything).
     Check(PassArgs),
+    /// Print each volume's marker: what it was prepared for, and when.
+    Status(StatusArgs),
+    /// Change nothing; diagnose a volume: owners, missing mode bits, risky directories and
+    /// symlinks, nested mounts, and (with --fs-group) what the kubelet and `apply` would do.
+    Inspect(InspectArgs),
     /// Make a demo volume in a temp dir (or DIR), then check, apply and check it again.
     Demo(DemoArgs),
 }
@@ -92,9 +100,90 @@ pub struct PassArgs {
     #[arg(long, value_name = "FILE", env = "VOLPREP_REPORT")]
     pub report: Option<PathBuf>,
 
+    /// When a valid marker is enough: 'marker' skips a volume whose marker says done for this
+    /// spec and whose root conforms; 'full' always walks (changing only what differs).
+    #[arg(long, value_enum, default_value_t = VerifyArg::Marker, env = "VOLPREP_VERIFY")]
+    pub verify: VerifyArg,
+
+    /// Walk in verify mode when the marker is older than this (30s, 15m, 12h, 7d).
+    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, env = "VOLPREP_REVERIFY_AFTER")]
+    pub reverify_after: Option<std::time::Duration>,
+
+    /// Log a progress line this often while walking (0: never). On a terminal: a live bar.
+    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, default_value = "5s",
+          env = "VOLPREP_PROGRESS_INTERVAL")]
+    pub progress_interval: std::time::Duration,
+
+    /// Rewrite the resume checkpoint on the root at most this often.
+    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, default_value = "3s",
+          env = "VOLPREP_CHECKPOINT_INTERVAL")]
+    pub checkpoint_interval: std::time::Duration,
+
+    /// Ignore the marker and any checkpoint: walk everything.
+    #[arg(long, env = "VOLPREP_FORCE")]
+    pub force: bool,
+
+    /// How long to wait for another volprep holding the volume's lock.
+    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, default_value = "30m",
+          env = "VOLPREP_LOCK_TIMEOUT")]
+    pub lock_timeout: std::time::Duration,
+
     /// Volume roots (directories) to prepare.
     #[arg(required = true, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyArg {
+    Marker,
+    Full,
+}
+
+/// Arguments of `status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Volume roots.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
+/// Arguments of `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do.
+    #[arg(long, value_name = "GID", env = "VOLPREP_FS_GROUP", value_parser = spec::parse_id,
+          allow_hyphen_values = true)]
+    pub fs_group: Option<u32>,
+
+    /// The volume is mounted read-only: the kubelet's read-only mask (0440).
+    #[arg(long, env = "VOLPREP_READ_ONLY")]
+    pub read_only: bool,
+
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Worker threads (0: automatic, 4 per core, at least 8).
+    #[arg(
+        long,
+        short = 'j',
+        value_name = "N",
+        default_value_t = 0,
+        env = "VOLPREP_THREADS"
+    )]
+    pub threads: usize,
+
+    /// Enter directories on other filesystems (nested mounts); by default they are listed only.
+    #[arg(long, env = "VOLPREP_CROSS_DEVICES")]
+    pub cross_devices: bool,
+
+    /// The volume root (a directory).
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
 }
 
 /// Arguments of `demo`.
@@ -132,11 +221,20 @@ impl SpecArgs {
 }
 
 impl PassArgs {
-    pub fn run_options(&self, mode: Mode) -> RunOptions {
+    pub fn run_options(&self, mode: Mode, text_logs: bool) -> RunOptions {
         RunOptions {
             mode,
             threads: resolve_threads(self.threads),
             cross_devices: self.cross_devices,
+            force: self.force,
+            verify: match self.verify {
+                VerifyArg::Marker => Verify::Marker,
+                VerifyArg::Full => Verify::Full,
+            },
+            reverify_after: self.reverify_after,
+            lock_timeout: self.lock_timeout,
+            progress: progress::Style::pick(self.progress_interval, text_logs),
+            checkpoint_interval: self.checkpoint_interval,
         }
     }
 }

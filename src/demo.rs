@@ -9,9 +9,10 @@ use tracing::info;
 
 use crate::cli::{DemoArgs, resolve_threads};
 use crate::error::{Error, ExitCode, Op};
-use crate::pass::{self, Mode, RunOptions};
+use crate::pass::Mode;
 use crate::report::{self, Report};
 use crate::spec::Spec;
+use crate::volume::{self, RunOptions};
 
 pub fn run(args: &DemoArgs) -> Result<ExitCode, Error> {
     let (dir, made_temp) = match &args.dir {
@@ -55,11 +56,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode, Error> {
         ("2/3 apply", Mode::Apply),
         ("3/3 check", Mode::Check),
     ] {
-        let opts = RunOptions {
-            mode,
-            threads,
-            cross_devices: false,
-        };
+        let opts = RunOptions::new(mode, threads);
         info!(
             "step {step}: volprep {} --fs-group {gid} {}",
             if mode == Mode::Apply {
@@ -69,7 +66,7 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode, Error> {
             },
             dir.display()
         );
-        let vol = pool.install(|| pass::run(&dir, &spec, &opts))?;
+        let vol = pool.install(|| volume::run(&dir, &spec, &opts))?;
         info!("{}", vol.summary());
         volumes.push(vol);
     }

@@ -51,6 +51,8 @@ pub enum Op {
     Readdir,
     Chown,
     Chmod,
+    Xattr,
+    Lock,
 }
 
 impl fmt::Display for Op {
@@ -61,6 +63,8 @@ impl fmt::Display for Op {
             Op::Readdir => "readdir",
             Op::Chown => "chown",
             Op::Chmod => "chmod",
+            Op::Xattr => "xattr",
+            Op::Lock => "lock",
         };
         f.write_str(s)
     }

@@ -39,7 +39,6 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
 }
 
 /// Inverse of [`escape_bytes`].
-#[cfg(test)]
 pub fn unescape(s: &str) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(s.len());
     let mut chars = s.chars();

@@ -7,11 +7,15 @@ mod demo;
 mod error;
 mod escape;
 mod fix;
+mod inspect;
+mod marker;
 mod pass;
 mod progress;
 mod report;
 mod spec;
+mod status;
 mod sys;
+mod volume;
 mod walk;
 
 use clap::Parser;

@@ -1,22 +1,26 @@
-//! One volume's pass: opens the root, walks it with a visitor that decides and (for `apply`)
-//! fixes each entry, and turns the counters into a [`VolumeReport`].
+//! The visitor of one pass: decides each entry, fixes it in `apply`, counts everything, and
+//! keeps the resume checkpoint (finished top-level subtrees, special bits in flight).
 
-use std::ffi::CStr;
+use std::collections::HashSet;
+use std::ffi::{CStr, OsStr};
+use std::os::fd::BorrowedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
 use tracing::{debug, warn};
 
-use crate::error::{Error, Op};
-use crate::escape::Escaped;
+use crate::error::Op;
+use crate::escape::{Escaped, escape_bytes};
 use crate::fix::{self, Change};
+use crate::marker::{self, Checkpoint};
 use crate::progress::Counters;
-use crate::report::{Action, EntryError, MAX_LISTED_ERRORS, VolumeReport};
+use crate::report::{EntryError, MAX_LISTED_ERRORS};
 use crate::spec::Spec;
-use crate::sys::{self, Meta};
-use crate::walk::{self, Node, Visitor, Walk};
+use crate::sys::{self, Kind, Meta};
+use crate::walk::{self, Node, Visitor};
 
 /// `apply` changes entries; `check` only decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,42 +29,75 @@ pub enum Mode {
     Check,
 }
 
-/// How to run a pass (everything that is not the desired state).
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub mode: Mode,
-    pub threads: usize,
-    pub cross_devices: bool,
+/// Resume bookkeeping of an `apply` on a filesystem with xattrs.
+pub struct Resume<'a> {
+    root: BorrowedFd<'a>,
+    /// What the interrupted run had finished: these top-level subtrees are not read again.
+    pub previous: Option<Checkpoint>,
+    /// What this run has finished so far, written to the root now and then.
+    current: Mutex<(Checkpoint, Instant)>,
+    /// How often `current` is written to the root, at most.
+    every: Duration,
+    /// Top-level directories (by inode) with an error somewhere inside: not finished.
+    tainted: Mutex<HashSet<u64>>,
 }
 
-/// Runs one pass over the volume at `path`. Fatal problems at start (missing, not a directory)
-/// are returned as errors; per-entry failures are counted in the report.
-pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, Error> {
-    let started = Instant::now();
-    let root_fd = sys::open_root(path).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory {
-            path: path.to_path_buf(),
-        },
-        e => Error::sys(path, Op::Open, e),
-    })?;
-    let root_meta = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
-    let visitor = Fixer::new(path, spec, opts.mode);
-    Walk::new(&visitor, root_meta.dev, opts.cross_devices).run(root_fd, root_meta);
-    Ok(visitor.into_report(path, spec, opts, started))
+impl<'a> Resume<'a> {
+    pub fn new(
+        root: BorrowedFd<'a>,
+        previous: Option<Checkpoint>,
+        run: &str,
+        digest: &str,
+        every: Duration,
+    ) -> Self {
+        let mut current = Checkpoint::new(run, digest);
+        if let Some(p) = &previous {
+            current.done = p.done.clone();
+            current.pending = p.pending.clone();
+        }
+        Resume {
+            root,
+            previous,
+            current: Mutex::new((current, Instant::now())),
+            every,
+            tainted: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The checkpoint as it stands (for the final write).
+    pub fn snapshot(&self) -> Checkpoint {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    fn update(&self, force: bool, f: impl FnOnce(&mut Checkpoint)) -> Result<(), Errno> {
+        let mut guard = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut guard.0);
+        if force || guard.1.elapsed() >= self.every {
+            guard.1 = Instant::now();
+            return marker::write_checkpoint(self.root, &guard.0);
+        }
+        Ok(())
+    }
 }
 
-/// The visitor of a pass: decide, then (in `apply`) fix; count everything.
-struct Fixer<'a> {
+/// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
+/// list, mount list and checkpoint take a lock only on their (rare) events.
+pub struct Fixer<'a> {
     root: &'a Path,
     spec: &'a Spec,
     mode: Mode,
-    counters: Counters,
-    errors: Mutex<Vec<EntryError>>,
-    skipped_mounts: Mutex<Vec<PathBuf>>,
+    pub counters: Counters,
+    pub errors: Mutex<Vec<EntryError>>,
+    pub skipped_mounts: Mutex<Vec<PathBuf>>,
+    pub resume: Option<Resume<'a>>,
 }
 
 impl<'a> Fixer<'a> {
-    fn new(root: &'a Path, spec: &'a Spec, mode: Mode) -> Self {
+    pub fn new(root: &'a Path, spec: &'a Spec, mode: Mode, resume: Option<Resume<'a>>) -> Self {
         Fixer {
             root,
             spec,
@@ -68,6 +105,7 @@ impl<'a> Fixer<'a> {
             counters: Counters::default(),
             errors: Mutex::new(Vec::new()),
             skipped_mounts: Mutex::new(Vec::new()),
+            resume,
         }
     }
 
@@ -105,71 +143,77 @@ impl<'a> Fixer<'a> {
         }
     }
 
-    fn into_report(
-        self,
-        path: &Path,
-        spec: &Spec,
-        opts: &RunOptions,
-        started: Instant,
-    ) -> VolumeReport {
-        let elapsed = started.elapsed();
-        let c = &self.counters;
-        let entries = Counters::get(&c.entries);
-        let secs = elapsed.as_secs_f64();
-        VolumeReport {
-            path: Escaped(path.as_os_str()).to_string(),
-            action: if opts.mode == Mode::Apply {
-                Action::Walked
-            } else {
-                Action::Checked
-            },
-            spec: spec.to_string(),
-            spec_digest: spec.digest(),
-            threads: opts.threads,
-            entries,
-            dirs: Counters::get(&c.dirs),
-            files: Counters::get(&c.files),
-            symlinks: Counters::get(&c.symlinks),
-            others: Counters::get(&c.others),
-            changed_owner: Counters::get(&c.changed_owner),
-            changed_mode: Counters::get(&c.changed_mode),
-            errors: Counters::get(&c.errors),
-            error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()),
-            skipped_mounts: self
-                .skipped_mounts
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|p| Escaped(p.as_os_str()).to_string())
-                .collect(),
-            elapsed_ms: elapsed.as_millis() as u64,
-            entries_per_s: if secs > 0.0 {
-                (entries as f64 / secs) as u64
-            } else {
-                entries
-            },
-            fatal: None,
+    /// Counts and lists an error on a path that is not a walked entry (marker, restore).
+    pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
+        Counters::add(&self.counters.errors);
+        let err = EntryError::new(path, op, errno.raw_os_error());
+        let mut list = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < MAX_LISTED_ERRORS {
+            warn!("{}: {} failed: {}", err.path, op, err.error);
+            list.push(err);
+        } else {
+            debug!("{}: {} failed: {}", err.path, op, err.error);
         }
+    }
+
+    /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
+    /// is recorded on the root first, so a kill between chown and chmod can be repaired.
+    fn fix_special(
+        &self,
+        resume: &Resume<'_>,
+        dir: &Node,
+        name: &CStr,
+        meta: &Meta,
+    ) -> Result<Change, (Op, Errno)> {
+        let change = fix::decide(meta, self.spec);
+        let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
+        let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
+        let staged = record.clone();
+        resume
+            .update(true, |c| c.pending.push(staged))
+            .map_err(|e| (Op::Xattr, e))?;
+        let out = fix::fix_entry(dir.fd(), name, meta, self.spec);
+        let _ = resume.update(false, |c| c.pending.retain(|p| *p != record));
+        out
     }
 }
 
 impl Visitor for Fixer<'_> {
     fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) {
         self.counters.seen(meta.kind());
-        let outcome = match self.mode {
-            Mode::Check => Ok(fix::decide(meta, self.spec)),
-            Mode::Apply => fix::fix_entry(parent.fd(), name, meta, self.spec),
+        let outcome = match (self.mode, &self.resume) {
+            (Mode::Check, _) => Ok(fix::decide(meta, self.spec)),
+            (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => {
+                self.fix_special(r, parent, name, meta)
+            }
+            (Mode::Apply, _) => fix::fix_entry(parent.fd(), name, meta, self.spec),
         };
         self.record(parent, Some(name), outcome);
     }
 
     fn dir_done(&self, dir: &Node) {
-        self.counters.seen(sys::Kind::Dir);
+        self.counters.seen(Kind::Dir);
         let outcome = match self.mode {
             Mode::Check => Ok(fix::decide(&dir.meta, self.spec)),
             Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
         };
+        let failed = outcome.as_ref().is_err_and(|(_, e)| *e != Errno::NOENT);
         self.record(dir, None, outcome);
+        if let (Some(r), 1, false) = (&self.resume, dir.depth, failed) {
+            if !r
+                .tainted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&dir.meta.ino)
+            {
+                let name = escape_bytes(dir.name());
+                if let Err(e) = r.update(false, |c| {
+                    c.add_done(dir.meta.ino, name);
+                }) {
+                    self.error_at(self.root, Op::Xattr, e);
+                }
+            }
+        }
     }
 
     fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
@@ -181,14 +225,92 @@ impl Visitor for Fixer<'_> {
             .push(path);
     }
 
+    fn enter(&self, parent: &Node, name: &CStr, ino: u64) -> bool {
+        let Some(prev) = self.resume.as_ref().and_then(|r| r.previous.as_ref()) else {
+            return true;
+        };
+        if parent.depth != 0 || !prev.is_done(ino, &escape_bytes(name.to_bytes())) {
+            return true;
+        }
+        Counters::add(&self.counters.skipped_subtrees);
+        debug!(name = %Escaped(OsStr::from_bytes(name.to_bytes())), "finished by the interrupted run: not read again");
+        false
+    }
+
+    fn dir_read(&self, _dir: &Node) {
+        Counters::add(&self.counters.dirs_read);
+    }
+
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
-        Counters::add(&self.counters.errors);
-        let path = self.path_of(dir, name);
-        let err = EntryError::new(&path, op, errno.raw_os_error());
-        warn!("{}: {} failed: {}", err.path, op, err.error);
-        let mut list = self.errors.lock().unwrap_or_else(|e| e.into_inner());
-        if list.len() < MAX_LISTED_ERRORS {
-            list.push(err);
+        if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
+            r.tainted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(top.meta.ino);
+        }
+        self.error_at(&self.path_of(dir, name), op, errno);
+    }
+}
+
+/// A regular file with setuid/setgid bits that a chown is about to clear.
+fn needs_special_care(meta: &Meta, spec: &Spec) -> bool {
+    meta.kind() == Kind::File
+        && meta.perm() & (libc::S_ISUID | libc::S_ISGID) != 0
+        && fix::decide(meta, spec).owner()
+}
+
+/// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`).
+///
+/// The record lives on the root, which the app may write, so it is not trusted to grant more
+/// than the app already has: setgid is restored (the file's group is the spec's group, which the
+/// app holds), setuid only when the file's owner is the spec's `--owner`. A setuid bit that can't
+/// be restored safely is reported as an error naming the file, for a person to decide.
+pub fn restore_pending(
+    root: BorrowedFd<'_>,
+    pending: &[(String, u64, u32)],
+    spec: &Spec,
+    fixer: &Fixer<'_>,
+) {
+    for (rel, ino, mode) in pending {
+        let Some(rel_bytes) = crate::escape::unescape(rel) else {
+            continue;
+        };
+        let rel_path = PathBuf::from(OsStr::from_bytes(&rel_bytes));
+        let full = walk::full_path(fixer.root, &rel_path);
+        let pinned = match sys::pin_beneath(root, &rel_path) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => continue,
+            Err(e) => {
+                fixer.error_at(&full, Op::Open, e);
+                continue;
+            }
+        };
+        let Ok(now) = sys::stat_fd(sys::fd(&pinned)) else {
+            continue;
+        };
+        if now.ino != *ino || now.kind() != Kind::File {
+            continue;
+        }
+        let lost = mode & (libc::S_ISUID | libc::S_ISGID) & !now.perm();
+        let mut grant = 0;
+        if lost & libc::S_ISGID != 0 && spec.gid() == Some(now.gid) {
+            grant |= libc::S_ISGID;
+        }
+        if lost & libc::S_ISUID != 0 && spec.uid() == Some(now.uid) {
+            grant |= libc::S_ISUID;
+        }
+        if grant != 0 {
+            match sys::chmod_fd(sys::fd(&pinned), now.perm() | grant) {
+                Ok(()) => {
+                    warn!(path = %Escaped(full.as_os_str()), "restored special bits lost by an interrupted pass ({:04o})", now.perm() | grant)
+                }
+                Err(e) => fixer.error_at(&full, Op::Chmod, e),
+            }
+        }
+        if lost & !grant != 0 {
+            warn!(path = %Escaped(full.as_os_str()),
+                  "an interrupted pass cleared this file's setuid bit; not restored automatically (the record is writable by the app): restore it with chmod u+s if intended");
+            fixer.error_at(&full, Op::Chmod, Errno::PERM);
         }
     }
 }

@@ -1,6 +1,12 @@
-//! Live counters of a pass: lock-free atomics shared by every walker thread.
+//! Live counters of a pass (lock-free atomics shared by every walker thread) and the progress
+//! they drive: a log line every interval, or a live bar when stderr is a terminal.
 
+use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use tracing::info;
 
 use crate::sys::Kind;
 
@@ -20,6 +26,10 @@ pub struct Counters {
     pub changed_mode: AtomicU64,
     /// Per-entry failures.
     pub errors: AtomicU64,
+    /// Directories read (`getdents` work); 0 when a pass is skipped.
+    pub dirs_read: AtomicU64,
+    /// Top-level subtrees not read again because an interrupted run had finished them.
+    pub skipped_subtrees: AtomicU64,
 }
 
 impl Counters {
@@ -40,5 +50,170 @@ impl Counters {
 
     pub fn add(c: &AtomicU64) {
         c.fetch_add(1, Relaxed);
+    }
+}
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// No progress output.
+    Off,
+    /// A log line every interval (containers, `kubectl logs`).
+    Lines(Duration),
+    /// A live bar on the terminal.
+    Bar,
+}
+
+impl Style {
+    /// A bar when stderr is a terminal and logs are text; lines otherwise; off for a zero interval.
+    pub fn pick(interval: Duration, text_logs: bool) -> Style {
+        if interval.is_zero() {
+            Style::Off
+        } else if text_logs && std::io::stderr().is_terminal() {
+            Style::Bar
+        } else {
+            Style::Lines(interval)
+        }
+    }
+}
+
+/// Runs `work` while a side thread shows the progress of `counters`; returns `work`'s result.
+/// The side thread only reads the atomics: it costs the walk nothing.
+pub fn watch<T>(
+    counters: &Counters,
+    estimate: Option<u64>,
+    style: Style,
+    path: &str,
+    work: impl FnOnce() -> T,
+) -> T {
+    if style == Style::Off {
+        return work();
+    }
+    std::thread::scope(|s| {
+        let (stop, stopped) = mpsc::channel::<()>();
+        s.spawn(move || {
+            let start = Instant::now();
+            let bar = (style == Style::Bar).then(|| new_bar(estimate));
+            let tick = match style {
+                Style::Lines(d) => d,
+                _ => Duration::from_millis(200),
+            };
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
+                let line = Snapshot::take(counters, start.elapsed(), estimate).line();
+                match &bar {
+                    Some(b) => {
+                        b.set_position(Counters::get(&counters.entries));
+                        b.set_message(line);
+                    }
+                    None => info!(
+                        path,
+                        entries = Counters::get(&counters.entries),
+                        changed_owner = Counters::get(&counters.changed_owner),
+                        changed_mode = Counters::get(&counters.changed_mode),
+                        errors = Counters::get(&counters.errors),
+                        "progress {path}: {line}"
+                    ),
+                }
+            }
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+        });
+        let out = work();
+        drop(stop);
+        out
+    })
+}
+
+fn new_bar(estimate: Option<u64>) -> indicatif::ProgressBar {
+    let bar = match estimate {
+        Some(n) => indicatif::ProgressBar::new(n),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    let template = if estimate.is_some() {
+        "{bar:30} {percent:>3}% {msg}"
+    } else {
+        "{spinner} {msg}"
+    };
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    bar
+}
+
+/// The figures of one progress line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Snapshot {
+    pub entries: u64,
+    pub changed_owner: u64,
+    pub changed_mode: u64,
+    pub errors: u64,
+    pub elapsed: Duration,
+    pub estimate: Option<u64>,
+}
+
+impl Snapshot {
+    fn take(c: &Counters, elapsed: Duration, estimate: Option<u64>) -> Snapshot {
+        Snapshot {
+            entries: Counters::get(&c.entries),
+            changed_owner: Counters::get(&c.changed_owner),
+            changed_mode: Counters::get(&c.changed_mode),
+            errors: Counters::get(&c.errors),
+            elapsed,
+            estimate,
+        }
+    }
+
+    /// `12000 entries, changed owner 9000 mode 100, 0 errors, 4000/s, 40%, ETA 5s`.
+    pub fn line(&self) -> String {
+        let secs = self.elapsed.as_secs_f64().max(1e-3);
+        let rate = self.entries as f64 / secs;
+        let mut s = format!(
+            "{} entries, changed owner {} mode {}, {} errors, {:.0}/s",
+            self.entries, self.changed_owner, self.changed_mode, self.errors, rate
+        );
+        if let Some(total) = self.estimate.filter(|&t| t > 0) {
+            let pct = (self.entries as f64 * 100.0 / total as f64).min(100.0);
+            s += &format!(", {pct:.0}%");
+            if rate > 0.0 && self.entries < total {
+                s += &format!(", ETA {:.0}s", (total - self.entries) as f64 / rate);
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_has_rate_percent_and_eta() {
+        let s = Snapshot {
+            entries: 1000,
+            changed_owner: 10,
+            changed_mode: 5,
+            errors: 1,
+            elapsed: Duration::from_secs(2),
+            estimate: Some(4000),
+        };
+        assert_eq!(
+            s.line(),
+            "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6s"
+        );
+        let s = Snapshot {
+            estimate: None,
+            ..s
+        };
+        assert_eq!(
+            s.line(),
+            "1000 entries, changed owner 10 mode 5, 1 errors, 500/s"
+        );
+    }
+
+    #[test]
+    fn zero_interval_is_off() {
+        assert_eq!(Style::pick(Duration::ZERO, true), Style::Off);
     }
 }

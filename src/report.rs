@@ -26,6 +26,8 @@ pub enum Action {
     Walked,
     /// `check` walked it without changing anything.
     Checked,
+    /// `apply` did not walk: the marker says the volume is prepared for this spec.
+    Skipped,
     /// The volume could not be prepared at all (see `fatal`).
     Failed,
 }
@@ -61,6 +63,15 @@ pub struct VolumeReport {
     pub spec: String,
     pub spec_digest: String,
     pub threads: usize,
+    /// The filesystem type (from `statfs`).
+    pub fs_type: String,
+    /// Inodes in use when PATH is a filesystem root (the walk's expected size), else null.
+    pub estimated_entries: Option<u64>,
+    /// Why the volume was walked or skipped.
+    pub reason: String,
+    /// The marker's state before and after: `none`, `done`, `in-progress`, `unsupported`, `unreadable`.
+    pub marker_before: String,
+    pub marker_after: String,
     pub entries: u64,
     pub dirs: u64,
     pub files: u64,
@@ -71,6 +82,10 @@ pub struct VolumeReport {
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     pub skipped_mounts: Vec<String>,
+    /// Directories read with `getdents` (0 when the walk was skipped).
+    pub dirs_read: u64,
+    /// Top-level subtrees an interrupted run had finished, not read again.
+    pub skipped_subtrees: u64,
     pub elapsed_ms: u64,
     pub entries_per_s: u64,
     /// The error that stopped this volume before or during its walk.
@@ -82,11 +97,24 @@ impl VolumeReport {
     /// A volume that could not be walked at all.
     pub fn failed(path: &Path, spec: &crate::spec::Spec, threads: usize, err: &Error) -> Self {
         VolumeReport {
+            fatal: Some(err.to_string()),
+            ..Self::empty(path, spec, threads, Action::Failed)
+        }
+    }
+
+    /// A report with every count at zero.
+    pub fn empty(path: &Path, spec: &crate::spec::Spec, threads: usize, action: Action) -> Self {
+        VolumeReport {
             path: Escaped(path.as_os_str()).to_string(),
-            action: Action::Failed,
+            action,
             spec: spec.to_string(),
             spec_digest: spec.digest(),
             threads,
+            fs_type: String::new(),
+            estimated_entries: None,
+            reason: String::new(),
+            marker_before: String::new(),
+            marker_after: String::new(),
             entries: 0,
             dirs: 0,
             files: 0,
@@ -97,9 +125,11 @@ impl VolumeReport {
             errors: 0,
             error_list: Vec::new(),
             skipped_mounts: Vec::new(),
+            dirs_read: 0,
+            skipped_subtrees: 0,
             elapsed_ms: 0,
             entries_per_s: 0,
-            fatal: Some(err.to_string()),
+            fatal: None,
         }
     }
 
@@ -107,6 +137,12 @@ impl VolumeReport {
     pub fn summary(&self) -> String {
         if let Some(f) = &self.fatal {
             return format!("{}: failed: {f}", self.path);
+        }
+        if self.action == Action::Skipped {
+            return format!(
+                "{}: skipped ({}) in {}ms",
+                self.path, self.reason, self.elapsed_ms
+            );
         }
         let (verb, changed) = match self.action {
             Action::Checked => ("checked", "would change"),
@@ -126,6 +162,12 @@ impl VolumeReport {
                 ", skipped {} nested mount(s): {}",
                 self.skipped_mounts.len(),
                 self.skipped_mounts.join(" ")
+            );
+        }
+        if self.skipped_subtrees > 0 {
+            s += &format!(
+                ", {} finished subtree(s) resumed past",
+                self.skipped_subtrees
             );
         }
         s += &format!(", {} error(s)", self.errors);

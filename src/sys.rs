@@ -103,6 +103,12 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Meta, Errno> {
         .map(|st| Meta::from_stat(&st))
 }
 
+/// `readlinkat(dir, name)`: the target of the symlink `name` in `dir`, as stored (never
+/// resolved). EINVAL when `name` is not (or no longer) a symlink.
+pub fn readlink_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
+    retry(|| rustix::fs::readlinkat(dir, name, Vec::new())).map(|t| t.into_bytes())
+}
+
 /// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`: changes the owner of the inode `fd` refers to
 /// (for an O_PATH fd on a symlink: the link itself). `None` keeps that id (-1).
 pub fn chown_fd(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
@@ -153,12 +159,12 @@ fn fchmodat2_empty_path(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
     }
 }
 
-/// Reads a directory in fixed-size `getdents64` batches, calling `each(name, d_type)` for every
+/// Reads a directory in fixed-size `getdents64` batches, calling `each(name, d_type, d_ino)` for every
 /// entry but `.` and `..`. Memory is the caller's buffer, whatever the directory's size.
 pub fn read_dir(
     dir: BorrowedFd<'_>,
     buf: &mut [MaybeUninit<u8>],
-    mut each: impl FnMut(&CStr, DType),
+    mut each: impl FnMut(&CStr, DType, u64),
 ) -> Result<(), Errno> {
     let mut raw = RawDir::new(dir, buf);
     while let Some(entry) = raw.next() {
@@ -180,7 +186,7 @@ pub fn read_dir(
         } else {
             DType::Other
         };
-        each(name, dtype);
+        each(name, dtype, entry.ino());
     }
     Ok(())
 }
@@ -221,4 +227,113 @@ fn retry<T>(mut f: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
             other => return other,
         }
     }
+}
+
+/// `fgetxattr(fd, name)`: `Ok(None)` when the attribute is absent (ENODATA).
+/// ENOTSUP/EOPNOTSUPP (no xattr support, e.g. ramfs) is returned as an error for the caller.
+pub fn get_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Errno> {
+    let mut buf = vec![0u8; 4096];
+    loop {
+        match retry(|| rustix::fs::fgetxattr(fd, name, &mut buf[..])) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(Some(buf));
+            }
+            Err(Errno::NODATA) => return Ok(None),
+            Err(Errno::RANGE) if buf.len() < 1 << 16 => buf.resize(buf.len() * 4, 0),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `fsetxattr(fd, name, value, 0)`.
+pub fn set_xattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
+    retry(|| rustix::fs::fsetxattr(fd, name, value, rustix::fs::XattrFlags::empty()))
+}
+
+/// `fremovexattr(fd, name)`; an absent attribute is not an error.
+pub fn remove_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+    match retry(|| rustix::fs::fremovexattr(fd, name)) {
+        Err(Errno::NODATA) => Ok(()),
+        other => other,
+    }
+}
+
+/// `flock(fd, LOCK_EX|LOCK_NB)`: `Ok(false)` when another process holds the lock.
+pub fn try_lock(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
+    match retry(|| rustix::fs::flock(fd, rustix::fs::FlockOperation::NonBlockingLockExclusive)) {
+        Ok(()) => Ok(true),
+        Err(Errno::WOULDBLOCK) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `openat2(root, rel, O_PATH|O_NOFOLLOW, RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_XDEV)`:
+/// pins an entry named by a path below `root`, refusing any symlink, `..` escape or mount crossing.
+pub fn pin_beneath(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
+    use rustix::fs::ResolveFlags;
+    let how = ResolveFlags::BENEATH
+        | ResolveFlags::NO_SYMLINKS
+        | ResolveFlags::NO_XDEV
+        | ResolveFlags::NO_MAGICLINKS;
+    retry(|| {
+        rustix::fs::openat2(
+            root,
+            rel,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+            how,
+        )
+    })
+}
+
+/// The filesystem's name (from `fstatfs`'s magic number) and, when `fd` is the root of its
+/// mount, the inodes in use (`fstatvfs`): an estimate of the entries a walk will meet.
+pub fn fs_info(fd: BorrowedFd<'_>) -> (String, Option<u64>) {
+    let name = match rustix::fs::fstatfs(fd) {
+        Ok(st) => fs_name(st.f_type),
+        Err(_) => "unknown".to_string(),
+    };
+    let is_mount_root = rustix::fs::statx(
+        fd,
+        c"",
+        AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::empty(),
+    )
+    .ok()
+    .filter(|x| {
+        x.stx_attributes_mask
+            .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
+    })
+    .is_some_and(|x| {
+        x.stx_attributes
+            .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
+    });
+    let estimate = is_mount_root
+        .then(|| rustix::fs::fstatvfs(fd).ok())
+        .flatten()
+        .map(|v| v.f_files.saturating_sub(v.f_ffree))
+        .filter(|&n| n > 0);
+    (name, estimate)
+}
+
+fn fs_name(magic: i64) -> String {
+    match magic {
+        0xEF53 => "ext4",
+        0x5846_5342 => "xfs",
+        0x9123_683E => "btrfs",
+        0x0102_1994 => "tmpfs",
+        0x8584_58f6 => "ramfs",
+        0x6969 => "nfs",
+        0x00C3_6400 => "ceph",
+        0x794C_7630 => "overlay",
+        0x6573_5546 => "fuse",
+        0x2FC1_2FC1 => "zfs",
+        0xFF53_4D42 => "cifs",
+        0x0102_1997 => "v9fs",
+        0x7366_7173 => "squashfs",
+        0x4244 => "hfs",
+        _ => return format!("0x{magic:x}"),
+    }
+    .to_string()
 }

@@ -44,6 +44,20 @@ impl Node {
         self.fd.as_fd()
     }
 
+    /// This directory's name in its parent (empty for the root).
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// The ancestor (or self) at `depth`, e.g. the top-level directory a node is in.
+    pub fn ancestor_at(&self, depth: u32) -> Option<&Node> {
+        let mut cur = self;
+        while cur.depth > depth {
+            cur = cur.parent.as_deref()?;
+        }
+        (cur.depth == depth).then_some(cur)
+    }
+
     /// The path relative to the walk's root ("" for the root). Built only when needed (errors,
     /// logs): nodes keep one name each, not a path.
     pub fn rel_path(&self) -> PathBuf {
@@ -72,11 +86,13 @@ pub trait Visitor: Sync {
     fn dir_done(&self, dir: &Node);
     /// A directory on another filesystem, not entered.
     fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
-    /// Whether to enter the subdirectory `name` of `parent` (default: yes). A skipped
-    /// subtree is neither read nor reported.
-    fn enter(&self, _parent: &Node, _name: &CStr) -> bool {
+    /// Whether to enter the subdirectory `name` (inode `ino`) of `parent` (default: yes).
+    /// A skipped subtree is neither read nor reported.
+    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64) -> bool {
         true
     }
+    /// A directory is about to be read (counts `getdents` work).
+    fn dir_read(&self, _dir: &Node) {}
     /// A per-entry failure; `name` is `None` when it concerns `dir` itself.
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno);
 }
@@ -120,12 +136,13 @@ impl<'v, V: Visitor> Walk<'v, V> {
     fn read<'s>(&'s self, s: &rayon_core::Scope<'s>, node: Arc<Node>) {
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
-        let res = sys::read_dir(node.fd(), &mut buf, |name, dtype| {
+        self.visitor.dir_read(&node);
+        let res = sys::read_dir(node.fd(), &mut buf, |name, dtype, ino| {
             if self.is_stopped() {
                 return;
             }
             match dtype {
-                DType::Dir => self.subdir(s, &node, name),
+                DType::Dir => self.subdir(s, &node, name, ino),
                 DType::Other | DType::Unknown => {
                     batch.push(name);
                     if batch.len() >= BATCH {
@@ -167,7 +184,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 return;
             }
             match sys::stat_at(node.fd(), name) {
-                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name),
+                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
                 Ok(meta) => self.visitor.entry(node, name, &meta),
                 Err(Errno::NOENT) => {}
                 Err(e) => self.visitor.error(node, Some(name), Op::Stat, e),
@@ -176,8 +193,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
     }
 
     /// Opens subdirectory `name` of `parent` without following symlinks and queues it.
-    fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr) {
-        if !self.visitor.enter(parent, name) {
+    fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64) {
+        if !self.visitor.enter(parent, name, ino) {
             return;
         }
         let fd = match sys::open_subdir(parent.fd(), name) {

@@ -1,0 +1,463 @@
+//! `volprep inspect`: a read-only, parallel diagnosis of one volume: who owns what, which entries
+//! lack the kubelet's mode bits, risky directories and symlinks, and what the kubelet and
+//! `volprep apply` would do with a given fsGroup. Changes nothing; output is in `render`.
+
+mod owners;
+mod render;
+
+use std::ffi::CStr;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use rustix::io::Errno;
+
+use crate::cli::{self, InspectArgs};
+use crate::error::{Error, ExitCode, Op};
+use crate::escape::Escaped;
+use crate::fix;
+use crate::progress::Counters;
+use crate::report::{EntryError, MAX_LISTED_ERRORS};
+use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
+use crate::sys::{self, Kind, Meta};
+use crate::walk::{self, Node, Visitor, Walk};
+
+use owners::Owners;
+
+pub use render::{Finding, Inspection, LinkOut};
+
+/// Paths kept as examples per finding (all are counted).
+pub const MAX_EXAMPLES: usize = 20;
+/// Directories listed per minority owner.
+pub const TOP_DIRS: usize = 5;
+
+/// `(uid, gid)`.
+pub type Owner = (u32, u32);
+
+/// Inspects the volume at `args.path` and prints the diagnosis on stdout. Exit code 0 (it is a
+/// diagnosis, whatever it finds); an error only when the volume cannot be walked at all.
+pub fn run(args: &InspectArgs) -> Result<ExitCode, Error> {
+    let started = Instant::now();
+    let path = args.path.as_path();
+    let threads = cli::resolve_threads(args.threads);
+    let pool = rayon_core::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("volprep-{i}"))
+        .build()
+        .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
+    let root_fd = sys::open_root(path).map_err(|e| match e {
+        Errno::NOTDIR => Error::NotADirectory {
+            path: path.to_path_buf(),
+        },
+        e => Error::sys(path, Op::Open, e),
+    })?;
+    let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
+    let apply_spec = args.fs_group.map(|g| Spec {
+        fs_group: Some(g),
+        owner_uid: None,
+        owner_gid: None,
+        read_only: args.read_only,
+    });
+    let inspector = Inspector::new(apply_spec.as_ref(), args.read_only, threads);
+    pool.install(|| Walk::new(&inspector, root.dev, args.cross_devices).run(root_fd, root));
+    let report = inspector.finish(path, &root, threads, started);
+    let out = if args.json {
+        render::json(&report)
+    } else {
+        render::human(&report)
+    };
+    use std::io::Write;
+    std::io::stdout()
+        .lock()
+        .write_all(out.as_bytes())
+        .map_err(|e| Error::Other {
+            path: "-".into(),
+            msg: format!("cannot write to stdout: {e}"),
+        })?;
+    Ok(ExitCode::Success)
+}
+
+/// Why the kubelet's `OnRootMismatch` policy would walk the volume anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootMismatch {
+    Group {
+        have: u32,
+        want: u32,
+    },
+    NotADirectory,
+    /// The root's permission bits lack some of `need` (`rwMask`/`roMask` | `execMask`).
+    Mode {
+        have: u32,
+        need: u32,
+    },
+    NoSetgid,
+}
+
+impl fmt::Display for RootMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RootMismatch::Group { have, want } => {
+                write!(f, "root group {have} is not fsGroup {want}")
+            }
+            RootMismatch::NotADirectory => f.write_str("root is not a directory"),
+            RootMismatch::Mode { have, need } => write!(f, "root mode {have:04o} lacks {need:04o}"),
+            RootMismatch::NoSetgid => f.write_str("root lacks setgid"),
+        }
+    }
+}
+
+/// The kubelet's `requiresPermissionChange` (pkg/volume/volume_linux.go), which decides for
+/// `fsGroupChangePolicy: OnRootMismatch`: the walk is skipped only when the root's group is the
+/// fsGroup, it is a directory, its permission bits include `rwMask|execMask` (0770; `roMask|
+/// execMask`, 0550, read-only) and it has setgid. `None`: the kubelet would skip the volume.
+pub fn root_mismatch(root: &Meta, fs_group: u32, read_only: bool) -> Option<RootMismatch> {
+    if root.gid != fs_group {
+        return Some(RootMismatch::Group {
+            have: root.gid,
+            want: fs_group,
+        });
+    }
+    if root.kind() != Kind::Dir {
+        return Some(RootMismatch::NotADirectory);
+    }
+    let need = if read_only { RO_MASK } else { RW_MASK } | EXEC_MASK;
+    let perm = root.perm() & 0o777;
+    if perm & need != need {
+        return Some(RootMismatch::Mode { have: perm, need });
+    }
+    if root.perm() & libc::S_ISGID == 0 {
+        return Some(RootMismatch::NoSetgid);
+    }
+    None
+}
+
+/// Whether a symlink in a directory `dir_depth` levels below the root, with `target`, points
+/// outside the volume, decided lexically: an absolute target is outside; a relative one escapes
+/// when a `..` climbs above the root at any point. (Symlinks along the way are not followed.)
+pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
+    if target.first() == Some(&b'/') {
+        return true;
+    }
+    let mut depth = dir_depth;
+    for part in target.split(|&b| b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
+/// A spec used only for its mode masks: the kubelet's policy, whatever the group.
+fn mode_policy(read_only: bool) -> Spec {
+    Spec {
+        fs_group: Some(0),
+        owner_uid: None,
+        owner_gid: None,
+        read_only,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A path relative to the root, escaped; the root itself is ".".
+fn show(rel: &Path) -> String {
+    if rel.as_os_str().is_empty() {
+        ".".into()
+    } else {
+        Escaped(rel.as_os_str()).to_string()
+    }
+}
+
+/// A counted finding with its first examples.
+struct Examples<T> {
+    count: AtomicU64,
+    list: Mutex<Vec<T>>,
+}
+
+impl<T: Ord> Examples<T> {
+    fn new() -> Self {
+        Examples {
+            count: AtomicU64::new(0),
+            list: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Counts one; builds and keeps the example only while fewer than [`MAX_EXAMPLES`] are kept.
+    fn add(&self, example: impl FnOnce() -> T) {
+        if self.count.fetch_add(1, Relaxed) < MAX_EXAMPLES as u64 {
+            let e = example();
+            lock(&self.list).push(e);
+        }
+    }
+
+    fn finish(self) -> Finding<T> {
+        let mut examples = self.list.into_inner().unwrap_or_else(|e| e.into_inner());
+        examples.sort();
+        Finding {
+            count: self.count.into_inner(),
+            examples,
+        }
+    }
+}
+
+/// The visitor of `inspect`: reads, counts, never changes.
+struct Inspector<'a> {
+    /// `--fs-group` (with `--read-only`): what `apply` would be asked for.
+    apply_spec: Option<&'a Spec>,
+    /// The kubelet's mode masks (from `apply_spec`, or the same policy without a group).
+    policy: Spec,
+    counters: Counters,
+    /// Entries `apply` would change at all.
+    changed: AtomicU64,
+    owners: Owners,
+    lacking_bits: Examples<String>,
+    no_setgid: Examples<String>,
+    world_writable: Examples<String>,
+    mounts: Examples<String>,
+    links_out: Examples<LinkOut>,
+    errors: Mutex<Vec<EntryError>>,
+}
+
+impl<'a> Inspector<'a> {
+    fn new(apply_spec: Option<&'a Spec>, read_only: bool, threads: usize) -> Self {
+        Inspector {
+            apply_spec,
+            policy: apply_spec
+                .cloned()
+                .unwrap_or_else(|| mode_policy(read_only)),
+            counters: Counters::default(),
+            changed: AtomicU64::new(0),
+            owners: Owners::new(threads),
+            lacking_bits: Examples::new(),
+            no_setgid: Examples::new(),
+            world_writable: Examples::new(),
+            mounts: Examples::new(),
+            links_out: Examples::new(),
+            errors: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The mode findings of any entry; `rel` builds its path when an example is kept.
+    fn check_mode(&self, meta: &Meta, rel: impl Fn() -> PathBuf) {
+        let kind = meta.kind();
+        let perm = meta.perm();
+        if let Some(mask) = self.policy.mode_mask(kind == Kind::Dir) {
+            if kind != Kind::Symlink && perm & mask != mask {
+                self.lacking_bits.add(|| show(&rel()));
+            }
+        }
+        if kind == Kind::Dir {
+            if perm & libc::S_ISGID == 0 {
+                self.no_setgid.add(|| show(&rel()));
+            }
+            if perm & 0o002 != 0 && perm & libc::S_ISVTX == 0 {
+                self.world_writable.add(|| show(&rel()));
+            }
+        }
+    }
+
+    fn check_link(&self, parent: &Node, name: &CStr) {
+        match sys::readlink_at(parent.fd(), name) {
+            Ok(target) if link_escapes(parent.depth, &target) => self.links_out.add(|| LinkOut {
+                path: show(&walk::rel_child(parent, name)),
+                target: crate::escape::escape_bytes(&target),
+            }),
+            // Gone, or no longer a symlink, since it was read.
+            Ok(_) | Err(Errno::NOENT) | Err(Errno::INVAL) => {}
+            Err(e) => self.error(parent, Some(name), Op::Stat, e),
+        }
+    }
+
+    /// What `apply --fs-group` would change on this entry.
+    fn decide(&self, meta: &Meta) {
+        let Some(spec) = self.apply_spec else { return };
+        let change = fix::decide(meta, spec);
+        if change.owner() {
+            Counters::add(&self.counters.changed_owner);
+        }
+        if change.mode.is_some() {
+            Counters::add(&self.counters.changed_mode);
+        }
+        if !change.is_none() {
+            Counters::add(&self.changed);
+        }
+    }
+
+    fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
+        let c = &self.counters;
+        let entries = Counters::get(&c.entries);
+        let symlinks = Counters::get(&c.symlinks);
+        let fs_group = self.apply_spec.map(|spec| {
+            let gid = spec.fs_group.expect("inspect's spec has a group");
+            render::FsGroupView {
+                gid,
+                read_only: spec.read_only,
+                kubelet: render::KubeletView {
+                    rewrites: entries,
+                    chowns: entries,
+                    chmods: entries - symlinks,
+                    on_root_mismatch: root_mismatch(root, gid, spec.read_only)
+                        .map_or("skips", |_| "walks"),
+                    reason: root_mismatch(root, gid, spec.read_only).map(|m| m.to_string()),
+                },
+                volprep_apply: render::ApplyView {
+                    changed: self.changed.load(Relaxed),
+                    changed_owner: Counters::get(&c.changed_owner),
+                    changed_mode: Counters::get(&c.changed_mode),
+                },
+            }
+        });
+        Inspection {
+            version: 1,
+            path: Escaped(path.as_os_str()).to_string(),
+            threads,
+            entries,
+            dirs: Counters::get(&c.dirs),
+            files: Counters::get(&c.files),
+            symlinks,
+            others: Counters::get(&c.others),
+            file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
+            dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
+            owners: self.owners.finish(),
+            lacking_group_bits: self.lacking_bits.finish(),
+            dirs_without_setgid: self.no_setgid.finish(),
+            world_writable_dirs_without_sticky: self.world_writable.finish(),
+            nested_mounts: self.mounts.finish(),
+            symlinks_outside: self.links_out.finish(),
+            errors: Counters::get(&c.errors),
+            error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()),
+            fs_group,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        }
+    }
+}
+
+impl Visitor for Inspector<'_> {
+    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) {
+        self.counters.seen(meta.kind());
+        self.owners.add(parent, meta);
+        self.check_mode(meta, || walk::rel_child(parent, name));
+        if meta.kind() == Kind::Symlink {
+            self.check_link(parent, name);
+        }
+        self.decide(meta);
+    }
+
+    fn dir_done(&self, dir: &Node) {
+        self.counters.seen(Kind::Dir);
+        self.owners.dir_done(dir);
+        self.check_mode(&dir.meta, || dir.rel_path());
+        self.decide(&dir.meta);
+    }
+
+    fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+        self.mounts.add(|| show(&walk::rel_child(parent, name)));
+    }
+
+    fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
+        Counters::add(&self.counters.errors);
+        let rel = name.map_or_else(|| dir.rel_path(), |n| walk::rel_child(dir, n));
+        let err = EntryError::new(Path::new(&show(&rel)), op, errno.raw_os_error());
+        let mut list = lock(&self.errors);
+        if list.len() < MAX_LISTED_ERRORS {
+            list.push(err);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(perm: u32, gid: u32) -> Meta {
+        Meta {
+            dev: 1,
+            ino: 2,
+            mode: libc::S_IFDIR | perm,
+            uid: 0,
+            gid,
+        }
+    }
+
+    #[test]
+    fn absolute_targets_are_outside() {
+        assert!(link_escapes(0, b"/etc/passwd"));
+        assert!(link_escapes(5, b"/"));
+    }
+
+    #[test]
+    fn relative_targets_escape_when_dotdot_climbs_above_the_root() {
+        assert!(!link_escapes(0, b"a/b"));
+        assert!(!link_escapes(0, b"./a/../b"));
+        assert!(link_escapes(0, b".."));
+        assert!(
+            link_escapes(0, b"../vol/a"),
+            "leaving the root counts, even to come back"
+        );
+        assert!(!link_escapes(1, b"../b/g1"));
+        assert!(link_escapes(1, b"../../.."));
+        assert!(link_escapes(2, b"../../../x"));
+        assert!(!link_escapes(2, b"../../x"));
+        assert!(!link_escapes(0, b"a/../b/../c"));
+        assert!(link_escapes(0, b"a/../../c"));
+        assert!(!link_escapes(0, b"a//b/"));
+        assert!(!link_escapes(0, b"..."), "'...' is a name");
+    }
+
+    #[test]
+    fn on_root_mismatch_skips_only_a_conforming_root() {
+        assert_eq!(root_mismatch(&dir(0o2770, 2000), 2000, false), None);
+        assert_eq!(root_mismatch(&dir(0o2775, 2000), 2000, false), None);
+        assert_eq!(root_mismatch(&dir(0o3777, 2000), 2000, false), None);
+        assert_eq!(
+            root_mismatch(&dir(0o2770, 1999), 2000, false),
+            Some(RootMismatch::Group {
+                have: 1999,
+                want: 2000
+            })
+        );
+        assert_eq!(
+            root_mismatch(&dir(0o2750, 2000), 2000, false),
+            Some(RootMismatch::Mode {
+                have: 0o750,
+                need: 0o770
+            })
+        );
+        assert_eq!(
+            root_mismatch(&dir(0o0770, 2000), 2000, false),
+            Some(RootMismatch::NoSetgid)
+        );
+        // Read-only: 0550 and setgid suffice.
+        assert_eq!(root_mismatch(&dir(0o2550, 2000), 2000, true), None);
+        assert!(root_mismatch(&dir(0o2550, 2000), 2000, false).is_some());
+        let file = Meta {
+            mode: libc::S_IFREG | 0o2770,
+            ..dir(0, 2000)
+        };
+        assert_eq!(
+            root_mismatch(&file, 2000, false),
+            Some(RootMismatch::NotADirectory)
+        );
+    }
+
+    #[test]
+    fn on_root_mismatch_agrees_with_the_dir_mask_of_the_spec() {
+        // The kubelet's root check is exactly "the root has every bit of the directory mask".
+        for ro in [false, true] {
+            let mask = mode_policy(ro).mode_mask(true).unwrap();
+            for perm in 0..=0o7777 {
+                let skips = root_mismatch(&dir(perm, 7), 7, ro).is_none();
+                assert_eq!(skips, perm & mask == mask, "{perm:o} ro={ro}");
+            }
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! What `inspect` found, as one JSON document (the key names are a stable interface) or as
+//! aligned tables for a terminal.
+
+use serde::Serialize;
+
+use crate::report::EntryError;
+
+/// The JSON document `inspect --json` prints. Paths inside the volume are relative to its root
+/// (the root itself is "."), escaped like every path volprep prints.
+#[derive(Debug, Serialize)]
+pub struct Inspection {
+    pub version: u32,
+    pub path: String,
+    pub threads: usize,
+    /// The root and every entry below it (nested mounts excluded).
+    pub entries: u64,
+    pub dirs: u64,
+    pub files: u64,
+    pub symlinks: u64,
+    pub others: u64,
+    /// The kubelet's mode bits for non-directories and directories (`lacking_group_bits`), in
+    /// octal: "0660" and "2770" ("0440" and "2550" with `--read-only`).
+    pub file_mask: String,
+    pub dir_mask: String,
+    /// Entries per owner, most first; `top_dirs` only for the minority owners.
+    pub owners: Vec<OwnerRow>,
+    pub lacking_group_bits: Finding<String>,
+    pub dirs_without_setgid: Finding<String>,
+    pub world_writable_dirs_without_sticky: Finding<String>,
+    pub nested_mounts: Finding<String>,
+    pub symlinks_outside: Finding<LinkOut>,
+    pub errors: u64,
+    pub error_list: Vec<EntryError>,
+    /// Present with `--fs-group`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs_group: Option<FsGroupView>,
+    pub elapsed_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OwnerRow {
+    pub uid: u32,
+    pub gid: u32,
+    pub entries: u64,
+    pub top_dirs: Vec<DirCount>,
+}
+
+/// A directory and how many of one owner's entries it holds (its direct entries and itself).
+#[derive(Debug, Serialize)]
+pub struct DirCount {
+    pub path: String,
+    pub entries: u64,
+}
+
+/// How many entries have a finding, and the first few (sorted).
+#[derive(Debug, Serialize)]
+pub struct Finding<T> {
+    pub count: u64,
+    pub examples: Vec<T>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct LinkOut {
+    pub path: String,
+    pub target: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FsGroupView {
+    pub gid: u32,
+    pub read_only: bool,
+    pub kubelet: KubeletView,
+    pub volprep_apply: ApplyView,
+}
+
+/// The kubelet's pass: it lchowns every entry and chmods every non-symlink, changed or not.
+#[derive(Debug, Serialize)]
+pub struct KubeletView {
+    /// Entries its pass rewrites (with `Always`, and with `OnRootMismatch` when it walks). The
+    /// kubelet also enters nested mounts, which are not counted here.
+    pub rewrites: u64,
+    pub chowns: u64,
+    pub chmods: u64,
+    /// `skips` or `walks`.
+    pub on_root_mismatch: &'static str,
+    /// Why `OnRootMismatch` walks.
+    pub reason: Option<String>,
+}
+
+/// What `volprep apply --fs-group` would change (the same figures as `check`).
+#[derive(Debug, Serialize)]
+pub struct ApplyView {
+    pub changed: u64,
+    pub changed_owner: u64,
+    pub changed_mode: u64,
+}
+
+pub fn json(r: &Inspection) -> String {
+    let mut s = serde_json::to_string_pretty(r).expect("inspection serializes");
+    s.push('\n');
+    s
+}
+
+/// Examples shown per finding in the tables (`--json` lists more).
+const SHOWN: usize = 3;
+
+pub fn human(r: &Inspection) -> String {
+    let mut out = format!(
+        "{}: {} entries ({} dirs, {} files, {} symlinks, {} others), {} threads, {} ms\n",
+        r.path, r.entries, r.dirs, r.files, r.symlinks, r.others, r.threads, r.elapsed_ms
+    );
+
+    let mut owners = Table::new(
+        &[
+            "OWNER (UID:GID)",
+            "ENTRIES",
+            "SHARE",
+            "TOP DIRECTORIES (ENTRIES)",
+        ],
+        &[false, true, true, false],
+    );
+    for o in &r.owners {
+        let share = o.entries as f64 * 100.0 / r.entries.max(1) as f64;
+        let dirs: Vec<_> = o
+            .top_dirs
+            .iter()
+            .map(|d| format!("{} ({})", d.path, d.entries))
+            .collect();
+        owners.row(vec![
+            format!("{}:{}", o.uid, o.gid),
+            o.entries.to_string(),
+            format!("{share:.1}%"),
+            dirs.join(", "),
+        ]);
+    }
+    out += &owners.render();
+
+    let mut findings = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
+    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
+    findings.finding(&bits, &r.lacking_group_bits, String::clone);
+    findings.finding(
+        "directories without setgid",
+        &r.dirs_without_setgid,
+        String::clone,
+    );
+    findings.finding(
+        "world-writable directories without sticky bit",
+        &r.world_writable_dirs_without_sticky,
+        String::clone,
+    );
+    findings.finding(
+        "nested mounts (not entered)",
+        &r.nested_mounts,
+        String::clone,
+    );
+    findings.finding(
+        "symlinks pointing outside the volume",
+        &r.symlinks_outside,
+        |l| format!("{} -> {}", l.path, l.target),
+    );
+    let errs: Vec<_> = r
+        .error_list
+        .iter()
+        .map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error))
+        .collect();
+    findings.row(vec![
+        "errors".into(),
+        r.errors.to_string(),
+        shown(&errs, r.errors),
+    ]);
+    out += &findings.render();
+
+    if let Some(g) = &r.fs_group {
+        let ro = if g.read_only { " --read-only" } else { "" };
+        let head = format!("WITH --fs-group {}{ro}", g.gid);
+        let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+        let k = &g.kubelet;
+        t.row(vec![
+            "kubelet, fsGroupChangePolicy Always".into(),
+            k.rewrites.to_string(),
+            format!(
+                "every entry rewritten at every mount: lchown {}, chmod {}{}",
+                k.chowns,
+                k.chmods,
+                if r.nested_mounts.count > 0 {
+                    ", and the nested mounts too"
+                } else {
+                    ""
+                }
+            ),
+        ]);
+        let (n, what) = match &k.reason {
+            Some(reason) => (k.rewrites, format!("walks: {reason}")),
+            None => (
+                0,
+                format!(
+                    "skips: the root conforms, yet apply would fix {} entries",
+                    g.volprep_apply.changed
+                ),
+            ),
+        };
+        t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
+        let a = &g.volprep_apply;
+        t.row(vec![
+            "volprep apply".into(),
+            a.changed.to_string(),
+            format!(
+                "only what differs: owner {}, mode {}, untouched {}",
+                a.changed_owner,
+                a.changed_mode,
+                r.entries - a.changed
+            ),
+        ]);
+        out += &t.render();
+    }
+    out
+}
+
+/// The first [`SHOWN`] of `items` (out of `count`), comma-separated.
+fn shown(items: &[String], count: u64) -> String {
+    let mut s = items
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let rest = count.saturating_sub(items.len().min(SHOWN) as u64);
+    if rest > 0 {
+        s += &format!(" (+{rest} more)");
+    }
+    s
+}
+
+/// Columns padded to their widest cell; numeric columns right-aligned.
+struct Table {
+    /// Per column: right-aligned?
+    right: &'static [bool],
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(head: &[&str], right: &'static [bool]) -> Self {
+        Table {
+            right,
+            rows: vec![head.iter().map(|h| h.to_string()).collect()],
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn finding<T>(&mut self, what: &str, f: &Finding<T>, label: impl Fn(&T) -> String) {
+        let items: Vec<_> = f.examples.iter().map(label).collect();
+        self.row(vec![
+            what.into(),
+            f.count.to_string(),
+            shown(&items, f.count),
+        ]);
+    }
+
+    fn render(&self) -> String {
+        let cols = self.right.len();
+        let width: Vec<usize> = (0..cols)
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r[i].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::from("\n");
+        for r in &self.rows {
+            let mut line = String::new();
+            for (i, cell) in r.iter().enumerate() {
+                let pad = " ".repeat(width[i] - cell.chars().count());
+                if self.right[i] {
+                    line += &pad;
+                    line += cell;
+                } else {
+                    line += cell;
+                    line += &pad;
+                }
+                line += "  ";
+            }
+            out += line.trim_end();
+            out.push('\n');
+        }
+        out
+    }
+}

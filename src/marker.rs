@@ -1,0 +1,477 @@
+//! The marker: xattr state on the volume root (`user.volprep`) saying which spec the volume was
+//! prepared for, and the resume checkpoint (`user.volprep.checkpoint`) of an unfinished pass.
+//! Encoding and the skip/walk decision are pure; reads and writes go through `sys`.
+
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+
+/// The root xattr holding the [`Marker`].
+pub const MARKER_XATTR: &CStr = c"user.volprep";
+/// The root xattr holding the [`Checkpoint`] of an unfinished pass.
+pub const CHECKPOINT_XATTR: &CStr = c"user.volprep.checkpoint";
+/// Format version written in every marker.
+pub const FORMAT: u32 = 1;
+/// A checkpoint never grows past this (it must fit one xattr block beside the marker).
+pub const CHECKPOINT_MAX_BYTES: usize = 3000;
+
+/// The state a pass leaves on the root. Short keys keep it small.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Marker {
+    /// Format version.
+    pub v: u32,
+    pub state: State,
+    /// `Spec::digest` of the spec this state is for.
+    pub digest: String,
+    /// The spec in words, for people (`status`, logs).
+    pub spec: String,
+    /// The run that wrote it; a checkpoint belongs to one run.
+    pub run: String,
+    /// Unix seconds.
+    pub started: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<u64>,
+    /// Entries of the finished pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum State {
+    Done,
+    InProgress,
+}
+
+/// What an unfinished run has finished, kept on the root only (nothing is written below it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub run: String,
+    pub digest: String,
+    /// Top-level directories whose whole subtree conforms: (inode, escaped name).
+    #[serde(default)]
+    pub done: Vec<(u64, String)>,
+    /// Files whose setuid/setgid bits a chown is about to clear: (escaped relative path, inode,
+    /// mode to restore). Normally empty: an entry lives here for the time of two syscalls.
+    #[serde(default)]
+    pub pending: Vec<(String, u64, u32)>,
+}
+
+impl Checkpoint {
+    pub fn new(run: &str, digest: &str) -> Self {
+        Checkpoint {
+            run: run.into(),
+            digest: digest.into(),
+            ..Default::default()
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("checkpoint serializes")
+    }
+
+    /// Adds a finished subtree unless the checkpoint would outgrow [`CHECKPOINT_MAX_BYTES`]
+    /// (resume then simply re-reads the subtrees it could not record).
+    pub fn add_done(&mut self, ino: u64, name: String) -> bool {
+        let grows = name.len() + 24;
+        if self.encode().len() + grows > CHECKPOINT_MAX_BYTES {
+            return false;
+        }
+        self.done.push((ino, name));
+        true
+    }
+
+    /// Whether the top-level directory `(ino, name)` was finished by this checkpoint's run.
+    pub fn is_done(&self, ino: u64, name: &str) -> bool {
+        self.done.iter().any(|(i, n)| *i == ino && n == name)
+    }
+}
+
+impl Marker {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("marker serializes")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Marker, String> {
+        let m: Marker =
+            serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {e}"))?;
+        if m.v != FORMAT {
+            return Err(format!("marker format {} is not {FORMAT}", m.v));
+        }
+        Ok(m)
+    }
+}
+
+/// What was found on the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// The filesystem has no user xattrs (ramfs, some NFS).
+    Unsupported,
+    Absent,
+    /// Present but not a marker of this format.
+    Unreadable(String),
+    Marker(Marker),
+}
+
+impl Found {
+    /// A short word for reports: `unsupported`, `none`, `unreadable`, `done`, `in-progress`.
+    pub fn state_word(&self) -> &'static str {
+        match self {
+            Found::Unsupported => "unsupported",
+            Found::Absent => "none",
+            Found::Unreadable(_) => "unreadable",
+            Found::Marker(m) if m.state == State::Done => "done",
+            Found::Marker(_) => "in-progress",
+        }
+    }
+}
+
+/// `--verify`: when a valid marker is enough.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Trust a `done` marker for this spec when the root conforms.
+    Marker,
+    /// Always walk (changing only what differs).
+    Full,
+}
+
+/// Everything the skip-or-walk decision depends on.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    pub found: &'a Found,
+    pub digest: &'a str,
+    pub spec: &'a str,
+    pub root_conforms: bool,
+    pub force: bool,
+    pub verify: Verify,
+    pub reverify_after: Option<Duration>,
+    pub now: u64,
+}
+
+/// Skip the walk, or walk and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Skip(String),
+    /// Walk; `resume` is true when an interrupted run of this spec may be continued.
+    Walk {
+        reason: String,
+        resume: bool,
+    },
+}
+
+/// The skip-or-walk rule. Skipping needs a `done` marker for this very spec digest AND a
+/// conforming root; anything else walks. Only an `in-progress` marker of the same spec resumes.
+pub fn decide(i: &Inputs<'_>) -> Decision {
+    let walk = |reason: String, resume: bool| Decision::Walk { reason, resume };
+    if i.force {
+        return walk("--force".into(), false);
+    }
+    let m = match i.found {
+        Found::Unsupported if i.verify == Verify::Marker && i.root_conforms => {
+            return Decision::Skip(
+                "no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)"
+                    .into(),
+            );
+        }
+        Found::Unsupported => {
+            return walk(
+                "no xattr support here and the root does not conform".into(),
+                false,
+            );
+        }
+        Found::Absent => return walk("no marker".into(), false),
+        Found::Unreadable(e) => return walk(e.clone(), false),
+        Found::Marker(m) => m,
+    };
+    if m.digest != i.digest {
+        return walk(
+            format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec),
+            false,
+        );
+    }
+    if m.state == State::InProgress {
+        return walk(
+            format!("previous pass (run {}) was interrupted: resuming", m.run),
+            true,
+        );
+    }
+    if !i.root_conforms {
+        return walk(
+            "marker says done, but the root does not conform".into(),
+            false,
+        );
+    }
+    if i.verify == Verify::Full {
+        return walk("--verify full".into(), false);
+    }
+    let age = i.now.saturating_sub(m.finished.unwrap_or(m.started));
+    if let Some(max) = i.reverify_after {
+        if age > max.as_secs() {
+            return walk(
+                format!(
+                    "marker is {} old, more than --reverify-after",
+                    human_age(age)
+                ),
+                false,
+            );
+        }
+    }
+    Decision::Skip(format!(
+        "marker says done for this spec ({} ago) and the root conforms",
+        human_age(age)
+    ))
+}
+
+/// `90061` → `1d1h1m`.
+pub fn human_age(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m{s}s"),
+        (0, _, _) => format!("{h}h{m}m"),
+        _ => format!("{d}d{h}h"),
+    }
+}
+
+/// Parses `500ms`, `30s`, `15m`, `12h`, `7d` (or plain seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration like 500ms, 30s, 15m, 12h or 7d"))?;
+    let millis = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!(
+                "'{s}': unknown unit '{unit}' (use ms, s, m, h or d)"
+            ));
+        }
+    };
+    Ok(Duration::from_millis(n.saturating_mul(millis)))
+}
+
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A run id: unique enough to tell runs apart (time and pid), short enough for the marker.
+pub fn new_run_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{:x}-{:x}",
+        (nanos / 1000) as u64 & 0xffff_ffff_ffff,
+        std::process::id()
+    )
+}
+
+/// Reads the marker on the root.
+pub fn read(root: BorrowedFd<'_>) -> Found {
+    match sys::get_xattr(root, MARKER_XATTR) {
+        Ok(None) => Found::Absent,
+        Ok(Some(b)) => Marker::decode(&b).map_or_else(Found::Unreadable, Found::Marker),
+        Err(Errno::OPNOTSUPP) => Found::Unsupported,
+        Err(e) => Found::Unreadable(format!("cannot read marker: {e}")),
+    }
+}
+
+pub fn write(root: BorrowedFd<'_>, m: &Marker) -> Result<(), Errno> {
+    sys::set_xattr(root, MARKER_XATTR, &m.encode())
+}
+
+/// Reads the checkpoint; a missing or unreadable one is no checkpoint.
+pub fn read_checkpoint(root: BorrowedFd<'_>) -> Option<Checkpoint> {
+    let bytes = sys::get_xattr(root, CHECKPOINT_XATTR).ok()??;
+    serde_json::from_slice(&bytes).ok()
+}
+
+pub fn write_checkpoint(root: BorrowedFd<'_>, c: &Checkpoint) -> Result<(), Errno> {
+    sys::set_xattr(root, CHECKPOINT_XATTR, &c.encode())
+}
+
+pub fn remove_checkpoint(root: BorrowedFd<'_>) -> Result<(), Errno> {
+    sys::remove_xattr(root, CHECKPOINT_XATTR)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn marker(state: State, digest: &str) -> Marker {
+        Marker {
+            v: FORMAT,
+            state,
+            digest: digest.into(),
+            spec: "fs-group=1000".into(),
+            run: "r1".into(),
+            started: 1000,
+            finished: Some(1100),
+            entries: Some(5),
+        }
+    }
+
+    fn inputs(found: &Found) -> Inputs<'_> {
+        Inputs {
+            found,
+            digest: "d1",
+            spec: "fs-group=1000",
+            root_conforms: true,
+            force: false,
+            verify: Verify::Marker,
+            reverify_after: None,
+            now: 2000,
+        }
+    }
+
+    #[test]
+    fn marker_round_trips_and_is_small() {
+        let m = marker(State::Done, "0123456789abcdef");
+        let bytes = m.encode();
+        assert_eq!(Marker::decode(&bytes).unwrap(), m);
+        assert!(bytes.len() < 200, "{}", bytes.len());
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("\"state\":\"done\""), "{text}");
+        assert!(Marker::decode(b"{\"v\":2}").is_err());
+        assert!(Marker::decode(b"garbage").is_err());
+    }
+
+    #[test]
+    fn done_marker_for_this_spec_skips() {
+        let f = Found::Marker(marker(State::Done, "d1"));
+        assert!(matches!(decide(&inputs(&f)), Decision::Skip(_)));
+    }
+
+    #[test]
+    fn everything_else_walks() {
+        let done = Found::Marker(marker(State::Done, "d1"));
+        let other = Found::Marker(marker(State::Done, "d0"));
+        let cases: Vec<(Inputs<'_>, &str)> = vec![
+            (
+                Inputs {
+                    force: true,
+                    ..inputs(&done)
+                },
+                "--force",
+            ),
+            (inputs(&Found::Absent), "no marker"),
+            (inputs(&other), "spec changed"),
+            (
+                Inputs {
+                    root_conforms: false,
+                    ..inputs(&done)
+                },
+                "root does not conform",
+            ),
+            (
+                Inputs {
+                    verify: Verify::Full,
+                    ..inputs(&done)
+                },
+                "--verify full",
+            ),
+            (
+                Inputs {
+                    reverify_after: Some(Duration::from_secs(60)),
+                    ..inputs(&done)
+                },
+                "reverify",
+            ),
+        ];
+        for (i, why) in cases {
+            match decide(&i) {
+                Decision::Walk { resume, reason } => {
+                    assert!(!resume, "{why}");
+                    assert!(reason.contains(why), "{reason} / {why}");
+                }
+                d => panic!("{why}: {d:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn only_an_interrupted_run_of_the_same_spec_resumes() {
+        let ip = Found::Marker(marker(State::InProgress, "d1"));
+        assert!(matches!(
+            decide(&inputs(&ip)),
+            Decision::Walk { resume: true, .. }
+        ));
+        let ip_other = Found::Marker(marker(State::InProgress, "d0"));
+        assert!(matches!(
+            decide(&inputs(&ip_other)),
+            Decision::Walk { resume: false, .. }
+        ));
+        assert!(matches!(
+            decide(&Inputs {
+                force: true,
+                ..inputs(&ip)
+            }),
+            Decision::Walk { resume: false, .. }
+        ));
+    }
+
+    #[test]
+    fn no_xattrs_falls_back_to_the_root_check() {
+        let u = Found::Unsupported;
+        assert!(matches!(decide(&inputs(&u)), Decision::Skip(_)));
+        assert!(matches!(
+            decide(&Inputs {
+                root_conforms: false,
+                ..inputs(&u)
+            }),
+            Decision::Walk { .. }
+        ));
+        assert!(matches!(
+            decide(&Inputs {
+                verify: Verify::Full,
+                ..inputs(&u)
+            }),
+            Decision::Walk { .. }
+        ));
+    }
+
+    #[test]
+    fn checkpoint_is_bounded_and_exact() {
+        let mut c = Checkpoint::new("r1", "d1");
+        assert!(c.add_done(7, "repo-1".into()));
+        assert!(c.is_done(7, "repo-1"));
+        assert!(
+            !c.is_done(8, "repo-1"),
+            "another inode with that name is not done"
+        );
+        assert!(!c.is_done(7, "repo-2"));
+        let mut n = 0;
+        while c.add_done(n, format!("some-longer-directory-name-{n}")) {
+            n += 1;
+        }
+        assert!(c.encode().len() <= CHECKPOINT_MAX_BYTES);
+        assert!(n > 20);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("7w").is_err());
+        assert!(parse_duration("d").is_err());
+        assert_eq!(human_age(90061), "1d1h");
+        assert_eq!(human_age(59), "59s");
+    }
+}

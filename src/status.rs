@@ -1,0 +1,65 @@
+//! `volprep status`: prints each volume's marker and checkpoint, changing nothing.
+
+use serde_json::json;
+
+use crate::cli::StatusArgs;
+use crate::error::{Error, ExitCode, Op};
+use crate::escape::Escaped;
+use crate::marker::{self, Found};
+use crate::sys;
+
+pub fn run(args: &StatusArgs) -> Result<ExitCode, Error> {
+    let mut out = Vec::new();
+    for path in &args.paths {
+        let root = sys::open_root(path).map_err(|e| Error::sys(path, Op::Open, e))?;
+        let found = marker::read(sys::fd(&root));
+        let checkpoint = marker::read_checkpoint(sys::fd(&root));
+        let shown = Escaped(path.as_os_str()).to_string();
+        if args.json {
+            out.push(json!({
+                "path": shown,
+                "state": found.state_word(),
+                "marker": match &found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
+                "checkpoint": checkpoint.as_ref().map(|c| json!({
+                    "run": c.run, "finished_subtrees": c.done.len(), "pending": c.pending.len() })),
+            }));
+            continue;
+        }
+        let line = match &found {
+            Found::Marker(m) => {
+                let when = m.finished.unwrap_or(m.started);
+                let mut s = format!(
+                    "{shown}: {} for {} (digest {}), run {}, {} ago",
+                    found.state_word(),
+                    m.spec,
+                    m.digest,
+                    m.run,
+                    marker::human_age(marker::now().saturating_sub(when))
+                );
+                if let Some(n) = m.entries {
+                    s += &format!(", {n} entries");
+                }
+                if let Some(c) = &checkpoint {
+                    s += &format!(
+                        ", checkpoint: {} finished top-level directories",
+                        c.done.len()
+                    );
+                }
+                s
+            }
+            Found::Absent => format!("{shown}: no marker (never prepared by volprep)"),
+            Found::Unsupported => {
+                format!("{shown}: no marker possible (the filesystem has no user xattrs)")
+            }
+            Found::Unreadable(e) => format!("{shown}: {e}"),
+        };
+        println!("{line}");
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("status serializes")
+        );
+    }
+    Ok(ExitCode::Success)
+}
