@@ -1,0 +1,48 @@
+{{- define "demo-app.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "demo-app.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "demo-app.labels" -}}
+{{ include "demo-app.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/*
+The volumePermissions values completed with what this chart knows: its volume mounts, and
+the group from podSecurityContext.fsGroup when neither fsGroup nor owner is given.
+*/}}
+{{- define "demo-app.volumePermissions" -}}
+{{- $vp := deepCopy (.Values.volumePermissions | default dict) -}}
+{{- if not $vp.volumeMounts -}}
+{{- $_ := set $vp "volumeMounts" (list (dict "name" "data" "mountPath" .Values.persistence.mountPath) (dict "name" "tmp" "mountPath" "/tmp")) -}}
+{{- end -}}
+{{- if and (not (include "volprep.isSet" $vp.fsGroup)) (not (include "volprep.isSet" $vp.owner)) -}}
+{{- $_ := set $vp "fsGroup" .Values.podSecurityContext.fsGroup -}}
+{{- end -}}
+{{- toYaml $vp -}}
+{{- end -}}
+
+{{/* The pod securityContext: fsGroup moved to supplementalGroups when volprep runs. */}}
+{{- define "demo-app.podSecurityContext" -}}
+{{- $psc := deepCopy (.Values.podSecurityContext | default dict) -}}
+{{- $vp := include "demo-app.volumePermissions" . | fromYaml -}}
+{{- if $vp.enabled -}}
+{{- $psc = omit $psc "fsGroup" "fsGroupChangePolicy" -}}
+{{- $groups := include "volprep.supplementalGroups" (dict "values" $vp "context" .) | fromYamlArray -}}
+{{- range ($psc.supplementalGroups | default list) -}}
+{{- if not (has . $groups) -}}{{- $groups = append $groups . -}}{{- end -}}
+{{- end -}}
+{{- if $groups -}}{{- $_ := set $psc "supplementalGroups" $groups -}}{{- end -}}
+{{- end -}}
+{{- toYaml $psc -}}
+{{- end -}}

@@ -1,0 +1,237 @@
+{{/*
+volprep library chart.
+
+Every template takes a dict:
+  values   the app chart's volumePermissions map (see "volprep.defaults" for its keys)
+  context  the app chart's root context ($), for .Values.global.imageRegistry
+
+  initContainers:
+    {{- include "volprep.initContainer" (dict "values" .Values.volumePermissions "context" $) | nindent 4 }}
+
+Keys missing from values take the defaults below. Unknown keys are an error, so a typo such as
+`fsgroup` fails the render instead of silently preparing nothing.
+*/}}
+
+{{/* The defaults, Bitnami volumePermissions style. */}}
+{{- define "volprep.defaults" -}}
+enabled: false
+name: volprep
+image:
+  registry: registry.example.com
+  repository: volprep
+  tag: "0.1.0"
+  digest: ""
+  pullPolicy: IfNotPresent
+# Group every entry gets, with the kubelet's fsGroup mode policy (--fs-group).
+fsGroup: null
+# "UID[:GID]" every entry gets, like chown -R (--owner).
+owner: null
+# Read-only mode policy (0440 files instead of 0660); needs fsGroup (--read-only).
+readOnly: false
+# Directories made shared temp dirs, mode 01777, not recursive (--sticky), e.g. [/tmp].
+sticky: []
+# Volume roots to prepare; default: each volumeMounts mountPath not listed in sticky.
+paths: []
+# Mounts of the init container: every volume it prepares, sticky dirs included.
+volumeMounts: []
+# 0: volprep's automatic choice (--threads).
+threads: 0
+# Per-entry errors tolerated before the container fails (--max-errors).
+maxErrors: 0
+# text or json (--log-format).
+logFormat: json
+# Where volprep writes its one-line summary for `kubectl describe pod`; "" for none.
+terminationLog: /dev/termination-log
+extraArgs: []
+extraEnv: []
+resources:
+  requests:
+    cpu: 100m
+    memory: 32Mi
+  limits:
+    cpu: "1"
+    memory: 128Mi
+# Replaces this default as a whole. Root with four capabilities: CHOWN (change the group),
+# FOWNER (chmod/chown other users' entries), FSETID (keep setgid on directories whose group
+# the caller is not in), DAC_OVERRIDE (enter 0700 directories of other users, write the marker
+# xattr on the root; DAC_READ_SEARCH misses the latter and is outside the "baseline" Pod
+# Security Standard).
+securityContext:
+  runAsUser: 0
+  runAsGroup: 0
+  runAsNonRoot: false
+  privileged: false
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities:
+    drop: [ALL]
+    add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]
+  seccompProfile:
+    type: RuntimeDefault
+{{- end -}}
+
+{{/* values over defaults, as YAML: top-level keys and image.* taken from values when present. */}}
+{{- define "volprep.values" -}}
+{{- $defaults := include "volprep.defaults" . | fromYaml -}}
+{{- $user := .values | default dict -}}
+{{- range $k, $_ := $user -}}
+{{- if not (hasKey $defaults $k) -}}
+{{- fail (printf "volumePermissions.%s: unknown key (known: %s)" $k (keys $defaults | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- end -}}
+{{- $out := dict -}}
+{{- range $k, $d := $defaults -}}
+{{- if hasKey $user $k -}}
+{{- $_ := set $out $k (get $user $k) -}}
+{{- else -}}
+{{- $_ := set $out $k $d -}}
+{{- end -}}
+{{- end -}}
+{{- $image := deepCopy $defaults.image -}}
+{{- range $k, $v := ($user.image | default dict) -}}
+{{- $_ := set $image $k $v -}}
+{{- end -}}
+{{- $_ := set $out "image" $image -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+A numeric id, or "UID:GID", as written on the command line (values may hold a number as a
+float or a string). Anything else fails the render.
+*/}}
+{{- define "volprep.id" -}}
+{{- $s := ternary . (printf "%d" (. | int64)) (kindIs "string" .) -}}
+{{- if not (regexMatch "^[0-9]+(:[0-9]+)?$" $s) -}}
+{{- fail (printf "volumePermissions: %q is not a numeric id (UID or UID:GID)" $s) -}}
+{{- end -}}
+{{- $s -}}
+{{- end -}}
+
+{{/* True ("true") when v is set: not null and not "". */}}
+{{- define "volprep.isSet" -}}
+{{- if not (or (kindIs "invalid" .) (and (kindIs "string" .) (eq . ""))) -}}true{{- end -}}
+{{- end -}}
+
+{{/* registry/repository:tag@digest; .Values.global.imageRegistry wins over image.registry. */}}
+{{- define "volprep.image" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- $registry := $v.image.registry -}}
+{{- with .context -}}{{- with .Values.global -}}{{- with .imageRegistry -}}
+{{- $registry = . -}}
+{{- end -}}{{- end -}}{{- end -}}
+{{- $ref := $v.image.repository -}}
+{{- if $registry -}}{{- $ref = printf "%s/%s" $registry $ref -}}{{- end -}}
+{{- if $v.image.tag -}}{{- $ref = printf "%s:%v" $ref $v.image.tag -}}{{- end -}}
+{{- if $v.image.digest -}}{{- $ref = printf "%s@%s" $ref $v.image.digest -}}{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
+{{/* The volume roots: values.paths, or the mountPaths that are not sticky. */}}
+{{- define "volprep.paths" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- $paths := $v.paths | default list -}}
+{{- if not $paths -}}
+{{- range ($v.volumeMounts | default list) -}}
+{{- if not (has .mountPath ($v.sticky | default list)) -}}
+{{- $paths = append $paths .mountPath -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $paths -}}
+{{- end -}}
+
+{{/* The container's args (a YAML list): the subcommand, spec, options, extraArgs, paths. */}}
+{{- define "volprep.args" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- $fsGroup := include "volprep.isSet" $v.fsGroup -}}
+{{- $owner := include "volprep.isSet" $v.owner -}}
+{{- if not (or $fsGroup $owner) -}}
+{{- fail "volumePermissions: set fsGroup (the app's group) and/or owner (\"UID[:GID]\")" -}}
+{{- end -}}
+{{- if and $v.readOnly (not $fsGroup) -}}
+{{- fail "volumePermissions.readOnly changes the fsGroup mode policy: it needs fsGroup" -}}
+{{- end -}}
+{{- $paths := include "volprep.paths" . | fromYamlArray -}}
+{{- if and (not $paths) (not $v.sticky) -}}
+{{- fail "volumePermissions: nothing to prepare: set volumeMounts (or paths)" -}}
+{{- end -}}
+{{- $args := list "apply" -}}
+{{- if $fsGroup -}}
+{{- $gid := include "volprep.id" $v.fsGroup -}}
+{{- if contains ":" $gid -}}
+{{- fail (printf "volumePermissions.fsGroup: %q: a group is one GID" $gid) -}}
+{{- end -}}
+{{- $args = append $args (printf "--fs-group=%s" $gid) -}}
+{{- end -}}
+{{- if $owner -}}
+{{- $args = append $args (printf "--owner=%s" (include "volprep.id" $v.owner)) -}}
+{{- end -}}
+{{- if $v.readOnly -}}
+{{- $args = append $args "--read-only" -}}
+{{- end -}}
+{{- range $v.sticky -}}
+{{- $args = append $args (printf "--sticky=%s" .) -}}
+{{- end -}}
+{{- if $v.threads -}}
+{{- $args = append $args (printf "--threads=%d" ($v.threads | int64)) -}}
+{{- end -}}
+{{- if $v.maxErrors -}}
+{{- $args = append $args (printf "--max-errors=%d" ($v.maxErrors | int64)) -}}
+{{- end -}}
+{{- with $v.logFormat -}}
+{{- $args = append $args (printf "--log-format=%s" .) -}}
+{{- end -}}
+{{- with $v.terminationLog -}}
+{{- $args = append $args (printf "--termination-log=%s" .) -}}
+{{- end -}}
+{{- range $v.extraArgs -}}
+{{- $args = append $args (toString .) -}}
+{{- end -}}
+{{- range $paths -}}
+{{- $args = append $args . -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}
+
+{{/* The container's securityContext. */}}
+{{- define "volprep.securityContext" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- toYaml $v.securityContext -}}
+{{- end -}}
+
+{{/*
+The pod's supplementalGroups entry that gives the app the group volprep set (a YAML list,
+empty when disabled or without fsGroup). Use it instead of the pod's fsGroup: with fsGroup
+the kubelet walks the whole volume itself at mount time, before any init container.
+*/}}
+{{- define "volprep.supplementalGroups" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- if and $v.enabled (include "volprep.isSet" $v.fsGroup) -}}
+- {{ include "volprep.id" $v.fsGroup }}
+{{- else -}}
+[]
+{{- end -}}
+{{- end -}}
+
+{{/* The init container, as one list item; nothing when values.enabled is false. */}}
+{{- define "volprep.initContainer" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- if $v.enabled -}}
+- name: {{ $v.name }}
+  image: {{ include "volprep.image" . | quote }}
+  imagePullPolicy: {{ $v.image.pullPolicy }}
+  args:
+    {{- include "volprep.args" . | nindent 4 }}
+  {{- with $v.extraEnv }}
+  env:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  terminationMessagePolicy: FallbackToLogsOnError
+  securityContext:
+    {{- include "volprep.securityContext" . | nindent 4 }}
+  resources:
+    {{- toYaml $v.resources | nindent 4 }}
+  volumeMounts:
+    {{- toYaml $v.volumeMounts | nindent 4 }}
+{{- end }}
+{{- end -}}

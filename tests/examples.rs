@@ -1,0 +1,1504 @@
+//! The Kubernetes examples (examples/, Dockerfile): they render, validate against the
+//! Kubernetes schemas and yamllint, meet the Pod Security Standard they claim, and agree with
+//! the values and the command line that drive them.
+//!
+//! helm, kubectl, kubernetes-validate and yamllint come from `.ci/k8s-tools.sh`, which exports
+//! VOLPREP_HELM, VOLPREP_KUBECTL, VOLPREP_K8S_VALIDATE and VOLPREP_YAMLLINT. Without them a
+//! test that needs one says so on stderr and passes on a laptop, and fails under `CI=true` or
+//! `VOLPREP_PRIVILEGED_TESTS=1`. The tests that need no tool (the Dockerfile, the values files,
+//! the flags against the CLI) always run.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde::Deserialize;
+use serde_norway::{Mapping, Value};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Kubernetes versions the manifests must validate against: the kubectl the tooling ships
+/// (v1.33) and the newest schema kubernetes-validate bundles.
+const K8S_VERSIONS: &[&str] = &["1.33.0", "1.37.0"];
+
+/// What the volprep init container adds back after `drop: [ALL]`, and why: CHOWN (change the
+/// group), FOWNER (chmod/chown entries of other users), FSETID (keep setgid on directories of
+/// a group the caller is not in), DAC_OVERRIDE (enter other users' 0700 directories).
+const VOLPREP_CAPS: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"];
+
+/// Pod Security Standards, baseline: the capabilities a container may add.
+const BASELINE_CAPS: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// The flags of `volprep apply` the manifests may use (the CLI contract).
+const APPLY_FLAGS: &[&str] = &[
+    "--fs-group",
+    "--owner",
+    "--read-only",
+    "--sticky",
+    "--threads",
+    "--max-errors",
+    "--report",
+    "--log-format",
+    "--termination-log",
+];
+
+// ---------------------------------------------------------------------------------------------
+// Tools and processes
+
+/// True where a missing tool is a failure, not a skip.
+fn tools_required() -> bool {
+    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1")
+        || std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Writes past libtest's output capture, so a skip shows in a plain `cargo test`.
+fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The tool an env var names, or None (after saying so) when it is unset on a laptop.
+fn tool(var: &str, test: &str) -> Option<PathBuf> {
+    match std::env::var_os(var) {
+        Some(path) if !path.is_empty() => {
+            let path = PathBuf::from(path);
+            assert!(path.is_file(), "{var}={} is not a file", path.display());
+            Some(path)
+        }
+        _ if tools_required() => {
+            panic!(
+                "{var} is not set (CI=true or VOLPREP_PRIVILEGED_TESTS=1): source .ci/k8s-tools.sh"
+            )
+        }
+        _ => {
+            say(&format!(
+                "SKIPPED {test}: {var} is not set (source .ci/k8s-tools.sh to run it)"
+            ));
+            None
+        }
+    }
+}
+
+fn describe(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for arg in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&arg.to_string_lossy());
+    }
+    s
+}
+
+fn output(cmd: &mut Command) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)))
+}
+
+/// Runs `cmd`, panics with its output unless it succeeds, returns stdout.
+fn run_ok(cmd: &mut Command) -> String {
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        describe(cmd),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
+/// helm with its cache, config and data dirs inside `home` (nothing read from or written to
+/// the user's).
+fn helm(helm: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(helm);
+    cmd.env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd
+}
+
+// ---------------------------------------------------------------------------------------------
+// YAML
+
+/// The documents of a multi-document YAML stream, empty ones left out.
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_norway::Deserializer::from_str(yaml)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("bad YAML: {e}\n{yaml}")))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn read(rel: &str) -> String {
+    fs::read_to_string(Path::new(ROOT).join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn strs(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .map(|x| scalar(x).unwrap_or_else(|| panic!("not a scalar: {x:?}")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn has_key(v: &Value, key: &str) -> bool {
+    v.as_mapping().is_some_and(|m| m.contains_key(key))
+}
+
+/// The pod spec of a workload (or of a Pod).
+fn pod_spec(obj: &Value) -> &Value {
+    match obj["kind"].as_str() {
+        Some("Pod") => &obj["spec"],
+        _ => &obj["spec"]["template"]["spec"],
+    }
+}
+
+fn workloads(all: &[Value]) -> Vec<&Value> {
+    all.iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some("StatefulSet" | "Deployment" | "DaemonSet" | "Job" | "Pod")
+            )
+        })
+        .collect()
+}
+
+/// Every container's volumeMounts name a volume of the pod (or a volumeClaimTemplate).
+fn check_mount_refs(obj: &Value, at: &str) {
+    let spec = pod_spec(obj);
+    let mut volumes: BTreeSet<String> = spec["volumes"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| scalar(&v["name"]))
+        .collect();
+    for t in obj["spec"]["volumeClaimTemplates"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        volumes.extend(scalar(&t["metadata"]["name"]));
+    }
+    for c in all_containers(spec) {
+        for m in c["volumeMounts"].as_sequence().into_iter().flatten() {
+            let name = scalar(&m["name"]).unwrap_or_default();
+            assert!(
+                volumes.contains(&name),
+                "{at}: container {:?} mounts volume {name:?}, not in {volumes:?}",
+                c["name"]
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What every volprep init container and its pod must look like
+
+/// The parts of a volprep init container's args.
+#[derive(Debug, Default, PartialEq)]
+struct VolprepArgs {
+    fs_group: Option<u64>,
+    sticky: Vec<String>,
+    paths: Vec<String>,
+}
+
+/// Checks one volprep init container (least privilege, resources, mounts of every path it
+/// names, flags of the CLI contract) and returns its parsed args.
+fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
+    let sc = &c["securityContext"];
+    assert_eq!(
+        sc["runAsUser"].as_u64(),
+        Some(0),
+        "{at}: volprep runs as root"
+    );
+    assert_eq!(
+        sc["runAsNonRoot"].as_bool(),
+        Some(false),
+        "{at}: runAsNonRoot: false (overrides a pod-level true)"
+    );
+    assert_eq!(
+        sc["allowPrivilegeEscalation"].as_bool(),
+        Some(false),
+        "{at}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        sc["readOnlyRootFilesystem"].as_bool(),
+        Some(true),
+        "{at}: readOnlyRootFilesystem"
+    );
+    assert_ne!(sc["privileged"].as_bool(), Some(true), "{at}: privileged");
+    assert_eq!(
+        strs(&sc["capabilities"]["drop"]),
+        ["ALL"],
+        "{at}: capabilities.drop"
+    );
+    let mut add = strs(&sc["capabilities"]["add"]);
+    add.sort();
+    assert_eq!(add, VOLPREP_CAPS, "{at}: capabilities.add");
+    assert_eq!(
+        sc["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault"),
+        "{at}: seccompProfile"
+    );
+    for kind in ["requests", "limits"] {
+        for res in ["cpu", "memory"] {
+            assert!(
+                scalar(&c["resources"][kind][res]).is_some(),
+                "{at}: resources.{kind}.{res}"
+            );
+        }
+    }
+    assert!(
+        c["command"].is_null(),
+        "{at}: the image's ENTRYPOINT is /volprep; set args only"
+    );
+
+    let args = strs(&c["args"]);
+    assert_eq!(
+        args.first().map(String::as_str),
+        Some("apply"),
+        "{at}: args start with the subcommand: {args:?}"
+    );
+    let mut parsed = VolprepArgs::default();
+    for arg in &args[1..] {
+        if let Some(flag) = arg.strip_prefix("--") {
+            let (name, value) = flag
+                .split_once('=')
+                .map_or((flag, None), |(n, v)| (n, Some(v)));
+            assert!(
+                APPLY_FLAGS.contains(&format!("--{name}").as_str()),
+                "{at}: unknown flag {arg}"
+            );
+            match (name, value) {
+                ("fs-group", Some(v)) => {
+                    parsed.fs_group = Some(v.parse().expect("numeric --fs-group"))
+                }
+                ("sticky", Some(v)) => parsed.sticky.push(v.to_owned()),
+                _ => {}
+            }
+        } else {
+            parsed.paths.push(arg.clone());
+        }
+    }
+    assert!(!parsed.paths.is_empty(), "{at}: no volume path in {args:?}");
+    let mounts: Vec<String> = c["volumeMounts"]
+        .as_sequence()
+        .map(|m| {
+            m.iter()
+                .filter_map(|m| m["mountPath"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    for path in parsed.paths.iter().chain(&parsed.sticky) {
+        let mounted = mounts.iter().any(|m| Path::new(path).starts_with(m));
+        assert!(
+            mounted,
+            "{at}: {path} is not on a volume mounted into the init container (mounts: {mounts:?})"
+        );
+    }
+    parsed
+}
+
+/// Checks a pod that runs volprep: volprep first, the group via supplementalGroups (or
+/// runAsGroup), no fsGroup, and the Pod Security Standard the docs claim: baseline, not
+/// restricted. Returns volprep's args.
+fn check_volprep_pod(spec: &Value, at: &str) -> VolprepArgs {
+    let inits = spec["initContainers"]
+        .as_sequence()
+        .unwrap_or_else(|| panic!("{at}: no initContainers"));
+    assert_eq!(
+        inits[0]["name"].as_str(),
+        Some("volprep"),
+        "{at}: volprep must be the first init container"
+    );
+    let args = check_volprep_container(&inits[0], at);
+    let psc = &spec["securityContext"];
+    assert!(
+        psc["fsGroup"].is_null(),
+        "{at}: with fsGroup the kubelet walks the volume itself before any init container"
+    );
+    assert!(
+        psc["fsGroupChangePolicy"].is_null(),
+        "{at}: fsGroupChangePolicy without fsGroup"
+    );
+    if let Some(gid) = args.fs_group {
+        let groups: Vec<u64> = psc["supplementalGroups"]
+            .as_sequence()
+            .map(|g| g.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default();
+        assert!(
+            groups.contains(&gid) || psc["runAsGroup"].as_u64() == Some(gid),
+            "{at}: the app must get group {gid} (supplementalGroups or runAsGroup): {psc:?}"
+        );
+    }
+    let baseline = baseline_violations(spec);
+    assert!(
+        baseline.is_empty(),
+        "{at}: violates Pod Security Standard baseline: {baseline:?}"
+    );
+    assert!(
+        !restricted_violations(spec).is_empty(),
+        "{at}: meets restricted? then the docs saying baseline are wrong"
+    );
+    args
+}
+
+fn all_containers(spec: &Value) -> Vec<&Value> {
+    ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|k| spec[*k].as_sequence().into_iter().flatten())
+        .collect()
+}
+
+/// Pod Security Standards, baseline level (the controls that a pod spec shows).
+fn baseline_violations(spec: &Value) -> Vec<String> {
+    let mut v = Vec::new();
+    for key in ["hostNetwork", "hostPID", "hostIPC"] {
+        if spec[key].as_bool() == Some(true) {
+            v.push(format!("{key}: true"));
+        }
+    }
+    for vol in spec["volumes"].as_sequence().into_iter().flatten() {
+        if has_key(vol, "hostPath") {
+            v.push(format!("hostPath volume {:?}", vol["name"]));
+        }
+    }
+    let safe_sysctls = [
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    ];
+    for s in spec["securityContext"]["sysctls"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+    {
+        if !safe_sysctls.contains(&s["name"].as_str().unwrap_or("")) {
+            v.push(format!("unsafe sysctl {:?}", s["name"]));
+        }
+    }
+    let mut contexts = vec![("pod".to_owned(), &spec["securityContext"])];
+    for c in all_containers(spec) {
+        let name = c["name"].as_str().unwrap_or("?").to_owned();
+        let sc = &c["securityContext"];
+        if sc["privileged"].as_bool() == Some(true) {
+            v.push(format!("{name}: privileged"));
+        }
+        for cap in strs(&sc["capabilities"]["add"]) {
+            if !BASELINE_CAPS.contains(&cap.as_str()) {
+                v.push(format!("{name}: adds capability {cap}"));
+            }
+        }
+        if sc["procMount"].as_str().is_some_and(|p| p != "Default") {
+            v.push(format!("{name}: procMount"));
+        }
+        for port in c["ports"].as_sequence().into_iter().flatten() {
+            if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
+                v.push(format!("{name}: hostPort"));
+            }
+        }
+        contexts.push((name, sc));
+    }
+    for (name, sc) in contexts {
+        if sc["windowsOptions"]["hostProcess"].as_bool() == Some(true) {
+            v.push(format!("{name}: hostProcess"));
+        }
+        if sc["seccompProfile"]["type"].as_str() == Some("Unconfined") {
+            v.push(format!("{name}: seccomp Unconfined"));
+        }
+        if sc["appArmorProfile"]["type"].as_str() == Some("Unconfined") {
+            v.push(format!("{name}: AppArmor Unconfined"));
+        }
+        let se = &sc["seLinuxOptions"];
+        let se_types = [
+            "container_t",
+            "container_init_t",
+            "container_kvm_t",
+            "container_engine_t",
+        ];
+        if se["type"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty() && !se_types.contains(&t))
+            || !se["user"].is_null()
+            || !se["role"].is_null()
+        {
+            v.push(format!("{name}: seLinuxOptions"));
+        }
+    }
+    v
+}
+
+/// Pod Security Standards, restricted level: the controls beyond baseline that matter here.
+fn restricted_violations(spec: &Value) -> Vec<String> {
+    let mut v = baseline_violations(spec);
+    let psc = &spec["securityContext"];
+    for c in all_containers(spec) {
+        let name = c["name"].as_str().unwrap_or("?");
+        let sc = &c["securityContext"];
+        let non_root = sc["runAsNonRoot"]
+            .as_bool()
+            .or(psc["runAsNonRoot"].as_bool());
+        if non_root != Some(true) {
+            v.push(format!("{name}: runAsNonRoot is not true"));
+        }
+        if sc["runAsUser"].as_u64().or(psc["runAsUser"].as_u64()) == Some(0) {
+            v.push(format!("{name}: runAsUser 0"));
+        }
+        if sc["allowPrivilegeEscalation"].as_bool() != Some(false) {
+            v.push(format!("{name}: allowPrivilegeEscalation is not false"));
+        }
+        if !strs(&sc["capabilities"]["drop"]).iter().any(|c| c == "ALL") {
+            v.push(format!("{name}: does not drop ALL capabilities"));
+        }
+        if strs(&sc["capabilities"]["add"])
+            .iter()
+            .any(|c| c != "NET_BIND_SERVICE")
+        {
+            v.push(format!("{name}: adds capabilities beyond NET_BIND_SERVICE"));
+        }
+        let seccomp = sc["seccompProfile"]["type"]
+            .as_str()
+            .or(psc["seccompProfile"]["type"].as_str());
+        if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
+            v.push(format!("{name}: seccompProfile not set"));
+        }
+    }
+    v
+}
+
+// ---------------------------------------------------------------------------------------------
+// Files under examples/
+
+/// Every YAML file under examples/ (relative paths, sorted), generated chart dirs left out.
+fn example_yaml_files() -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "charts") {
+                    walk(&path, out);
+                }
+            } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                out.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&Path::new(ROOT).join("examples"), &mut files);
+    let mut rel: Vec<String> = files
+        .iter()
+        .map(|p| {
+            p.strip_prefix(ROOT)
+                .expect("under ROOT")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    rel.sort();
+    rel
+}
+
+/// A helm chart's Go templates: not YAML until rendered.
+fn is_template(rel: &str) -> bool {
+    rel.starts_with("examples/helm/") && rel.contains("/templates/")
+}
+
+/// A complete Kubernetes manifest, validated as it is. The rest is validated through what it
+/// renders to: helm charts and values, kustomizations and their (partial) patches.
+fn is_manifest(rel: &str) -> bool {
+    !rel.starts_with("examples/helm/")
+        && !rel.ends_with("/kustomization.yaml")
+        && !rel.contains("/patches/")
+}
+
+/// kubernetes-validate --strict on files, for every version in K8S_VERSIONS. Any warning (an
+/// unknown kind has no schema and only warns) is a failure, and so is a file with no resource.
+fn k8s_validate(kv: &Path, files: &[PathBuf]) {
+    for version in K8S_VERSIONS {
+        let mut cmd = Command::new(kv);
+        cmd.args(["--strict", "-k", version]).args(files);
+        let out = output(&mut cmd);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let bad: Vec<&str> = text.lines().filter(|l| !l.starts_with("INFO")).collect();
+        assert!(
+            out.status.success() && bad.is_empty(),
+            "{} ({}):\n{text}",
+            describe(&cmd),
+            out.status
+        );
+        for f in files {
+            let name = f.display().to_string();
+            assert!(
+                text.lines()
+                    .any(|l| l.starts_with(&format!("INFO {name} passed"))),
+                "{name}: no resource validated against {version}:\n{text}"
+            );
+        }
+    }
+}
+
+fn yamllint(yl: &Path, files: &[PathBuf]) {
+    let mut cmd = Command::new(yl);
+    cmd.current_dir(ROOT)
+        .args(["--strict", "-f", "parsable", "-c", ".yamllint"])
+        .args(files);
+    run_ok(&mut cmd);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).expect("mkdir");
+    for entry in fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        if src.is_dir() {
+            if entry.file_name() != "charts" {
+                copy_dir(&src, &dst);
+            }
+        } else if entry.file_name() != "Chart.lock" {
+            fs::copy(&src, &dst).expect("copy");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Helm charts
+
+/// examples/helm/{volprep,demo-app} copied to a temp dir, the library packaged into
+/// demo-app/charts by `helm dependency build` (offline: a file:// dependency).
+struct Charts {
+    helm: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Charts {
+    fn new(helm: PathBuf) -> Charts {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for chart in ["volprep", "demo-app"] {
+            copy_dir(
+                &Path::new(ROOT).join("examples/helm").join(chart),
+                &dir.path().join(chart),
+            );
+        }
+        let charts = Charts { helm, dir };
+        run_ok(
+            charts
+                .helm()
+                .arg("dependency")
+                .arg("build")
+                .arg(charts.demo()),
+        );
+        assert!(
+            charts.demo().join("charts/volprep-0.1.0.tgz").is_file(),
+            "helm dependency build made no package"
+        );
+        charts
+    }
+
+    fn helm(&self) -> Command {
+        helm(&self.helm, &self.dir.path().join("home"))
+    }
+
+    fn demo(&self) -> PathBuf {
+        self.dir.path().join("demo-app")
+    }
+
+    /// `helm template` of the demo chart with `values` (YAML) on top of its values.yaml.
+    fn template(&self, name: &str, values: &str) -> Output {
+        let file = self.dir.path().join(format!("{name}.values.yaml"));
+        fs::write(&file, values).expect("write values");
+        output(
+            self.helm()
+                .args(["template", "demo"])
+                .arg(self.demo())
+                .arg("-f")
+                .arg(&file),
+        )
+    }
+}
+
+struct RenderCase {
+    name: &'static str,
+    values: &'static str,
+    /// The init container's args; None: volprep disabled.
+    args: Option<&'static [&'static str]>,
+    image: &'static str,
+    caps: &'static [&'static str],
+}
+
+const DEFAULT_IMAGE: &str = "registry.example.com/volprep:0.1.0";
+
+const RENDER_CASES: &[RenderCase] = &[
+    RenderCase {
+        name: "defaults",
+        values: "{}",
+        args: Some(&[
+            "apply",
+            "--fs-group=1000",
+            "--sticky=/tmp",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "/data",
+        ]),
+        image: DEFAULT_IMAGE,
+        caps: VOLPREP_CAPS,
+    },
+    RenderCase {
+        name: "disabled",
+        values: "volumePermissions:\n  enabled: false\n",
+        args: None,
+        image: "",
+        caps: &[],
+    },
+    RenderCase {
+        name: "every-option",
+        values: r#"
+persistence:
+  mountPath: /var/lib/app
+volumePermissions:
+  fsGroup: 2000
+  owner: "1001:1001"
+  readOnly: true
+  sticky: []
+  threads: 16
+  maxErrors: 10
+  logFormat: text
+  terminationLog: ""
+  extraArgs: [--report=-]
+  image:
+    tag: "0.2.0"
+    pullPolicy: Always
+"#,
+        args: Some(&[
+            "apply",
+            "--fs-group=2000",
+            "--owner=1001:1001",
+            "--read-only",
+            "--threads=16",
+            "--max-errors=10",
+            "--log-format=text",
+            "--report=-",
+            "/var/lib/app",
+            "/tmp",
+        ]),
+        image: "registry.example.com/volprep:0.2.0",
+        caps: VOLPREP_CAPS,
+    },
+    RenderCase {
+        name: "owner-only",
+        values: "volumePermissions:\n  owner: 1000\n  sticky: [/tmp]\n  logFormat: \"\"\n",
+        args: Some(&[
+            "apply",
+            "--owner=1000",
+            "--sticky=/tmp",
+            "--termination-log=/dev/termination-log",
+            "/data",
+        ]),
+        image: DEFAULT_IMAGE,
+        caps: VOLPREP_CAPS,
+    },
+    RenderCase {
+        name: "paths-mounts-registry-digest-big-gid",
+        values: r#"
+global:
+  imageRegistry: mirror.example.com
+podSecurityContext:
+  fsGroup: 1000000
+volumePermissions:
+  paths: [/data/shared]
+  volumeMounts:
+    - name: data
+      mountPath: /data
+  sticky: []
+  image:
+    digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+"#,
+        args: Some(&[
+            "apply",
+            "--fs-group=1000000",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "/data/shared",
+        ]),
+        image: "mirror.example.com/volprep:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        caps: VOLPREP_CAPS,
+    },
+    RenderCase {
+        name: "own-security-context",
+        values: r#"
+volumePermissions:
+  securityContext:
+    runAsUser: 0
+    runAsNonRoot: false
+    allowPrivilegeEscalation: false
+    readOnlyRootFilesystem: true
+    capabilities:
+      drop: [ALL]
+      add: [CHOWN, FOWNER, FSETID, DAC_READ_SEARCH]
+"#,
+        args: Some(&[
+            "apply",
+            "--fs-group=1000",
+            "--sticky=/tmp",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "/data",
+        ]),
+        image: DEFAULT_IMAGE,
+        caps: &["CHOWN", "DAC_READ_SEARCH", "FOWNER", "FSETID"],
+    },
+];
+
+#[test]
+fn helm_lint_library_and_demo_charts() {
+    let Some(helm) = tool("VOLPREP_HELM", "helm_lint_library_and_demo_charts") else {
+        return;
+    };
+    let charts = Charts::new(helm);
+    for chart in [charts.dir.path().join("volprep"), charts.demo()] {
+        let out = run_ok(charts.helm().args(["lint", "--strict"]).arg(&chart));
+        assert!(
+            out.contains("0 chart(s) failed"),
+            "helm lint {}:\n{out}",
+            chart.display()
+        );
+    }
+    for case in RENDER_CASES {
+        let file = charts.dir.path().join(format!("{}.lint.yaml", case.name));
+        fs::write(&file, case.values).expect("write values");
+        run_ok(
+            charts
+                .helm()
+                .args(["lint", "--strict"])
+                .arg(charts.demo())
+                .arg("-f")
+                .arg(&file),
+        );
+    }
+}
+
+/// The demo chart renders the values into the init container's args (and the rest), and
+/// every rendering validates against the schemas, yamllint and Pod Security baseline.
+#[test]
+fn demo_chart_renders_volume_permissions_values() {
+    let test = "demo_chart_renders_volume_permissions_values";
+    let Some(helm) = tool("VOLPREP_HELM", test) else {
+        return;
+    };
+    let charts = Charts::new(helm);
+    let mut rendered = Vec::new();
+    for case in RENDER_CASES {
+        let at = format!("demo-app [{}]", case.name);
+        let out = charts.template(case.name, case.values);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{at}: helm template failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let all = docs(&text);
+        let sts = workloads(&all);
+        assert_eq!(sts.len(), 1, "{at}: one StatefulSet");
+        check_mount_refs(sts[0], &at);
+        let spec = pod_spec(sts[0]);
+        match case.args {
+            None => {
+                assert!(
+                    spec["initContainers"].is_null(),
+                    "{at}: no init container when disabled"
+                );
+                assert_eq!(
+                    spec["securityContext"]["fsGroup"].as_u64(),
+                    Some(1000),
+                    "{at}: the kubelet's fsGroup pass when disabled"
+                );
+                assert_eq!(
+                    spec["securityContext"]["fsGroupChangePolicy"].as_str(),
+                    Some("OnRootMismatch"),
+                    "{at}"
+                );
+            }
+            Some(expected) => {
+                let inits = spec["initContainers"]
+                    .as_sequence()
+                    .expect("initContainers");
+                assert_eq!(inits.len(), 1, "{at}");
+                let c = &inits[0];
+                assert_eq!(strs(&c["args"]), expected, "{at}: args");
+                assert_eq!(c["image"].as_str(), Some(case.image), "{at}: image");
+                let mut caps = strs(&c["securityContext"]["capabilities"]["add"]);
+                caps.sort();
+                assert_eq!(caps, case.caps, "{at}: capabilities");
+                if case.caps == VOLPREP_CAPS {
+                    check_volprep_pod(spec, &at);
+                } else {
+                    // DAC_READ_SEARCH is narrower than DAC_OVERRIDE but not in baseline's list.
+                    let v = baseline_violations(spec);
+                    assert_eq!(v, ["volprep: adds capability DAC_READ_SEARCH"], "{at}");
+                }
+            }
+        }
+        let file = charts
+            .dir
+            .path()
+            .join(format!("{}.rendered.yaml", case.name));
+        fs::write(&file, &text).expect("write rendering");
+        rendered.push(file);
+    }
+    if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
+        k8s_validate(&kv, &rendered);
+    }
+    if let Some(yl) = tool("VOLPREP_YAMLLINT", test) {
+        yamllint(&yl, &rendered);
+    }
+}
+
+/// Bad values fail the render with a message that names the problem.
+#[test]
+fn demo_chart_rejects_bad_volume_permissions() {
+    let Some(helm) = tool("VOLPREP_HELM", "demo_chart_rejects_bad_volume_permissions") else {
+        return;
+    };
+    let charts = Charts::new(helm);
+    let cases = [
+        (
+            "typo",
+            "volumePermissions:\n  fsgroup: 1000\n",
+            "volumePermissions.fsgroup: unknown key",
+        ),
+        (
+            "two-gids",
+            "volumePermissions:\n  fsGroup: \"1000:1000\"\n",
+            "a group is one GID",
+        ),
+        (
+            "not-numeric",
+            "volumePermissions:\n  owner: app\n",
+            "\"app\" is not a numeric id",
+        ),
+        (
+            "read-only-owner",
+            "podSecurityContext:\n  fsGroup: null\nvolumePermissions:\n  owner: 1000\n  readOnly: true\n",
+            "readOnly changes the fsGroup mode policy",
+        ),
+        (
+            "no-group",
+            "podSecurityContext:\n  fsGroup: null\n",
+            "set fsGroup",
+        ),
+        (
+            "nothing-mounted",
+            "volumePermissions:\n  volumeMounts: [{name: tmp, mountPath: /tmp}]\n  sticky: []\n  paths: []\n",
+            "",
+        ),
+    ];
+    for (name, values, message) in cases {
+        let out = charts.template(name, values);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if message.is_empty() {
+            // Mounting only /tmp, not sticky: /tmp becomes the path; still a valid render.
+            assert!(out.status.success(), "{name}: {stderr}");
+            continue;
+        }
+        assert!(
+            !out.status.success(),
+            "{name}: rendered although it should fail"
+        );
+        assert!(
+            stderr.contains(message),
+            "{name}: expected {message:?} in:\n{stderr}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain manifests, kustomize, the Atlantis values
+
+/// Every YAML in examples/ passes yamllint; every complete manifest validates and, where it
+/// runs volprep, passes the pod checks.
+#[test]
+fn example_manifests_validate() {
+    let test = "example_manifests_validate";
+    let files = example_yaml_files();
+    assert!(
+        files.iter().any(|f| f == "examples/statefulset.yaml"),
+        "{files:?}"
+    );
+    let manifests: Vec<&String> = files.iter().filter(|f| is_manifest(f)).collect();
+    let mut with_volprep = 0;
+    for rel in &manifests {
+        for obj in docs(&read(rel)) {
+            if obj["kind"].as_str().is_some_and(|k| k != "Pod")
+                && !has_key(&obj["spec"], "template")
+            {
+                continue;
+            }
+            check_mount_refs(&obj, rel);
+            let spec = pod_spec(&obj);
+            let has_volprep = all_containers(spec)
+                .iter()
+                .any(|c| c["name"].as_str() == Some("volprep"));
+            if has_volprep {
+                check_volprep_pod(spec, rel);
+                with_volprep += 1;
+            }
+        }
+    }
+    assert!(with_volprep >= 1, "no manifest in examples/ runs volprep");
+    let paths: Vec<PathBuf> = manifests.iter().map(|r| Path::new(ROOT).join(r)).collect();
+    if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
+        k8s_validate(&kv, &paths);
+    }
+    if let Some(yl) = tool("VOLPREP_YAMLLINT", test) {
+        let all: Vec<PathBuf> = files
+            .iter()
+            .filter(|f| !is_template(f))
+            .map(PathBuf::from)
+            .collect();
+        yamllint(&yl, &all);
+    }
+}
+
+#[test]
+fn kustomize_overlay_adds_volprep_first() {
+    let test = "kustomize_overlay_adds_volprep_first";
+    let Some(kubectl) = tool("VOLPREP_KUBECTL", test) else {
+        return;
+    };
+    let text = run_ok(
+        Command::new(kubectl)
+            .arg("kustomize")
+            .arg(Path::new(ROOT).join("examples/kustomize/overlay")),
+    );
+    let all = docs(&text);
+    let sts = workloads(&all);
+    assert_eq!(sts.len(), 1, "one StatefulSet:\n{text}");
+    check_mount_refs(sts[0], "kustomize overlay");
+    let spec = pod_spec(sts[0]);
+    let args = check_volprep_pod(spec, "kustomize overlay");
+    assert_eq!(args.fs_group, Some(1000));
+    assert_eq!(args.paths, ["/data"]);
+    assert_eq!(args.sticky, ["/tmp"]);
+    let names: Vec<&str> = spec["initContainers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["volprep", "migrate-schema"],
+        "the base's init container stays, after volprep"
+    );
+    // The base alone still uses fsGroup (what the component removes).
+    let base = docs(&read("examples/kustomize/base/statefulset.yaml"));
+    assert_eq!(
+        pod_spec(&base[0])["securityContext"]["fsGroup"].as_u64(),
+        Some(1000)
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("overlay.rendered.yaml");
+    fs::write(&file, &text).expect("write");
+    if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
+        k8s_validate(&kv, std::slice::from_ref(&file));
+    }
+    if let Some(yl) = tool("VOLPREP_YAMLLINT", test) {
+        yamllint(&yl, &[file]);
+    }
+}
+
+/// The Atlantis chart values: fsGroup removed by `null` (Helm merges maps), the group given by
+/// supplementalGroups, volprep preparing the chart's `atlantis-data` mount. The pod the chart
+/// would build from them validates.
+#[test]
+fn atlantis_values_move_the_group_to_volprep() {
+    let values = &docs(&read("examples/helm/atlantis-values.yaml"))[0];
+    let psc = &values["statefulSet"]["securityContext"];
+    for key in ["fsGroup", "fsGroupChangePolicy"] {
+        assert!(
+            has_key(psc, key) && psc[key].is_null(),
+            "statefulSet.securityContext.{key} must be null"
+        );
+    }
+    assert_eq!(
+        psc["runAsUser"].as_u64(),
+        Some(100),
+        "the chart's Atlantis uid"
+    );
+
+    // The pod the chart builds: its securityContext (Helm drops the null keys), the init
+    // containers as given, the data volume from its volumeClaimTemplate.
+    let mut pod_sc = Mapping::new();
+    for (k, v) in psc.as_mapping().expect("securityContext map") {
+        if !v.is_null() {
+            pod_sc.insert(k.clone(), v.clone());
+        }
+    }
+    let pod_yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: atlantis-0\nspec:\n  containers:\n    - name: atlantis\n      image: atlantis:latest\n      volumeMounts:\n        - name: atlantis-data\n          mountPath: /atlantis-data\n  volumes:\n    - name: atlantis-data\n      persistentVolumeClaim:\n        claimName: atlantis-data-atlantis-0\n"
+    );
+    let mut pod = docs(&pod_yaml).remove(0);
+    pod["spec"]["securityContext"] = Value::Mapping(pod_sc);
+    pod["spec"]["initContainers"] = values["initContainers"].clone();
+    check_mount_refs(&pod, "atlantis-values.yaml");
+    let args = check_volprep_pod(&pod["spec"], "atlantis-values.yaml");
+    assert_eq!(args.fs_group, Some(1000), "the chart's group");
+    assert_eq!(args.paths, ["/atlantis-data"]);
+
+    let test = "atlantis_values_move_the_group_to_volprep";
+    if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("atlantis-pod.yaml");
+        fs::write(&file, serde_norway::to_string(&pod).expect("serialize")).expect("write");
+        k8s_validate(&kv, &[file]);
+    }
+}
+
+/// Every flag the manifests and the library chart pass to volprep exists in `volprep apply`.
+#[test]
+fn example_flags_exist_in_the_cli() {
+    let help = run_ok(Command::new(env!("CARGO_BIN_EXE_volprep")).args(["apply", "--help"]));
+    let mut used = BTreeSet::new();
+    // The volprep containers of the plain manifests, patches and values files.
+    for file in example_yaml_files().iter().filter(|f| !is_template(f)) {
+        for doc in docs(&read(file)) {
+            collect_volprep_flags(&doc, &mut used);
+        }
+    }
+    // The library chart writes its flags as "--name" string literals.
+    let tpl = read("examples/helm/volprep/templates/_volprep.tpl");
+    for (i, _) in tpl.match_indices("\"--") {
+        let name: String = tpl[i + 3..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+            .collect();
+        used.insert(format!("--{name}"));
+    }
+    for flag in ["--fs-group", "--sticky", "--termination-log"] {
+        assert!(
+            used.contains(flag),
+            "found no {flag} in examples/: {used:?}"
+        );
+    }
+    for flag in &used {
+        assert!(
+            APPLY_FLAGS.contains(&flag.as_str()),
+            "{flag} is not in the CLI contract"
+        );
+        assert!(
+            help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
+            "{flag} is used by examples/ but `volprep apply --help` has no such flag:\n{help}"
+        );
+    }
+}
+
+fn collect_volprep_flags(v: &Value, used: &mut BTreeSet<String>) {
+    match v {
+        Value::Mapping(m) => {
+            if m.get("name").and_then(Value::as_str) == Some("volprep") {
+                for arg in strs(&v["args"]) {
+                    if let Some(flag) = arg.strip_prefix("--") {
+                        used.insert(format!("--{}", flag.split('=').next().unwrap_or(flag)));
+                    }
+                }
+            }
+            m.values().for_each(|x| collect_volprep_flags(x, used));
+        }
+        Value::Sequence(s) => s.iter().for_each(|x| collect_volprep_flags(x, used)),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dockerfile
+
+/// One Dockerfile instruction: keyword (upper case) and its arguments, continuation lines
+/// joined and comment lines dropped.
+#[derive(Debug)]
+struct Instr {
+    keyword: String,
+    args: String,
+}
+
+fn dockerfile_instructions(text: &str) -> Vec<Instr> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('#') || (trimmed.is_empty() && current.is_empty()) {
+            continue;
+        }
+        let (body, continued) = match trimmed.strip_suffix('\\') {
+            Some(b) => (b.trim_end(), true),
+            None => (trimmed, false),
+        };
+        if !current.is_empty() {
+            current.push(' ');
+        }
+        current.push_str(body);
+        if !continued {
+            let (kw, args) = current
+                .split_once(char::is_whitespace)
+                .unwrap_or((&current, ""));
+            out.push(Instr {
+                keyword: kw.to_ascii_uppercase(),
+                args: args.trim().to_owned(),
+            });
+            current.clear();
+        }
+    }
+    assert!(
+        current.is_empty(),
+        "Dockerfile ends inside a continued line"
+    );
+    out
+}
+
+/// Words split on whitespace, double quotes grouping (and removed).
+fn words(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut any) = (false, false);
+    for c in s.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut word));
+                    any = false;
+                }
+            }
+            c => {
+                word.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        out.push(word);
+    }
+    out
+}
+
+/// `key = "value"` of one TOML section of Cargo.toml (enough for [package] and profiles).
+fn cargo_toml_value(section: &str, key: &str) -> Option<String> {
+    let text = read("Cargo.toml");
+    let mut in_section = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_section = line == format!("[{section}]");
+        } else if in_section {
+            if let Some((k, v)) = line.split_once('=') {
+                if k.trim() == key {
+                    return Some(
+                        v.split('#')
+                            .next()
+                            .unwrap_or("")
+                            .trim()
+                            .trim_matches('"')
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The Dockerfile: a rust builder stage that builds the static binary for each TARGETARCH, a
+/// final `FROM scratch` stage holding only that binary at /volprep (the path COPY takes is the
+/// one cargo writes), ENTRYPOINT ["/volprep"], OCI labels that match Cargo.toml, and the same
+/// cargo command as .ci/static.sh (the binary tests/static_binary.rs runs).
+#[test]
+fn dockerfile_builds_the_static_binary_into_scratch() {
+    let instrs = dockerfile_instructions(&read("Dockerfile"));
+    let mut stages: Vec<Vec<&Instr>> = Vec::new();
+    let mut global_args = Vec::new();
+    for i in &instrs {
+        if i.keyword == "FROM" {
+            stages.push(vec![i]);
+        } else if let Some(stage) = stages.last_mut() {
+            stage.push(i);
+        } else {
+            assert_eq!(
+                i.keyword, "ARG",
+                "only ARG may precede the first FROM: {i:?}"
+            );
+            global_args.push(i.args.clone());
+        }
+    }
+    assert_eq!(stages.len(), 2, "a builder stage and a final stage");
+    let (builder, last) = (&stages[0], &stages[1]);
+
+    // Builder: the rust image, at least the crate's rust-version.
+    let from = words(&builder[0].args);
+    assert_eq!(from.len(), 3, "FROM IMAGE AS builder: {from:?}");
+    assert!(
+        from[0].starts_with("rust:${RUST_VERSION}"),
+        "builder image: {}",
+        from[0]
+    );
+    assert!(
+        from[1].eq_ignore_ascii_case("as") && from[2] == "builder",
+        "{from:?}"
+    );
+    let rust = global_args
+        .iter()
+        .find_map(|a| a.strip_prefix("RUST_VERSION="))
+        .expect("ARG RUST_VERSION=");
+    let msrv = cargo_toml_value("package", "rust-version").expect("rust-version");
+    let ver = |s: &str| {
+        s.split('.')
+            .take(2)
+            .map(|x| x.parse::<u32>().expect("version"))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        ver(rust) >= ver(&msrv),
+        "RUST_VERSION {rust} is older than rust-version {msrv}"
+    );
+
+    let env = builder
+        .iter()
+        .find(|i| i.keyword == "ENV")
+        .expect("builder ENV RUSTFLAGS");
+    assert_eq!(env.args, r#"RUSTFLAGS="-C target-feature=+crt-static""#);
+    assert!(
+        builder
+            .iter()
+            .any(|i| i.keyword == "COPY" && i.args == ". ."),
+        "COPY . . (the crate; .dockerignore trims it)"
+    );
+    let workdir = builder
+        .iter()
+        .find(|i| i.keyword == "WORKDIR")
+        .expect("WORKDIR")
+        .args
+        .clone();
+    let runs: Vec<&&Instr> = builder.iter().filter(|i| i.keyword == "RUN").collect();
+    assert_eq!(runs.len(), 1, "one RUN in the builder");
+    let script = &runs[0].args;
+    let steps: Vec<&str> = script.split(';').map(str::trim).collect();
+
+    // TARGETARCH -> Rust target triple.
+    let arms: Vec<(String, String)> = script
+        .split(";;")
+        .filter_map(|seg| {
+            let (arch, rest) = seg.split_once(')')?;
+            let triple = rest.trim().strip_prefix("triple=")?;
+            Some((
+                arch.split_whitespace().last()?.to_owned(),
+                triple.trim().to_owned(),
+            ))
+        })
+        .collect();
+    let arms_ref: Vec<(&str, &str)> = arms.iter().map(|(a, t)| (a.as_str(), t.as_str())).collect();
+    assert_eq!(
+        arms_ref,
+        [
+            ("amd64", "x86_64-unknown-linux-gnu"),
+            ("arm64", "aarch64-unknown-linux-gnu")
+        ]
+    );
+
+    // cargo build --release --target "$triple", then install target/$triple/release/volprep.
+    let build = steps
+        .iter()
+        .find(|s| s.starts_with("cargo build"))
+        .expect("cargo build step");
+    let build_words = words(build);
+    let target_at = build_words
+        .iter()
+        .position(|w| w == "--target")
+        .expect("--target");
+    assert_eq!(build_words[target_at + 1], "$triple");
+    assert!(
+        build_words.contains(&"--release".to_owned()) && !build.contains("--profile"),
+        "release profile: {build}"
+    );
+    assert!(
+        !build.contains("--target-dir") && !script.contains("CARGO_TARGET_DIR"),
+        "default target dir"
+    );
+    let install = words(
+        steps
+            .iter()
+            .find(|s| s.starts_with("install "))
+            .expect("install step"),
+    );
+    let bin = cargo_toml_value("package", "name").expect("package name");
+    assert!(
+        !read("Cargo.toml").contains("[[bin]]"),
+        "a [[bin]] section may rename the binary: update this test"
+    );
+    let produced = format!("target/$triple/release/{bin}");
+    assert_eq!(
+        install[install.len() - 2],
+        produced,
+        "install takes what cargo produced (relative to WORKDIR {workdir})"
+    );
+    let built = install.last().expect("install destination").clone();
+
+    // Final stage: scratch, only the binary.
+    assert_eq!(last[0].args, "scratch", "final stage FROM scratch");
+    let kinds: BTreeSet<&str> = last[1..].iter().map(|i| i.keyword.as_str()).collect();
+    let allowed: BTreeSet<&str> = ["ARG", "LABEL", "COPY", "ENTRYPOINT"].into();
+    assert!(
+        kinds.is_subset(&allowed),
+        "scratch has no shell: only {allowed:?} in the final stage, found {kinds:?}"
+    );
+    let copies: Vec<Vec<String>> = last
+        .iter()
+        .filter(|i| i.keyword == "COPY")
+        .map(|i| words(&i.args))
+        .collect();
+    assert_eq!(
+        copies,
+        [vec![
+            "--from=builder".to_owned(),
+            built,
+            "/volprep".to_owned()
+        ]],
+        "COPY of the built binary"
+    );
+    let entry = last
+        .iter()
+        .find(|i| i.keyword == "ENTRYPOINT")
+        .expect("ENTRYPOINT");
+    let entry: Vec<String> =
+        serde_json::from_str(&entry.args).expect("ENTRYPOINT in exec (JSON) form");
+    assert_eq!(entry, ["/volprep"]);
+    assert!(
+        !instrs.iter().any(|i| i.keyword == "USER"),
+        "runs as root with capabilities dropped by the pod spec"
+    );
+
+    // OCI labels.
+    let labels: Vec<(String, String)> = last
+        .iter()
+        .filter(|i| i.keyword == "LABEL")
+        .flat_map(|i| words(&i.args))
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("LABEL key=value");
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    let label = |k: &str| {
+        labels
+            .iter()
+            .find(|(key, _)| key == &format!("org.opencontainers.image.{k}"))
+            .map(|(_, v)| v.clone())
+    };
+    for k in ["title", "description", "version", "revision", "licenses"] {
+        assert!(label(k).is_some(), "LABEL org.opencontainers.image.{k}");
+    }
+    assert_eq!(label("title").as_deref(), Some(bin.as_str()));
+    assert_eq!(label("licenses"), cargo_toml_value("package", "license"));
+    assert_eq!(label("version").as_deref(), Some("${VERSION}"));
+    let version_arg = last
+        .iter()
+        .find(|i| i.keyword == "ARG" && i.args.starts_with("VERSION="))
+        .expect("ARG VERSION=");
+    assert_eq!(
+        Some(version_arg.args["VERSION=".len()..].to_owned()),
+        cargo_toml_value("package", "version"),
+        "ARG VERSION default"
+    );
+
+    // The release profile exists and strips; .dockerignore keeps target/ and .git out.
+    assert_eq!(
+        cargo_toml_value("profile.release", "strip").as_deref(),
+        Some("true"),
+        "[profile.release] strip = true"
+    );
+    let ignore = read(".dockerignore");
+    for entry in ["target", ".git"] {
+        assert!(
+            ignore
+                .lines()
+                .any(|l| l.trim().trim_end_matches('/') == entry),
+            ".dockerignore: {entry}"
+        );
+    }
+
+    // .ci/static.sh builds the same way for x86_64.
+    let ci = read(".ci/static.sh");
+    assert!(
+        ci.contains(r#"RUSTFLAGS="-C target-feature=+crt-static""#),
+        ".ci/static.sh RUSTFLAGS"
+    );
+    assert!(
+        ci.contains(r#"triple="x86_64-unknown-linux-gnu""#),
+        ".ci/static.sh triple"
+    );
+    let flags = |s: &str| {
+        words(s)
+            .into_iter()
+            .filter(|w| w.starts_with("--") && w != "--manifest-path")
+            .collect::<Vec<_>>()
+    };
+    let ci_build = ci
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("cargo build"))
+        .expect(".ci/static.sh cargo build");
+    assert_eq!(
+        flags(ci_build),
+        flags(build),
+        "same cargo build flags in .ci/static.sh and the Dockerfile"
+    );
+}
+
+#[test]
+fn yaml_config_and_gitignore_cover_the_examples() {
+    let yl = read(".yamllint");
+    assert!(
+        yl.contains("examples/helm/*/templates/"),
+        ".yamllint ignores the Go templates"
+    );
+    let gi = read("examples/.gitignore");
+    assert!(
+        gi.contains("helm/*/charts/"),
+        "examples/.gitignore: packaged dependencies"
+    );
+}
