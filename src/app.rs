@@ -40,29 +40,45 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
 }
 
 fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCode, Error> {
-    let spec = args.spec.to_spec().map_err(Error::Usage)?;
+    let targets = args.targets().map_err(Error::Usage)?;
     let opts = args.run_options(mode, log_format == LogFormat::Text);
     let pool = rayon_core::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .thread_name(|i| format!("volprep-{i}"))
         .build()
         .map_err(|e| Error::Usage(format!("cannot start {} threads: {e}", opts.threads)))?;
-    let mut volumes = Vec::new();
-    let mut codes = Vec::new();
-    for path in &args.paths {
-        let vol = match pool.install(|| volume::run(path, &spec, &opts)) {
-            Ok(v) => {
-                info!("{}", v.summary());
-                v
-            }
-            Err(e) => {
-                tracing::error!("{e}");
-                VolumeReport::failed(path, &spec, opts.threads, &e)
-            }
-        };
-        codes.push(volume_exit_code(&vol, args.max_errors));
-        volumes.push(vol);
-    }
+    // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
+    let mut volumes: Vec<VolumeReport> =
+        args.sticky.iter().map(|p| sticky_report(p, mode)).collect();
+    let walked: Vec<VolumeReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = targets
+            .iter()
+            .map(|(path, spec)| {
+                let (pool, opts) = (&pool, &opts);
+                s.spawn(
+                    move || match pool.install(|| volume::run(path, spec, opts)) {
+                        Ok(v) => {
+                            info!("{}", v.summary());
+                            v
+                        }
+                        Err(e) => {
+                            tracing::error!("{e}");
+                            VolumeReport::failed(path, spec, opts.threads, &e)
+                        }
+                    },
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    volumes.extend(walked);
+    let codes: Vec<ExitCode> = volumes
+        .iter()
+        .map(|v| volume_exit_code(v, args.max_errors))
+        .collect();
     if let Some(dest) = &args.report {
         report::write(
             &Report {
@@ -73,6 +89,22 @@ fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCo
         )?;
     }
     Ok(ExitCode::merge(codes))
+}
+
+fn sticky_report(path: &std::path::Path, mode: Mode) -> VolumeReport {
+    crate::sticky::run(path, mode).unwrap_or_else(|e| {
+        tracing::error!("{e}");
+        let spec = crate::spec::Spec {
+            fs_group: None,
+            owner_uid: None,
+            owner_gid: None,
+            read_only: false,
+        };
+        VolumeReport {
+            spec: "sticky".into(),
+            ..VolumeReport::failed(path, &spec, 1, &e)
+        }
+    })
 }
 
 /// The exit code one volume's outcome stands for.

@@ -128,9 +128,69 @@ pub struct PassArgs {
           env = "VOLPREP_LOCK_TIMEOUT")]
     pub lock_timeout: std::time::Duration,
 
-    /// Volume roots (directories) to prepare.
-    #[arg(required = true, value_name = "PATH")]
+    /// A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only' (keys as the
+    /// spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES takes
+    /// several, separated by ';' or newlines.
+    #[arg(long = "volume", value_name = "PATH,KEY=VALUE,...", value_parser = parse_volume)]
+    pub volumes: Vec<(PathBuf, SpecArgs)>,
+
+    /// Make PATH a shared temp dir like /tmp: mode 01777, created if missing (its parent must
+    /// exist), not recursive. Repeatable; VOLPREP_STICKY takes several, separated by ':'.
+    #[arg(
+        long,
+        value_name = "PATH",
+        env = "VOLPREP_STICKY",
+        value_delimiter = ':'
+    )]
+    pub sticky: Vec<PathBuf>,
+
+    /// Volume roots (directories) to prepare with the spec flags above.
+    #[arg(value_name = "PATH", required_unless_present_any = ["volumes", "sticky"])]
     pub paths: Vec<PathBuf>,
+}
+
+/// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only`.
+pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
+    let mut path = None;
+    let mut spec = SpecArgs {
+        fs_group: None,
+        owner: None,
+        read_only: false,
+    };
+    for (i, item) in s.split(',').map(str::trim).enumerate() {
+        let (key, value) = match item.split_once('=') {
+            Some((k, v)) => (k.trim(), Some(v.trim())),
+            None if i == 0 => ("path", Some(item)),
+            None => (item, None),
+        };
+        match (key, value) {
+            ("path", Some(v)) if !v.is_empty() => path = Some(PathBuf::from(v)),
+            ("fs-group", Some(v)) => spec.fs_group = Some(spec::parse_id(v)?),
+            ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
+            ("read-only", None) => spec.read_only = true,
+            ("read-only", Some(v)) => spec.read_only = matches!(v, "true" | "1" | "yes"),
+            _ => {
+                return Err(format!(
+                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only"
+                ));
+            }
+        }
+    }
+    let path = path.ok_or_else(|| format!("'{s}' names no path"))?;
+    spec.to_spec()?;
+    Ok((path, spec))
+}
+
+/// `VOLPREP_VOLUMES`: `--volume` values separated by ';' or newlines.
+pub fn volumes_from_env() -> Result<Vec<(PathBuf, SpecArgs)>, String> {
+    let Ok(v) = std::env::var("VOLPREP_VOLUMES") else {
+        return Ok(Vec::new());
+    };
+    v.split([';', '\n'])
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(parse_volume)
+        .collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -221,6 +281,34 @@ impl SpecArgs {
 }
 
 impl PassArgs {
+    /// Every volume to walk with its spec: the PATHs with the spec flags, then each `--volume`
+    /// (from the command line, or else from VOLPREP_VOLUMES).
+    pub fn targets(&self) -> Result<Vec<(PathBuf, Spec)>, String> {
+        let mut out = Vec::new();
+        if !self.paths.is_empty() {
+            let spec = self.spec.to_spec()?;
+            out.extend(self.paths.iter().map(|p| (p.clone(), spec.clone())));
+        } else if self.spec.fs_group.is_some() || self.spec.owner.is_some() {
+            return Err("spec flags given but no PATH to apply them to".into());
+        }
+        let env_volumes;
+        let volumes = if self.volumes.is_empty() {
+            env_volumes = volumes_from_env()?;
+            &env_volumes
+        } else {
+            &self.volumes
+        };
+        for (p, s) in volumes {
+            out.push((p.clone(), s.to_spec()?));
+        }
+        if out.is_empty() && self.sticky.is_empty() {
+            return Err(
+                "nothing to do: give PATHs with --fs-group/--owner, --volume or --sticky".into(),
+            );
+        }
+        Ok(out)
+    }
+
     pub fn run_options(&self, mode: Mode, text_logs: bool) -> RunOptions {
         RunOptions {
             mode,
@@ -296,5 +384,52 @@ mod tests {
     #[test]
     fn a_path_is_required() {
         assert!(parse(&["apply", "--fs-group", "1"]).is_err());
+    }
+
+    #[test]
+    fn volumes_carry_their_own_specs() {
+        let cli = parse(&[
+            "apply",
+            "--fs-group",
+            "2000",
+            "/volumes/data",
+            "--volume",
+            "/volumes/cache,owner=1001:2000",
+            "--volume",
+            "path=/volumes/ro,fs-group=3000,read-only",
+            "--sticky",
+            "/volumes/tmp",
+        ])
+        .unwrap();
+        let Command::Apply(a) = cli.command else {
+            panic!()
+        };
+        let t = a.targets().unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            (t[0].0.to_str(), t[0].1.fs_group),
+            (Some("/volumes/data"), Some(2000))
+        );
+        assert_eq!(
+            (t[1].1.owner_uid, t[1].1.gid(), t[1].1.fs_group),
+            (Some(1001), Some(2000), None)
+        );
+        assert!(t[2].1.read_only && t[2].1.fs_group == Some(3000));
+        assert_eq!(a.sticky, vec![PathBuf::from("/volumes/tmp")]);
+    }
+
+    #[test]
+    fn bad_volume_values_are_usage_errors() {
+        for bad in [
+            "",
+            "fs-group=1",
+            "/v,fs-group=-1",
+            "/v,color=red",
+            "/v",
+            "/v,read-only",
+        ] {
+            assert!(parse_volume(bad).is_err(), "{bad}");
+        }
+        assert!(parse(&["apply", "--sticky", "/t"]).is_ok());
     }
 }

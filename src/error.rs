@@ -53,6 +53,7 @@ pub enum Op {
     Chmod,
     Xattr,
     Lock,
+    Mkdir,
 }
 
 impl fmt::Display for Op {
@@ -65,6 +66,7 @@ impl fmt::Display for Op {
             Op::Chmod => "chmod",
             Op::Xattr => "xattr",
             Op::Lock => "lock",
+            Op::Mkdir => "mkdir",
         };
         f.write_str(s)
     }

@@ -14,6 +14,7 @@ mod progress;
 mod report;
 mod spec;
 mod status;
+mod sticky;
 mod sys;
 mod volume;
 mod walk;

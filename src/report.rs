@@ -30,6 +30,8 @@ pub enum Action {
     Skipped,
     /// The volume could not be prepared at all (see `fatal`).
     Failed,
+    /// `--sticky`: a shared temp dir was made (see `sticky`).
+    Sticky,
 }
 
 /// One per-entry failure.
@@ -88,6 +90,9 @@ pub struct VolumeReport {
     pub skipped_subtrees: u64,
     pub elapsed_ms: u64,
     pub entries_per_s: u64,
+    /// What `--sticky` found and did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sticky: Option<StickyOutcome>,
     /// The error that stopped this volume before or during its walk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fatal: Option<String>,
@@ -129,6 +134,7 @@ impl VolumeReport {
             skipped_subtrees: 0,
             elapsed_ms: 0,
             entries_per_s: 0,
+            sticky: None,
             fatal: None,
         }
     }
@@ -137,6 +143,9 @@ impl VolumeReport {
     pub fn summary(&self) -> String {
         if let Some(f) = &self.fatal {
             return format!("{}: failed: {f}", self.path);
+        }
+        if self.sticky.is_some() {
+            return format!("{}: sticky temp dir: {}", self.path, self.reason);
         }
         if self.action == Action::Skipped {
             return format!(
@@ -173,6 +182,16 @@ impl VolumeReport {
         s += &format!(", {} error(s)", self.errors);
         s
     }
+}
+
+/// What `--sticky` found and did to a temp dir.
+#[derive(Debug, Clone, Serialize)]
+pub struct StickyOutcome {
+    /// The directory did not exist and was made.
+    pub created: bool,
+    /// Its mode before (octal), when it existed.
+    pub mode_before: Option<String>,
+    pub mode_after: String,
 }
 
 /// Writes the report as one JSON document to `dest` (`-`: stdout).

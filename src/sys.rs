@@ -337,3 +337,8 @@ fn fs_name(magic: i64) -> String {
     }
     .to_string()
 }
+
+/// `mkdirat(dir, name, mode)`: never follows a symlink at `name` (EEXIST instead).
+pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), Errno> {
+    retry(|| rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode)))
+}
