@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::snap::{ROOT, conforms, kubelet_reference, kubelet_target};
+use common::snap::{self, ROOT, conforms, kubelet_reference, kubelet_target};
 use common::tree::{self, GenOpts};
 use common::*;
 
@@ -103,6 +103,51 @@ fn apply_equals_kubelet_on_ext4_with_1k_blocks() {
     }
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 256, &["-b", "1024"]);
     equivalence(fs.path(), false, &[]);
+}
+
+/// Setuid/setgid files need a chmod after their chown (which clears the bits). One of them
+/// below a path longer than PATH_MAX must be fixed like the others, and must not keep the
+/// others from being fixed (ext4: an xattr holds at most one block).
+#[test]
+fn setuid_files_below_a_long_path_on_ext4() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 128);
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for i in 0..20 {
+        t.file(format!("s{i}"), 1000, 1000, 0o4755)
+            .file(format!("g{i}"), 1000, 1000, 0o2755);
+    }
+    for d in ["a", "b", "c", "d", "e"] {
+        t.dir(d, 0, 0, 0o755);
+        for i in 0..10 {
+            t.file(format!("{d}/s{i}"), 1000, 1000, 0o4755);
+        }
+    }
+    let long = tree::long_path();
+    t.file(format!("{long}/setuid"), 1000, 1000, 0o4755);
+    t.file(format!("{long}/setgid"), 1000, 1000, 0o2755);
+    let want = fs.path().join("reference");
+    t.build(&want);
+    kubelet_reference(&want, GID, false, Mounts::Skip);
+    let mut failures = Vec::new();
+    for threads in ["1", "8"] {
+        let got = fs.path().join(format!("threads-{threads}"));
+        t.build(&got);
+        let run = pass("apply", &["--fs-group", "2000", "--threads", threads], &got);
+        let diff = snap::diff(&snapshot(&want), &snapshot(&got), Meta::attrs);
+        if run.code != 0 || !diff.is_empty() {
+            failures.push(format!(
+                "--threads {threads}: exit code {}, {} entries differ from the reference (left):\n  {}",
+                run.code,
+                diff.len(),
+                diff.iter().take(30).cloned().collect::<Vec<_>>().join("\n  ")
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]

@@ -9,6 +9,7 @@ pub mod snap;
 pub mod tree;
 
 use std::ffi::OsStr;
+use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -45,7 +46,10 @@ pub fn privileged(tools: &[&str]) -> bool {
     if std::env::var_os(PRIVILEGED_ENV).is_some_and(|v| v == "1") {
         panic!("{test}: privileged test cannot run: {why} (and {PRIVILEGED_ENV}=1)");
     }
-    eprintln!(
+    // Straight to the process's stderr: libtest captures `eprintln!` of passing tests, and a
+    // skip must be seen.
+    let _ = writeln!(
+        std::io::stderr().lock(),
         "SKIPPED {test}: privileged test cannot run: {why}; {PRIVILEGED_ENV}=1 turns this into a failure"
     );
     false
