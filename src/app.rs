@@ -18,10 +18,7 @@ pub fn init_logging(format: LogFormat, level: &str) {
         .ok()
         .and_then(|v| EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info")));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
@@ -48,62 +45,54 @@ fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCo
         .build()
         .map_err(|e| Error::Usage(format!("cannot start {} threads: {e}", opts.threads)))?;
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
-    let mut volumes: Vec<VolumeReport> =
-        args.sticky.iter().map(|p| sticky_report(p, mode)).collect();
+    let mut volumes: Vec<VolumeReport> = args.sticky.iter().map(|p| sticky_report(p, mode)).collect();
     let walked: Vec<VolumeReport> = std::thread::scope(|s| {
         let handles: Vec<_> = targets
             .iter()
             .map(|(path, spec)| {
                 let (pool, opts) = (&pool, &opts);
-                s.spawn(
-                    move || match pool.install(|| volume::run(path, spec, opts)) {
-                        Ok(v) => {
-                            info!("{}", v.summary());
-                            v
-                        }
-                        Err(e) => {
-                            tracing::error!("{e}");
-                            VolumeReport::failed(path, spec, opts.threads, &e)
-                        }
-                    },
-                )
+                s.spawn(move || match pool.install(|| volume::run(path, spec, opts)) {
+                    Ok(v) => {
+                        info!("{}", v.summary());
+                        v
+                    }
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        VolumeReport::failed(path, spec, opts.threads, &e)
+                    }
+                })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     volumes.extend(walked);
-    let codes: Vec<ExitCode> = volumes
-        .iter()
-        .map(|v| volume_exit_code(v, args.max_errors))
-        .collect();
+    let codes: Vec<ExitCode> = volumes.iter().map(|v| volume_exit_code(v, args.max_errors)).collect();
+    write_termination_log(args.termination_log.as_deref(), &volumes);
     if let Some(dest) = &args.report {
-        report::write(
-            &Report {
-                version: 1,
-                volumes,
-            },
-            dest,
-        )?;
+        report::write(&Report { version: 1, volumes }, dest)?;
     }
     Ok(ExitCode::merge(codes))
+}
+
+/// Writes the summaries where Kubernetes shows them as the container's termination message:
+/// `--termination-log PATH`, else /dev/termination-log when it exists. A failure is a warning.
+fn write_termination_log(path: Option<&std::path::Path>, volumes: &[VolumeReport]) {
+    let default = std::path::Path::new("/dev/termination-log");
+    let path = match path {
+        Some(p) => p,
+        None if default.exists() => default,
+        None => return,
+    };
+    if let Err(e) = std::fs::write(path, report::termination_message(volumes)) {
+        tracing::warn!("{}: cannot write the termination message: {e}", path.display());
+    }
 }
 
 fn sticky_report(path: &std::path::Path, mode: Mode) -> VolumeReport {
     crate::sticky::run(path, mode).unwrap_or_else(|e| {
         tracing::error!("{e}");
-        let spec = crate::spec::Spec {
-            fs_group: None,
-            owner_uid: None,
-            owner_gid: None,
-            read_only: false,
-        };
-        VolumeReport {
-            spec: "sticky".into(),
-            ..VolumeReport::failed(path, &spec, 1, &e)
-        }
+        let spec = crate::spec::Spec { fs_group: None, owner_uid: None, owner_gid: None, read_only: false };
+        VolumeReport { spec: "sticky".into(), ..VolumeReport::failed(path, &spec, 1, &e) }
     })
 }
 

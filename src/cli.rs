@@ -74,13 +74,7 @@ pub struct PassArgs {
     pub spec: SpecArgs,
 
     /// Worker threads (0: automatic, 4 per core, at least 8).
-    #[arg(
-        long,
-        short = 'j',
-        value_name = "N",
-        default_value_t = 0,
-        env = "VOLPREP_THREADS"
-    )]
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS")]
     pub threads: usize,
 
     /// Enter directories on other filesystems (nested mounts); by default they are skipped.
@@ -88,17 +82,17 @@ pub struct PassArgs {
     pub cross_devices: bool,
 
     /// Per-entry errors tolerated before the exit code becomes 1 (they are always reported).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 0,
-        env = "VOLPREP_MAX_ERRORS"
-    )]
+    #[arg(long, value_name = "N", default_value_t = 0, env = "VOLPREP_MAX_ERRORS")]
     pub max_errors: u64,
 
     /// Write the JSON report to FILE ('-': stdout).
     #[arg(long, value_name = "FILE", env = "VOLPREP_REPORT")]
     pub report: Option<PathBuf>,
+
+    /// Write a one-line summary per volume (at most 4096 bytes) to this Kubernetes termination
+    /// message file. Default: /dev/termination-log when it exists and is writable.
+    #[arg(long, value_name = "PATH", env = "VOLPREP_TERMINATION_LOG")]
+    pub termination_log: Option<PathBuf>,
 
     /// When a valid marker is enough: 'marker' skips a volume whose marker says done for this
     /// spec and whose root conforms; 'full' always walks (changing only what differs).
@@ -136,12 +130,7 @@ pub struct PassArgs {
 
     /// Make PATH a shared temp dir like /tmp: mode 01777, created if missing (its parent must
     /// exist), not recursive. Repeatable; VOLPREP_STICKY takes several, separated by ':'.
-    #[arg(
-        long,
-        value_name = "PATH",
-        env = "VOLPREP_STICKY",
-        value_delimiter = ':'
-    )]
+    #[arg(long, value_name = "PATH", env = "VOLPREP_STICKY", value_delimiter = ':')]
     pub sticky: Vec<PathBuf>,
 
     /// Volume roots (directories) to prepare with the spec flags above.
@@ -152,11 +141,7 @@ pub struct PassArgs {
 /// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only`.
 pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
     let mut path = None;
-    let mut spec = SpecArgs {
-        fs_group: None,
-        owner: None,
-        read_only: false,
-    };
+    let mut spec = SpecArgs { fs_group: None, owner: None, read_only: false };
     for (i, item) in s.split(',').map(str::trim).enumerate() {
         let (key, value) = match item.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v.trim())),
@@ -170,9 +155,7 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("read-only", None) => spec.read_only = true,
             ("read-only", Some(v)) => spec.read_only = matches!(v, "true" | "1" | "yes"),
             _ => {
-                return Err(format!(
-                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only"
-                ));
+                return Err(format!("'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only"));
             }
         }
     }
@@ -186,11 +169,7 @@ pub fn volumes_from_env() -> Result<Vec<(PathBuf, SpecArgs)>, String> {
     let Ok(v) = std::env::var("VOLPREP_VOLUMES") else {
         return Ok(Vec::new());
     };
-    v.split([';', '\n'])
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(parse_volume)
-        .collect()
+    v.split([';', '\n']).map(str::trim).filter(|s| !s.is_empty()).map(parse_volume).collect()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -228,13 +207,7 @@ pub struct InspectArgs {
     pub json: bool,
 
     /// Worker threads (0: automatic, 4 per core, at least 8).
-    #[arg(
-        long,
-        short = 'j',
-        value_name = "N",
-        default_value_t = 0,
-        env = "VOLPREP_THREADS"
-    )]
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS")]
     pub threads: usize,
 
     /// Enter directories on other filesystems (nested mounts); by default they are listed only.
@@ -271,7 +244,10 @@ impl SpecArgs {
             read_only: self.read_only,
         };
         if spec.is_empty() {
-            return Err("nothing to do: give --fs-group GID and/or --owner UID[:GID] (or VOLPREP_FS_GROUP / VOLPREP_OWNER)".into());
+            return Err(
+                "nothing to do: give --fs-group GID and/or --owner UID[:GID] (or VOLPREP_FS_GROUP / VOLPREP_OWNER)"
+                    .into(),
+            );
         }
         if spec.read_only && spec.fs_group.is_none() {
             return Err("--read-only changes the fsGroup mode policy: it needs --fs-group".into());
@@ -302,9 +278,7 @@ impl PassArgs {
             out.push((p.clone(), s.to_spec()?));
         }
         if out.is_empty() && self.sticky.is_empty() {
-            return Err(
-                "nothing to do: give PATHs with --fs-group/--owner, --volume or --sticky".into(),
-            );
+            return Err("nothing to do: give PATHs with --fs-group/--owner, --volume or --sticky".into());
         }
         Ok(out)
     }
@@ -348,14 +322,9 @@ mod tests {
     #[test]
     fn spec_flags_build_the_spec() {
         let cli = parse(&["apply", "--fs-group", "2000", "--owner", "1001", "/v"]).unwrap();
-        let Command::Apply(a) = cli.command else {
-            panic!()
-        };
+        let Command::Apply(a) = cli.command else { panic!() };
         let s = a.spec.to_spec().unwrap();
-        assert_eq!(
-            (s.fs_group, s.owner_uid, s.owner_gid),
-            (Some(2000), Some(1001), None)
-        );
+        assert_eq!((s.fs_group, s.owner_uid, s.owner_gid), (Some(2000), Some(1001), None));
     }
 
     #[test]
@@ -370,14 +339,10 @@ mod tests {
     #[test]
     fn empty_spec_and_lone_read_only_are_refused() {
         let cli = parse(&["check", "/v"]).unwrap();
-        let Command::Check(a) = cli.command else {
-            panic!()
-        };
+        let Command::Check(a) = cli.command else { panic!() };
         assert!(a.spec.to_spec().is_err());
         let cli = parse(&["check", "--read-only", "--owner", "1", "/v"]).unwrap();
-        let Command::Check(a) = cli.command else {
-            panic!()
-        };
+        let Command::Check(a) = cli.command else { panic!() };
         assert!(a.spec.to_spec().is_err());
     }
 
@@ -401,33 +366,18 @@ mod tests {
             "/volumes/tmp",
         ])
         .unwrap();
-        let Command::Apply(a) = cli.command else {
-            panic!()
-        };
+        let Command::Apply(a) = cli.command else { panic!() };
         let t = a.targets().unwrap();
         assert_eq!(t.len(), 3);
-        assert_eq!(
-            (t[0].0.to_str(), t[0].1.fs_group),
-            (Some("/volumes/data"), Some(2000))
-        );
-        assert_eq!(
-            (t[1].1.owner_uid, t[1].1.gid(), t[1].1.fs_group),
-            (Some(1001), Some(2000), None)
-        );
+        assert_eq!((t[0].0.to_str(), t[0].1.fs_group), (Some("/volumes/data"), Some(2000)));
+        assert_eq!((t[1].1.owner_uid, t[1].1.gid(), t[1].1.fs_group), (Some(1001), Some(2000), None));
         assert!(t[2].1.read_only && t[2].1.fs_group == Some(3000));
         assert_eq!(a.sticky, vec![PathBuf::from("/volumes/tmp")]);
     }
 
     #[test]
     fn bad_volume_values_are_usage_errors() {
-        for bad in [
-            "",
-            "fs-group=1",
-            "/v,fs-group=-1",
-            "/v,color=red",
-            "/v",
-            "/v,read-only",
-        ] {
+        for bad in ["", "fs-group=1", "/v,fs-group=-1", "/v,color=red", "/v", "/v,read-only"] {
             assert!(parse_volume(bad).is_err(), "{bad}");
         }
         assert!(parse(&["apply", "--sticky", "/t"]).is_ok());

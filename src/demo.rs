@@ -17,53 +17,23 @@ use crate::volume::{self, RunOptions};
 pub fn run(args: &DemoArgs) -> Result<ExitCode, Error> {
     let (dir, made_temp) = match &args.dir {
         Some(d) => (d.clone(), false),
-        None => (
-            std::env::temp_dir().join(format!("volprep-demo-{}", std::process::id())),
-            true,
-        ),
+        None => (std::env::temp_dir().join(format!("volprep-demo-{}", std::process::id())), true),
     };
     let is_root = rustix::process::geteuid().is_root();
     // As root the demo uses the group an fsGroup would name; otherwise one the user may chown to.
-    let gid = if is_root {
-        2000
-    } else {
-        rustix::process::getegid().as_raw()
-    };
-    info!(
-        "making a demo volume of about {} entries in {}",
-        args.entries,
-        dir.display()
-    );
-    make_tree(&dir, args.entries, is_root).map_err(|e| Error::Other {
-        path: dir.clone(),
-        msg: e.to_string(),
-    })?;
+    let gid = if is_root { 2000 } else { rustix::process::getegid().as_raw() };
+    info!("making a demo volume of about {} entries in {}", args.entries, dir.display());
+    make_tree(&dir, args.entries, is_root).map_err(|e| Error::Other { path: dir.clone(), msg: e.to_string() })?;
 
-    let spec = Spec {
-        fs_group: Some(gid),
-        owner_uid: None,
-        owner_gid: None,
-        read_only: false,
-    };
+    let spec = Spec { fs_group: Some(gid), owner_uid: None, owner_gid: None, read_only: false };
     let threads = resolve_threads(0);
-    let pool = rayon_core::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("thread pool");
+    let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
     let mut volumes = Vec::new();
-    for (step, mode) in [
-        ("1/3 check", Mode::Check),
-        ("2/3 apply", Mode::Apply),
-        ("3/3 check", Mode::Check),
-    ] {
+    for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {
         let opts = RunOptions::new(mode, threads);
         info!(
             "step {step}: volprep {} --fs-group {gid} {}",
-            if mode == Mode::Apply {
-                "apply"
-            } else {
-                "check"
-            },
+            if mode == Mode::Apply { "apply" } else { "check" },
             dir.display()
         );
         let vol = pool.install(|| volume::run(&dir, &spec, &opts))?;
@@ -72,37 +42,16 @@ pub fn run(args: &DemoArgs) -> Result<ExitCode, Error> {
     }
     let last = volumes.last().expect("three steps");
     let ok = last.changed_owner + last.changed_mode == 0 && volumes.iter().all(|v| v.errors == 0);
-    report::write(
-        &Report {
-            version: 1,
-            volumes,
-        },
-        Path::new("-"),
-    )?;
+    report::write(&Report { version: 1, volumes }, Path::new("-"))?;
     if args.keep || !made_temp {
         info!("demo volume kept at {}", dir.display());
     } else {
         fs::remove_dir_all(&dir).map_err(|e| {
-            Error::sys(
-                &dir,
-                Op::Open,
-                rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO),
-            )
+            Error::sys(&dir, Op::Open, rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))
         })?;
     }
-    info!(
-        "demo {}",
-        if ok {
-            "done: the volume conforms"
-        } else {
-            "found a problem (see above)"
-        }
-    );
-    Ok(if ok {
-        ExitCode::Success
-    } else {
-        ExitCode::Failure
-    })
+    info!("demo {}", if ok { "done: the volume conforms" } else { "found a problem (see above)" });
+    Ok(if ok { ExitCode::Success } else { ExitCode::Failure })
 }
 
 /// A deterministic tree of about `entries` entries: repositories with fan-out directories of
@@ -129,18 +78,12 @@ fn make_tree(dir: &Path, entries: u64, is_root: bool) -> std::io::Result<()> {
         for fan in 0..16 {
             let d = r.join(format!(".git/objects/{:02x}", next() & 0xff));
             fs::create_dir_all(&d)?;
-            fs::set_permissions(
-                &d,
-                fs::Permissions::from_mode(if fan % 3 == 0 { 0o700 } else { 0o755 }),
-            )?;
+            fs::set_permissions(&d, fs::Permissions::from_mode(if fan % 3 == 0 { 0o700 } else { 0o755 }))?;
             made += 1;
             for _ in 0..20 {
                 let f = d.join(format!("{:038x}", next()));
                 fs::write(&f, b"x")?;
-                fs::set_permissions(
-                    &f,
-                    fs::Permissions::from_mode(if next() % 4 == 0 { 0o600 } else { 0o644 }),
-                )?;
+                fs::set_permissions(&f, fs::Permissions::from_mode(if next() % 4 == 0 { 0o600 } else { 0o644 }))?;
                 if is_root && next() % 3 == 0 {
                     lchown(&f, Some(100 + (next() % 3) as u32), Some(100))?;
                 }

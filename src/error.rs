@@ -24,15 +24,13 @@ impl ExitCode {
     /// The code of a run made of several outcomes: the most severe wins
     /// (failure over "would change" over success).
     pub fn merge(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
-        codes
-            .into_iter()
-            .fold(ExitCode::Success, |acc, c| match (acc, c) {
-                (ExitCode::Interrupted, _) | (_, ExitCode::Interrupted) => ExitCode::Interrupted,
-                (ExitCode::Usage, _) | (_, ExitCode::Usage) => ExitCode::Usage,
-                (ExitCode::Failure, _) | (_, ExitCode::Failure) => ExitCode::Failure,
-                (ExitCode::WouldChange, _) | (_, ExitCode::WouldChange) => ExitCode::WouldChange,
-                _ => ExitCode::Success,
-            })
+        codes.into_iter().fold(ExitCode::Success, |acc, c| match (acc, c) {
+            (ExitCode::Interrupted, _) | (_, ExitCode::Interrupted) => ExitCode::Interrupted,
+            (ExitCode::Usage, _) | (_, ExitCode::Usage) => ExitCode::Usage,
+            (ExitCode::Failure, _) | (_, ExitCode::Failure) => ExitCode::Failure,
+            (ExitCode::WouldChange, _) | (_, ExitCode::WouldChange) => ExitCode::WouldChange,
+            _ => ExitCode::Success,
+        })
     }
 }
 
@@ -91,11 +89,7 @@ pub enum Error {
 
 impl Error {
     pub fn sys(path: impl Into<PathBuf>, op: Op, errno: rustix::io::Errno) -> Error {
-        Error::Sys {
-            path: path.into(),
-            op,
-            errno: errno.raw_os_error(),
-        }
+        Error::Sys { path: path.into(), op, errno: errno.raw_os_error() }
     }
 
     /// The exit code this error stands for when it stops the run.
@@ -166,11 +160,7 @@ mod tests {
 
     #[test]
     fn sys_error_is_one_line_with_path_op_and_errno() {
-        let e = Error::Sys {
-            path: "/v/a\nb".into(),
-            op: Op::Chown,
-            errno: libc::EROFS,
-        };
+        let e = Error::Sys { path: "/v/a\nb".into(), op: Op::Chown, errno: libc::EROFS };
         let s = e.to_string();
         assert_eq!(s, "/v/a\\nb: chown failed: Read-only file system (EROFS)");
         assert!(!s.contains('\n'));

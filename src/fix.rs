@@ -43,8 +43,7 @@ pub fn decide(meta: &Meta, spec: &Spec) -> Change {
         Some(mask) if kind != Kind::Symlink => {
             let old = meta.perm();
             let want = old | mask;
-            let special_cleared =
-                chown && kind != Kind::Dir && old & (libc::S_ISUID | libc::S_ISGID) != 0;
+            let special_cleared = chown && kind != Kind::Dir && old & (libc::S_ISUID | libc::S_ISGID) != 0;
             (want != old || special_cleared).then_some(want)
         }
         _ => None,
@@ -70,12 +69,7 @@ pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), (Op, Errno)> {
 /// and re-stated, and the decision is made again from the pinned inode's own metadata, so the
 /// inode changed is the inode decided on, even if `name` was swapped meanwhile (for a symlink,
 /// the link itself; never its target). Returns the change made.
-pub fn fix_entry(
-    dir: BorrowedFd<'_>,
-    name: &CStr,
-    seen: &Meta,
-    spec: &Spec,
-) -> Result<Change, (Op, Errno)> {
+pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> Result<Change, (Op, Errno)> {
     if decide(seen, spec).is_none() {
         return Ok(Change::default());
     }
@@ -91,6 +85,10 @@ pub fn fix_entry(
 }
 
 /// Fixes a directory through its own fd, opened when the walk entered it and seen then as `seen`.
+///
+/// Without CAP_FSETID the kernel silently drops a directory's setgid bit on chmod when its group
+/// is not the caller's; the result is read back so that shows as an EPERM error, not a quiet
+/// half-prepared volume.
 pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, (Op, Errno)> {
     if decide(seen, spec).is_none() {
         return Ok(Change::default());
@@ -98,6 +96,12 @@ pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, (
     let now = sys::stat_fd(fd).map_err(|e| (Op::Stat, e))?;
     let change = decide(&now, spec);
     apply(fd, &change)?;
+    if change.mode.is_some_and(|m| m & libc::S_ISGID != 0) {
+        let after = sys::stat_fd(fd).map_err(|e| (Op::Stat, e))?;
+        if after.perm() & libc::S_ISGID == 0 {
+            return Err((Op::Chmod, Errno::PERM));
+        }
+    }
     Ok(change)
 }
 
@@ -106,22 +110,11 @@ mod tests {
     use super::*;
 
     fn meta(kind: u32, perm: u32, uid: u32, gid: u32) -> Meta {
-        Meta {
-            dev: 1,
-            ino: 2,
-            mode: kind | perm,
-            uid,
-            gid,
-        }
+        Meta { dev: 1, ino: 2, mode: kind | perm, uid, gid }
     }
 
     fn fs(g: u32) -> Spec {
-        Spec {
-            fs_group: Some(g),
-            owner_uid: None,
-            owner_gid: None,
-            read_only: false,
-        }
+        Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: false }
     }
 
     /// The kubelet's formula, written as it is in volume_linux.go, for comparison.
@@ -130,11 +123,7 @@ mod tests {
         if m.kind() == Kind::Dir {
             mask |= libc::S_ISGID | 0o110;
         }
-        let mode = if m.kind() == Kind::Symlink {
-            m.perm()
-        } else {
-            m.perm() | mask
-        };
+        let mode = if m.kind() == Kind::Symlink { m.perm() } else { m.perm() | mask };
         (m.uid, gid, mode)
     }
 
@@ -148,14 +137,7 @@ mod tests {
     #[test]
     fn symlink_gets_group_but_never_a_mode() {
         let c = decide(&meta(libc::S_IFLNK, 0o777, 5, 1), &fs(2000));
-        assert_eq!(
-            c,
-            Change {
-                uid: None,
-                gid: Some(2000),
-                mode: None
-            }
-        );
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: None });
     }
 
     #[test]
@@ -168,14 +150,7 @@ mod tests {
     #[test]
     fn setuid_file_gets_its_bits_back_after_a_chown() {
         let c = decide(&meta(libc::S_IFREG, 0o4755, 0, 1), &fs(2000));
-        assert_eq!(
-            c,
-            Change {
-                uid: None,
-                gid: Some(2000),
-                mode: Some(0o4775)
-            }
-        );
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: Some(0o4775) });
         // Without a chown there is nothing to restore.
         let c = decide(&meta(libc::S_IFREG, 0o4775, 0, 2000), &fs(2000));
         assert!(c.is_none());
@@ -183,47 +158,22 @@ mod tests {
 
     #[test]
     fn owner_alone_changes_ownership_only() {
-        let s = Spec {
-            fs_group: None,
-            owner_uid: Some(1001),
-            owner_gid: Some(1001),
-            read_only: false,
-        };
+        let s = Spec { fs_group: None, owner_uid: Some(1001), owner_gid: Some(1001), read_only: false };
         let c = decide(&meta(libc::S_IFREG, 0o600, 999, 999), &s);
-        assert_eq!(
-            c,
-            Change {
-                uid: Some(1001),
-                gid: Some(1001),
-                mode: None
-            }
-        );
-        let s = Spec {
-            owner_gid: None,
-            ..s
-        };
+        assert_eq!(c, Change { uid: Some(1001), gid: Some(1001), mode: None });
+        let s = Spec { owner_gid: None, ..s };
         assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 999, 999), &s).gid, None);
     }
 
     #[test]
     fn decide_matches_the_kubelet_formula_for_every_mode_and_kind() {
-        let kinds = [
-            libc::S_IFREG,
-            libc::S_IFDIR,
-            libc::S_IFLNK,
-            libc::S_IFIFO,
-            libc::S_IFSOCK,
-            libc::S_IFCHR,
-            libc::S_IFBLK,
-        ];
+        let kinds =
+            [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK, libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK];
         for kind in kinds {
             for perm in 0..=0o7777 {
                 for (gid, ro) in [(2000, false), (7, true)] {
                     let m = meta(kind, perm, 42, 7);
-                    let spec = Spec {
-                        read_only: ro,
-                        ..fs(gid)
-                    };
+                    let spec = Spec { read_only: ro, ..fs(gid) };
                     let c = decide(&m, &spec);
                     let (uid, g, mode) = kubelet(&m, gid, ro);
                     // The result after applying the change equals the kubelet's result ...
@@ -233,11 +183,7 @@ mod tests {
                         mode: (m.mode & libc::S_IFMT) | c.mode.unwrap_or(m.perm()),
                         ..m
                     };
-                    assert_eq!(
-                        (after.uid, after.gid, after.perm()),
-                        (uid, g, mode),
-                        "{kind:o} {perm:o}"
-                    );
+                    assert_eq!((after.uid, after.gid, after.perm()), (uid, g, mode), "{kind:o} {perm:o}");
                     // ... and is a fixed point.
                     assert!(decide(&after, &spec).is_none(), "{kind:o} {perm:o}");
                 }

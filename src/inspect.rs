@@ -48,34 +48,21 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode, Error> {
         .build()
         .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
     let root_fd = sys::open_root(path).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory {
-            path: path.to_path_buf(),
-        },
+        Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
         e => Error::sys(path, Op::Open, e),
     })?;
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
-    let apply_spec = args.fs_group.map(|g| Spec {
-        fs_group: Some(g),
-        owner_uid: None,
-        owner_gid: None,
-        read_only: args.read_only,
-    });
+    let apply_spec =
+        args.fs_group.map(|g| Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: args.read_only });
     let inspector = Inspector::new(apply_spec.as_ref(), args.read_only, threads);
     pool.install(|| Walk::new(&inspector, root.dev, args.cross_devices).run(root_fd, root));
     let report = inspector.finish(path, &root, threads, started);
-    let out = if args.json {
-        render::json(&report)
-    } else {
-        render::human(&report)
-    };
+    let out = if args.json { render::json(&report) } else { render::human(&report) };
     use std::io::Write;
     std::io::stdout()
         .lock()
         .write_all(out.as_bytes())
-        .map_err(|e| Error::Other {
-            path: "-".into(),
-            msg: format!("cannot write to stdout: {e}"),
-        })?;
+        .map_err(|e| Error::Other { path: "-".into(), msg: format!("cannot write to stdout: {e}") })?;
     Ok(ExitCode::Success)
 }
 
@@ -114,10 +101,7 @@ impl fmt::Display for RootMismatch {
 /// execMask`, 0550, read-only) and it has setgid. `None`: the kubelet would skip the volume.
 pub fn root_mismatch(root: &Meta, fs_group: u32, read_only: bool) -> Option<RootMismatch> {
     if root.gid != fs_group {
-        return Some(RootMismatch::Group {
-            have: root.gid,
-            want: fs_group,
-        });
+        return Some(RootMismatch::Group { have: root.gid, want: fs_group });
     }
     if root.kind() != Kind::Dir {
         return Some(RootMismatch::NotADirectory);
@@ -156,12 +140,7 @@ pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
 
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
 fn mode_policy(read_only: bool) -> Spec {
-    Spec {
-        fs_group: Some(0),
-        owner_uid: None,
-        owner_gid: None,
-        read_only,
-    }
+    Spec { fs_group: Some(0), owner_uid: None, owner_gid: None, read_only }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -170,11 +149,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A path relative to the root, escaped; the root itself is ".".
 fn show(rel: &Path) -> String {
-    if rel.as_os_str().is_empty() {
-        ".".into()
-    } else {
-        Escaped(rel.as_os_str()).to_string()
-    }
+    if rel.as_os_str().is_empty() { ".".into() } else { Escaped(rel.as_os_str()).to_string() }
 }
 
 /// A counted finding with its first examples.
@@ -185,10 +160,7 @@ struct Examples<T> {
 
 impl<T: Ord> Examples<T> {
     fn new() -> Self {
-        Examples {
-            count: AtomicU64::new(0),
-            list: Mutex::new(Vec::new()),
-        }
+        Examples { count: AtomicU64::new(0), list: Mutex::new(Vec::new()) }
     }
 
     /// Counts one; builds and keeps the example only while fewer than [`MAX_EXAMPLES`] are kept.
@@ -202,10 +174,7 @@ impl<T: Ord> Examples<T> {
     fn finish(self) -> Finding<T> {
         let mut examples = self.list.into_inner().unwrap_or_else(|e| e.into_inner());
         examples.sort();
-        Finding {
-            count: self.count.into_inner(),
-            examples,
-        }
+        Finding { count: self.count.into_inner(), examples }
     }
 }
 
@@ -231,9 +200,7 @@ impl<'a> Inspector<'a> {
     fn new(apply_spec: Option<&'a Spec>, read_only: bool, threads: usize) -> Self {
         Inspector {
             apply_spec,
-            policy: apply_spec
-                .cloned()
-                .unwrap_or_else(|| mode_policy(read_only)),
+            policy: apply_spec.cloned().unwrap_or_else(|| mode_policy(read_only)),
             counters: Counters::default(),
             changed: AtomicU64::new(0),
             owners: Owners::new(threads),
@@ -305,8 +272,7 @@ impl<'a> Inspector<'a> {
                     rewrites: entries,
                     chowns: entries,
                     chmods: entries - symlinks,
-                    on_root_mismatch: root_mismatch(root, gid, spec.read_only)
-                        .map_or("skips", |_| "walks"),
+                    on_root_mismatch: root_mismatch(root, gid, spec.read_only).map_or("skips", |_| "walks"),
                     reason: root_mismatch(root, gid, spec.read_only).map(|m| m.to_string()),
                 },
                 volprep_apply: render::ApplyView {
@@ -379,13 +345,7 @@ mod tests {
     use super::*;
 
     fn dir(perm: u32, gid: u32) -> Meta {
-        Meta {
-            dev: 1,
-            ino: 2,
-            mode: libc::S_IFDIR | perm,
-            uid: 0,
-            gid,
-        }
+        Meta { dev: 1, ino: 2, mode: libc::S_IFDIR | perm, uid: 0, gid }
     }
 
     #[test]
@@ -399,10 +359,7 @@ mod tests {
         assert!(!link_escapes(0, b"a/b"));
         assert!(!link_escapes(0, b"./a/../b"));
         assert!(link_escapes(0, b".."));
-        assert!(
-            link_escapes(0, b"../vol/a"),
-            "leaving the root counts, even to come back"
-        );
+        assert!(link_escapes(0, b"../vol/a"), "leaving the root counts, even to come back");
         assert!(!link_escapes(1, b"../b/g1"));
         assert!(link_escapes(1, b"../../.."));
         assert!(link_escapes(2, b"../../../x"));
@@ -420,33 +377,18 @@ mod tests {
         assert_eq!(root_mismatch(&dir(0o3777, 2000), 2000, false), None);
         assert_eq!(
             root_mismatch(&dir(0o2770, 1999), 2000, false),
-            Some(RootMismatch::Group {
-                have: 1999,
-                want: 2000
-            })
+            Some(RootMismatch::Group { have: 1999, want: 2000 })
         );
         assert_eq!(
             root_mismatch(&dir(0o2750, 2000), 2000, false),
-            Some(RootMismatch::Mode {
-                have: 0o750,
-                need: 0o770
-            })
+            Some(RootMismatch::Mode { have: 0o750, need: 0o770 })
         );
-        assert_eq!(
-            root_mismatch(&dir(0o0770, 2000), 2000, false),
-            Some(RootMismatch::NoSetgid)
-        );
+        assert_eq!(root_mismatch(&dir(0o0770, 2000), 2000, false), Some(RootMismatch::NoSetgid));
         // Read-only: 0550 and setgid suffice.
         assert_eq!(root_mismatch(&dir(0o2550, 2000), 2000, true), None);
         assert!(root_mismatch(&dir(0o2550, 2000), 2000, false).is_some());
-        let file = Meta {
-            mode: libc::S_IFREG | 0o2770,
-            ..dir(0, 2000)
-        };
-        assert_eq!(
-            root_mismatch(&file, 2000, false),
-            Some(RootMismatch::NotADirectory)
-        );
+        let file = Meta { mode: libc::S_IFREG | 0o2770, ..dir(0, 2000) };
+        assert_eq!(root_mismatch(&file, 2000, false), Some(RootMismatch::NotADirectory));
     }
 
     #[test]

@@ -64,11 +64,7 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn new(run: &str, digest: &str) -> Self {
-        Checkpoint {
-            run: run.into(),
-            digest: digest.into(),
-            ..Default::default()
-        }
+        Checkpoint { run: run.into(), digest: digest.into(), ..Default::default() }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -98,8 +94,7 @@ impl Marker {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Marker, String> {
-        let m: Marker =
-            serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {e}"))?;
+        let m: Marker = serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {e}"))?;
         if m.v != FORMAT {
             return Err(format!("marker format {} is not {FORMAT}", m.v));
         }
@@ -174,37 +169,24 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
     let m = match i.found {
         Found::Unsupported if i.verify == Verify::Marker && i.root_conforms => {
             return Decision::Skip(
-                "no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)"
-                    .into(),
+                "no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)".into(),
             );
         }
         Found::Unsupported => {
-            return walk(
-                "no xattr support here and the root does not conform".into(),
-                false,
-            );
+            return walk("no xattr support here and the root does not conform".into(), false);
         }
         Found::Absent => return walk("no marker".into(), false),
         Found::Unreadable(e) => return walk(e.clone(), false),
         Found::Marker(m) => m,
     };
     if m.digest != i.digest {
-        return walk(
-            format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec),
-            false,
-        );
+        return walk(format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec), false);
     }
     if m.state == State::InProgress {
-        return walk(
-            format!("previous pass (run {}) was interrupted: resuming", m.run),
-            true,
-        );
+        return walk(format!("previous pass (run {}) was interrupted: resuming", m.run), true);
     }
     if !i.root_conforms {
-        return walk(
-            "marker says done, but the root does not conform".into(),
-            false,
-        );
+        return walk("marker says done, but the root does not conform".into(), false);
     }
     if i.verify == Verify::Full {
         return walk("--verify full".into(), false);
@@ -212,19 +194,10 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
     let age = i.now.saturating_sub(m.finished.unwrap_or(m.started));
     if let Some(max) = i.reverify_after {
         if age > max.as_secs() {
-            return walk(
-                format!(
-                    "marker is {} old, more than --reverify-after",
-                    human_age(age)
-                ),
-                false,
-            );
+            return walk(format!("marker is {} old, more than --reverify-after", human_age(age)), false);
         }
     }
-    Decision::Skip(format!(
-        "marker says done for this spec ({} ago) and the root conforms",
-        human_age(age)
-    ))
+    Decision::Skip(format!("marker says done for this spec ({} ago) and the root conforms", human_age(age)))
 }
 
 /// `90061` → `1d1h1m`.
@@ -242,9 +215,7 @@ pub fn human_age(secs: u64) -> String {
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration like 500ms, 30s, 15m, 12h or 7d"))?;
+    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a duration like 500ms, 30s, 15m, 12h or 7d"))?;
     let millis = match unit {
         "ms" => 1,
         "" | "s" => 1000,
@@ -252,30 +223,20 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => 3_600_000,
         "d" => 86_400_000,
         _ => {
-            return Err(format!(
-                "'{s}': unknown unit '{unit}' (use ms, s, m, h or d)"
-            ));
+            return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h or d)"));
         }
     };
     Ok(Duration::from_millis(n.saturating_mul(millis)))
 }
 
 pub fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// A run id: unique enough to tell runs apart (time and pid), short enough for the marker.
 pub fn new_run_id() -> String {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "{:x}-{:x}",
-        (nanos / 1000) as u64 & 0xffff_ffff_ffff,
-        std::process::id()
-    )
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("{:x}-{:x}", (nanos / 1000) as u64 & 0xffff_ffff_ffff, std::process::id())
 }
 
 /// Reads the marker on the root.
@@ -359,36 +320,12 @@ mod tests {
         let done = Found::Marker(marker(State::Done, "d1"));
         let other = Found::Marker(marker(State::Done, "d0"));
         let cases: Vec<(Inputs<'_>, &str)> = vec![
-            (
-                Inputs {
-                    force: true,
-                    ..inputs(&done)
-                },
-                "--force",
-            ),
+            (Inputs { force: true, ..inputs(&done) }, "--force"),
             (inputs(&Found::Absent), "no marker"),
             (inputs(&other), "spec changed"),
-            (
-                Inputs {
-                    root_conforms: false,
-                    ..inputs(&done)
-                },
-                "root does not conform",
-            ),
-            (
-                Inputs {
-                    verify: Verify::Full,
-                    ..inputs(&done)
-                },
-                "--verify full",
-            ),
-            (
-                Inputs {
-                    reverify_after: Some(Duration::from_secs(60)),
-                    ..inputs(&done)
-                },
-                "reverify",
-            ),
+            (Inputs { root_conforms: false, ..inputs(&done) }, "root does not conform"),
+            (Inputs { verify: Verify::Full, ..inputs(&done) }, "--verify full"),
+            (Inputs { reverify_after: Some(Duration::from_secs(60)), ..inputs(&done) }, "reverify"),
         ];
         for (i, why) in cases {
             match decide(&i) {
@@ -404,42 +341,18 @@ mod tests {
     #[test]
     fn only_an_interrupted_run_of_the_same_spec_resumes() {
         let ip = Found::Marker(marker(State::InProgress, "d1"));
-        assert!(matches!(
-            decide(&inputs(&ip)),
-            Decision::Walk { resume: true, .. }
-        ));
+        assert!(matches!(decide(&inputs(&ip)), Decision::Walk { resume: true, .. }));
         let ip_other = Found::Marker(marker(State::InProgress, "d0"));
-        assert!(matches!(
-            decide(&inputs(&ip_other)),
-            Decision::Walk { resume: false, .. }
-        ));
-        assert!(matches!(
-            decide(&Inputs {
-                force: true,
-                ..inputs(&ip)
-            }),
-            Decision::Walk { resume: false, .. }
-        ));
+        assert!(matches!(decide(&inputs(&ip_other)), Decision::Walk { resume: false, .. }));
+        assert!(matches!(decide(&Inputs { force: true, ..inputs(&ip) }), Decision::Walk { resume: false, .. }));
     }
 
     #[test]
     fn no_xattrs_falls_back_to_the_root_check() {
         let u = Found::Unsupported;
         assert!(matches!(decide(&inputs(&u)), Decision::Skip(_)));
-        assert!(matches!(
-            decide(&Inputs {
-                root_conforms: false,
-                ..inputs(&u)
-            }),
-            Decision::Walk { .. }
-        ));
-        assert!(matches!(
-            decide(&Inputs {
-                verify: Verify::Full,
-                ..inputs(&u)
-            }),
-            Decision::Walk { .. }
-        ));
+        assert!(matches!(decide(&Inputs { root_conforms: false, ..inputs(&u) }), Decision::Walk { .. }));
+        assert!(matches!(decide(&Inputs { verify: Verify::Full, ..inputs(&u) }), Decision::Walk { .. }));
     }
 
     #[test]
@@ -447,10 +360,7 @@ mod tests {
         let mut c = Checkpoint::new("r1", "d1");
         assert!(c.add_done(7, "repo-1".into()));
         assert!(c.is_done(7, "repo-1"));
-        assert!(
-            !c.is_done(8, "repo-1"),
-            "another inode with that name is not done"
-        );
+        assert!(!c.is_done(8, "repo-1"), "another inode with that name is not done");
         assert!(!c.is_done(7, "repo-2"));
         let mut n = 0;
         while c.add_done(n, format!("some-longer-directory-name-{n}")) {
@@ -462,10 +372,7 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(
-            parse_duration("7d").unwrap(),
-            Duration::from_secs(7 * 86400)
-        );
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);

@@ -43,13 +43,7 @@ pub struct Resume<'a> {
 }
 
 impl<'a> Resume<'a> {
-    pub fn new(
-        root: BorrowedFd<'a>,
-        previous: Option<Checkpoint>,
-        run: &str,
-        digest: &str,
-        every: Duration,
-    ) -> Self {
+    pub fn new(root: BorrowedFd<'a>, previous: Option<Checkpoint>, run: &str, digest: &str, every: Duration) -> Self {
         let mut current = Checkpoint::new(run, digest);
         if let Some(p) = &previous {
             current.done = p.done.clone();
@@ -66,11 +60,7 @@ impl<'a> Resume<'a> {
 
     /// The checkpoint as it stands (for the final write).
     pub fn snapshot(&self) -> Checkpoint {
-        self.current
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .0
-            .clone()
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.clone()
     }
 
     fn update(&self, force: bool, f: impl FnOnce(&mut Checkpoint)) -> Result<(), Errno> {
@@ -129,11 +119,7 @@ impl<'a> Fixer<'a> {
                 }
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
                     let path = self.path_of(dir, name);
-                    let verb = if self.mode == Mode::Check {
-                        "would change"
-                    } else {
-                        "changed"
-                    };
+                    let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
                     debug!(path = %Escaped(path.as_os_str()), uid = ?change.uid, gid = ?change.gid,
                            mode = ?change.mode.map(|m| format!("{m:04o}")), "{verb}");
                 }
@@ -158,20 +144,12 @@ impl<'a> Fixer<'a> {
 
     /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
     /// is recorded on the root first, so a kill between chown and chmod can be repaired.
-    fn fix_special(
-        &self,
-        resume: &Resume<'_>,
-        dir: &Node,
-        name: &CStr,
-        meta: &Meta,
-    ) -> Result<Change, (Op, Errno)> {
+    fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Change, (Op, Errno)> {
         let change = fix::decide(meta, self.spec);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
         let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
         let staged = record.clone();
-        resume
-            .update(true, |c| c.pending.push(staged))
-            .map_err(|e| (Op::Xattr, e))?;
+        resume.update(true, |c| c.pending.push(staged)).map_err(|e| (Op::Xattr, e))?;
         let out = fix::fix_entry(dir.fd(), name, meta, self.spec);
         let _ = resume.update(false, |c| c.pending.retain(|p| *p != record));
         out
@@ -183,9 +161,7 @@ impl Visitor for Fixer<'_> {
         self.counters.seen(meta.kind());
         let outcome = match (self.mode, &self.resume) {
             (Mode::Check, _) => Ok(fix::decide(meta, self.spec)),
-            (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => {
-                self.fix_special(r, parent, name, meta)
-            }
+            (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => self.fix_special(r, parent, name, meta),
             (Mode::Apply, _) => fix::fix_entry(parent.fd(), name, meta, self.spec),
         };
         self.record(parent, Some(name), outcome);
@@ -200,12 +176,7 @@ impl Visitor for Fixer<'_> {
         let failed = outcome.as_ref().is_err_and(|(_, e)| *e != Errno::NOENT);
         self.record(dir, None, outcome);
         if let (Some(r), 1, false) = (&self.resume, dir.depth, failed) {
-            if !r
-                .tainted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .contains(&dir.meta.ino)
-            {
+            if !r.tainted.lock().unwrap_or_else(|e| e.into_inner()).contains(&dir.meta.ino) {
                 let name = escape_bytes(dir.name());
                 if let Err(e) = r.update(false, |c| {
                     c.add_done(dir.meta.ino, name);
@@ -219,10 +190,7 @@ impl Visitor for Fixer<'_> {
     fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
         let path = self.path_of(parent, Some(name));
         warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
-        self.skipped_mounts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(path);
+        self.skipped_mounts.lock().unwrap_or_else(|e| e.into_inner()).push(path);
     }
 
     fn enter(&self, parent: &Node, name: &CStr, ino: u64) -> bool {
@@ -243,10 +211,7 @@ impl Visitor for Fixer<'_> {
 
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
         if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
-            r.tainted
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(top.meta.ino);
+            r.tainted.lock().unwrap_or_else(|e| e.into_inner()).insert(top.meta.ino);
         }
         self.error_at(&self.path_of(dir, name), op, errno);
     }
@@ -254,9 +219,7 @@ impl Visitor for Fixer<'_> {
 
 /// A regular file with setuid/setgid bits that a chown is about to clear.
 fn needs_special_care(meta: &Meta, spec: &Spec) -> bool {
-    meta.kind() == Kind::File
-        && meta.perm() & (libc::S_ISUID | libc::S_ISGID) != 0
-        && fix::decide(meta, spec).owner()
+    meta.kind() == Kind::File && meta.perm() & (libc::S_ISUID | libc::S_ISGID) != 0 && fix::decide(meta, spec).owner()
 }
 
 /// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`).
@@ -265,12 +228,7 @@ fn needs_special_care(meta: &Meta, spec: &Spec) -> bool {
 /// than the app already has: setgid is restored (the file's group is the spec's group, which the
 /// app holds), setuid only when the file's owner is the spec's `--owner`. A setuid bit that can't
 /// be restored safely is reported as an error naming the file, for a person to decide.
-pub fn restore_pending(
-    root: BorrowedFd<'_>,
-    pending: &[(String, u64, u32)],
-    spec: &Spec,
-    fixer: &Fixer<'_>,
-) {
+pub fn restore_pending(root: BorrowedFd<'_>, pending: &[(String, u64, u32)], spec: &Spec, fixer: &Fixer<'_>) {
     for (rel, ino, mode) in pending {
         let Some(rel_bytes) = crate::escape::unescape(rel) else {
             continue;

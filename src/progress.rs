@@ -79,13 +79,7 @@ impl Style {
 
 /// Runs `work` while a side thread shows the progress of `counters`; returns `work`'s result.
 /// The side thread only reads the atomics: it costs the walk nothing.
-pub fn watch<T>(
-    counters: &Counters,
-    estimate: Option<u64>,
-    style: Style,
-    path: &str,
-    work: impl FnOnce() -> T,
-) -> T {
+pub fn watch<T>(counters: &Counters, estimate: Option<u64>, style: Style, path: &str, work: impl FnOnce() -> T) -> T {
     if style == Style::Off {
         return work();
     }
@@ -130,11 +124,7 @@ fn new_bar(estimate: Option<u64>) -> indicatif::ProgressBar {
         Some(n) => indicatif::ProgressBar::new(n),
         None => indicatif::ProgressBar::new_spinner(),
     };
-    let template = if estimate.is_some() {
-        "{bar:30} {percent:>3}% {msg}"
-    } else {
-        "{spinner} {msg}"
-    };
+    let template = if estimate.is_some() { "{bar:30} {percent:>3}% {msg}" } else { "{spinner} {msg}" };
     if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
         bar.set_style(style);
     }
@@ -198,18 +188,9 @@ mod tests {
             elapsed: Duration::from_secs(2),
             estimate: Some(4000),
         };
-        assert_eq!(
-            s.line(),
-            "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6s"
-        );
-        let s = Snapshot {
-            estimate: None,
-            ..s
-        };
-        assert_eq!(
-            s.line(),
-            "1000 entries, changed owner 10 mode 5, 1 errors, 500/s"
-        );
+        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6s");
+        let s = Snapshot { estimate: None, ..s };
+        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s");
     }
 
     #[test]

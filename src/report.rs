@@ -99,12 +99,17 @@ pub struct VolumeReport {
 }
 
 impl VolumeReport {
+    #[cfg(test)]
+    fn sample(path: &str, errors: u64) -> Self {
+        let spec = crate::spec::Spec { fs_group: Some(1), owner_uid: None, owner_gid: None, read_only: false };
+        let mut v = Self::empty(Path::new(path), &spec, 1, Action::Walked);
+        v.errors = errors;
+        v
+    }
+
     /// A volume that could not be walked at all.
     pub fn failed(path: &Path, spec: &crate::spec::Spec, threads: usize, err: &Error) -> Self {
-        VolumeReport {
-            fatal: Some(err.to_string()),
-            ..Self::empty(path, spec, threads, Action::Failed)
-        }
+        VolumeReport { fatal: Some(err.to_string()), ..Self::empty(path, spec, threads, Action::Failed) }
     }
 
     /// A report with every count at zero.
@@ -148,10 +153,7 @@ impl VolumeReport {
             return format!("{}: sticky temp dir: {}", self.path, self.reason);
         }
         if self.action == Action::Skipped {
-            return format!(
-                "{}: skipped ({}) in {}ms",
-                self.path, self.reason, self.elapsed_ms
-            );
+            return format!("{}: skipped ({}) in {}ms", self.path, self.reason, self.elapsed_ms);
         }
         let (verb, changed) = match self.action {
             Action::Checked => ("checked", "would change"),
@@ -167,17 +169,10 @@ impl VolumeReport {
             self.changed_mode,
         );
         if !self.skipped_mounts.is_empty() {
-            s += &format!(
-                ", skipped {} nested mount(s): {}",
-                self.skipped_mounts.len(),
-                self.skipped_mounts.join(" ")
-            );
+            s += &format!(", skipped {} nested mount(s): {}", self.skipped_mounts.len(), self.skipped_mounts.join(" "));
         }
         if self.skipped_subtrees > 0 {
-            s += &format!(
-                ", {} finished subtree(s) resumed past",
-                self.skipped_subtrees
-            );
+            s += &format!(", {} finished subtree(s) resumed past", self.skipped_subtrees);
         }
         s += &format!(", {} error(s)", self.errors);
         s
@@ -194,17 +189,75 @@ pub struct StickyOutcome {
     pub mode_after: String,
 }
 
+/// The Kubernetes termination message limit.
+pub const TERMINATION_MAX_BYTES: usize = 4096;
+
+/// One summary line per volume, cut to [`TERMINATION_MAX_BYTES`] (at a character boundary, with
+/// a marker saying how many volumes were left out).
+pub fn termination_message(volumes: &[VolumeReport]) -> String {
+    let mut out = String::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let mut line = v.summary();
+        if !v.error_list.is_empty() {
+            let e = &v.error_list[0];
+            line += &format!(" (first: {} {} {})", e.path, e.op, e.errno);
+        }
+        line.push('\n');
+        let rest = volumes.len() - i - 1;
+        let tail = if rest > 0 { format!("... and {rest} more volume(s)\n") } else { String::new() };
+        if out.len() + line.len() + tail.len() > TERMINATION_MAX_BYTES {
+            let more = format!("... and {} more volume(s)\n", volumes.len() - i);
+            let room = TERMINATION_MAX_BYTES.saturating_sub(out.len() + more.len());
+            let mut cut = room.min(line.len());
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            if cut > 0 {
+                out += &line[..cut];
+                out.push('\n');
+            }
+            out += &more;
+            while out.len() > TERMINATION_MAX_BYTES {
+                out.pop();
+            }
+            return out;
+        }
+        out += &line;
+    }
+    out
+}
+
 /// Writes the report as one JSON document to `dest` (`-`: stdout).
 pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     let mut json = serde_json::to_vec_pretty(report).expect("report serializes");
     json.push(b'\n');
-    let res = if dest == Path::new("-") {
-        std::io::stdout().lock().write_all(&json)
-    } else {
-        std::fs::write(dest, &json)
-    };
-    res.map_err(|e| Error::Other {
-        path: dest.to_path_buf(),
-        msg: format!("cannot write report: {e}"),
-    })
+    let res =
+        if dest == Path::new("-") { std::io::stdout().lock().write_all(&json) } else { std::fs::write(dest, &json) };
+    res.map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn termination_message_has_a_line_per_volume() {
+        let m = termination_message(&[VolumeReport::sample("/a", 0), VolumeReport::sample("/b", 2)]);
+        assert_eq!(m.lines().count(), 2);
+        assert!(m.lines().next().unwrap().starts_with("/a: prepared 0 entries"));
+        assert!(m.contains("2 error(s)"));
+    }
+
+    #[test]
+    fn termination_message_never_exceeds_4096_bytes() {
+        let long = "/é".repeat(3000);
+        let vols: Vec<_> = (0..50).map(|i| VolumeReport::sample(&format!("{long}{i}"), i)).collect();
+        let m = termination_message(&vols);
+        assert!(m.len() <= TERMINATION_MAX_BYTES, "{}", m.len());
+        assert!(m.ends_with("more volume(s)\n"), "{}", &m[m.len() - 60..]);
+        let few: Vec<_> = (0..200).map(|i| VolumeReport::sample(&format!("/v{i}"), 0)).collect();
+        let m = termination_message(&few);
+        assert!(m.len() <= TERMINATION_MAX_BYTES);
+        assert!(m.contains("more volume(s)"));
+    }
 }

@@ -39,11 +39,7 @@ impl Spec {
     pub fn mode_mask(&self, is_dir: bool) -> Option<u32> {
         self.fs_group?;
         let base = if self.read_only { RO_MASK } else { RW_MASK };
-        Some(if is_dir {
-            base | EXEC_MASK | libc::S_ISGID
-        } else {
-            base
-        })
+        Some(if is_dir { base | EXEC_MASK | libc::S_ISGID } else { base })
     }
 
     /// True when the spec asks for nothing.
@@ -61,10 +57,8 @@ impl Spec {
             "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}",
             opt(self.gid()),
             opt(self.uid()),
-            self.mode_mask(false)
-                .map_or_else(|| "-".into(), |m| format!("{m:o}")),
-            self.mode_mask(true)
-                .map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(false).map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(true).map_or_else(|| "-".into(), |m| format!("{m:o}")),
         )
     }
 
@@ -98,10 +92,7 @@ pub fn parse_id(s: &str) -> Result<u32, String> {
     if s.trim() == "-1" {
         return Err("-1 means \"no change\", not an id".into());
     }
-    let v: u32 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a numeric id (0..4294967294)"))?;
+    let v: u32 = s.trim().parse().map_err(|_| format!("'{s}' is not a numeric id (0..4294967294)"))?;
     if v == u32::MAX {
         return Err(format!("'{s}' is -1 (\"no change\"), not an id"));
     }
@@ -121,41 +112,24 @@ mod tests {
     use super::*;
 
     fn fs(g: u32) -> Spec {
-        Spec {
-            fs_group: Some(g),
-            owner_uid: None,
-            owner_gid: None,
-            read_only: false,
-        }
+        Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: false }
     }
 
     #[test]
     fn masks_follow_the_kubelet() {
         assert_eq!(fs(1).mode_mask(false), Some(0o660));
         assert_eq!(fs(1).mode_mask(true), Some(0o2770));
-        let ro = Spec {
-            read_only: true,
-            ..fs(1)
-        };
+        let ro = Spec { read_only: true, ..fs(1) };
         assert_eq!(ro.mode_mask(false), Some(0o440));
         assert_eq!(ro.mode_mask(true), Some(0o2550));
-        let owner = Spec {
-            fs_group: None,
-            owner_uid: Some(5),
-            owner_gid: Some(6),
-            read_only: false,
-        };
+        let owner = Spec { fs_group: None, owner_uid: Some(5), owner_gid: Some(6), read_only: false };
         assert_eq!(owner.mode_mask(true), None);
         assert_eq!(owner.gid(), Some(6));
     }
 
     #[test]
     fn fs_group_wins_over_owner_gid() {
-        let s = Spec {
-            owner_uid: Some(1001),
-            owner_gid: Some(7),
-            ..fs(2000)
-        };
+        let s = Spec { owner_uid: Some(1001), owner_gid: Some(7), ..fs(2000) };
         assert_eq!(s.gid(), Some(2000));
         assert_eq!(s.uid(), Some(1001));
     }
@@ -166,51 +140,15 @@ mod tests {
         assert_eq!(fs(2000).digest(), fs(2000).digest());
         assert_eq!(fs(2000).digest().len(), 16);
         assert_ne!(fs(2000).digest(), fs(1000).digest());
-        assert_ne!(
-            fs(2000).digest(),
-            Spec {
-                read_only: true,
-                ..fs(2000)
-            }
-            .digest()
-        );
-        assert_ne!(
-            fs(2000).digest(),
-            Spec {
-                owner_uid: Some(1),
-                ..fs(2000)
-            }
-            .digest()
-        );
+        assert_ne!(fs(2000).digest(), Spec { read_only: true, ..fs(2000) }.digest());
+        assert_ne!(fs(2000).digest(), Spec { owner_uid: Some(1), ..fs(2000) }.digest());
         // --owner U:G and --fs-group G with --owner U differ (modes).
-        let o = Spec {
-            fs_group: None,
-            owner_uid: Some(1),
-            owner_gid: Some(2000),
-            read_only: false,
-        };
-        assert_ne!(
-            o.digest(),
-            Spec {
-                owner_uid: Some(1),
-                ..fs(2000)
-            }
-            .digest()
-        );
+        let o = Spec { fs_group: None, owner_uid: Some(1), owner_gid: Some(2000), read_only: false };
+        assert_ne!(o.digest(), Spec { owner_uid: Some(1), ..fs(2000) }.digest());
         // The owner gid is irrelevant when fs-group sets the group.
         assert_eq!(
-            Spec {
-                owner_uid: Some(1),
-                owner_gid: Some(5),
-                ..fs(2000)
-            }
-            .digest(),
-            Spec {
-                owner_uid: Some(1),
-                owner_gid: None,
-                ..fs(2000)
-            }
-            .digest()
+            Spec { owner_uid: Some(1), owner_gid: Some(5), ..fs(2000) }.digest(),
+            Spec { owner_uid: Some(1), owner_gid: None, ..fs(2000) }.digest()
         );
     }
 

@@ -40,10 +40,7 @@ pub fn run(args: &StatusArgs) -> Result<ExitCode, Error> {
                     s += &format!(", {n} entries");
                 }
                 if let Some(c) = &checkpoint {
-                    s += &format!(
-                        ", checkpoint: {} finished top-level directories",
-                        c.done.len()
-                    );
+                    s += &format!(", checkpoint: {} finished top-level directories", c.done.len());
                 }
                 s
             }
@@ -56,10 +53,7 @@ pub fn run(args: &StatusArgs) -> Result<ExitCode, Error> {
         println!("{line}");
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).expect("status serializes")
-        );
+        println!("{}", serde_json::to_string_pretty(&out).expect("status serializes"));
     }
     Ok(ExitCode::Success)
 }

@@ -25,17 +25,11 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     let started = Instant::now();
     let (parent, name) = split(path)?;
     let parent_fd = sys::open_root(parent).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory {
-            path: parent.to_path_buf(),
-        },
+        Errno::NOTDIR => Error::NotADirectory { path: parent.to_path_buf() },
         e => Error::sys(parent, Op::Open, e),
     })?;
     let parent_fd = sys::fd(&parent_fd);
-    let mut outcome = StickyOutcome {
-        created: false,
-        mode_before: None,
-        mode_after: format!("{TMP_MODE:04o}"),
-    };
+    let mut outcome = StickyOutcome { created: false, mode_before: None, mode_after: format!("{TMP_MODE:04o}") };
     let meta = match sys::stat_at(parent_fd, &name) {
         Ok(m) => Some(m),
         Err(Errno::NOENT) => None,
@@ -49,15 +43,12 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
             });
         }
         Some(m) if m.kind() != Kind::Dir => {
-            return Err(Error::NotADirectory {
-                path: path.to_path_buf(),
-            });
+            return Err(Error::NotADirectory { path: path.to_path_buf() });
         }
         Some(m) => outcome.mode_before = Some(format!("{:04o}", m.perm())),
         None if mode == Mode::Check => outcome.created = true,
         None => {
-            sys::mkdir_at(parent_fd, &name, TMP_MODE)
-                .map_err(|e| Error::sys(path, Op::Mkdir, e))?;
+            sys::mkdir_at(parent_fd, &name, TMP_MODE).map_err(|e| Error::sys(path, Op::Mkdir, e))?;
             outcome.created = true;
         }
     }
@@ -70,34 +61,13 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     }
     let what = match (outcome.created, needs_chmod) {
         (true, _) => "created with mode 1777".to_string(),
-        (false, true) => format!(
-            "mode {} -> 1777",
-            outcome.mode_before.as_deref().unwrap_or("?")
-        ),
+        (false, true) => format!("mode {} -> 1777", outcome.mode_before.as_deref().unwrap_or("?")),
         (false, false) => "already 1777: no change".to_string(),
     };
-    let verb = if mode == Mode::Check && needs_chmod {
-        "would be "
-    } else {
-        ""
-    };
+    let verb = if mode == Mode::Check && needs_chmod { "would be " } else { "" };
     info!(path = %Escaped(path.as_os_str()), "sticky temp dir {}: {verb}{what}", Escaped(path.as_os_str()));
-    let spec = Spec {
-        fs_group: None,
-        owner_uid: None,
-        owner_gid: None,
-        read_only: false,
-    };
-    let mut r = VolumeReport::empty(
-        path,
-        &spec,
-        1,
-        if mode == Mode::Check {
-            Action::Checked
-        } else {
-            Action::Sticky
-        },
-    );
+    let spec = Spec { fs_group: None, owner_uid: None, owner_gid: None, read_only: false };
+    let mut r = VolumeReport::empty(path, &spec, 1, if mode == Mode::Check { Action::Checked } else { Action::Sticky });
     r.spec = "sticky".into();
     r.reason = what;
     r.entries = 1;
@@ -110,18 +80,14 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
 
 /// `/a/b/tmp` → (`/a/b`, `tmp`); refuses paths whose last component is `.`, `..` or empty.
 fn split(path: &Path) -> Result<(&Path, CString), Error> {
-    let name = path
-        .file_name()
-        .filter(|n| *n != OsStr::new(".."))
-        .ok_or_else(|| Error::Other {
-            path: path.to_path_buf(),
-            msg: "names no directory to make a temp dir of".into(),
-        })?;
+    let name = path.file_name().filter(|n| *n != OsStr::new("..")).ok_or_else(|| Error::Other {
+        path: path.to_path_buf(),
+        msg: "names no directory to make a temp dir of".into(),
+    })?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let name = CString::new(name.as_bytes())
-        .map_err(|_| Error::Usage("a path holds a NUL byte".into()))?;
+    let name = CString::new(name.as_bytes()).map_err(|_| Error::Usage("a path holds a NUL byte".into()))?;
     Ok((parent, name))
 }

@@ -52,13 +52,7 @@ impl Meta {
     }
 
     fn from_stat(st: &rustix::fs::Stat) -> Meta {
-        Meta {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            mode: st.st_mode,
-            uid: st.st_uid,
-            gid: st.st_gid,
-        }
+        Meta { dev: st.st_dev, ino: st.st_ino, mode: st.st_mode, uid: st.st_uid, gid: st.st_gid }
     }
 }
 
@@ -82,14 +76,7 @@ fn dir_flags() -> OFlags {
 /// `openat(dir, name, O_PATH|O_NOFOLLOW)`: pins an entry's inode without opening it
 /// (no device driver, FIFO or socket is ever opened; a symlink yields the link itself).
 pub fn pin_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
-    retry(|| {
-        rustix::fs::openat(
-            dir,
-            name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-    })
+    retry(|| rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()))
 }
 
 /// `fstat(fd)`.
@@ -99,8 +86,7 @@ pub fn stat_fd(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
 
 /// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: lstat relative to a directory fd.
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Meta, Errno> {
-    retry(|| rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW))
-        .map(|st| Meta::from_stat(&st))
+    retry(|| rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)).map(|st| Meta::from_stat(&st))
 }
 
 /// `readlinkat(dir, name)`: the target of the symlink `name` in `dir`, as stored (never
@@ -140,22 +126,12 @@ pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
 fn fchmodat2_empty_path(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
     // SAFETY: plain syscall with a valid fd, a NUL-terminated empty path and flag constants.
     let rc = unsafe {
-        libc::syscall(
-            libc::SYS_fchmodat2,
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            mode as libc::c_uint,
-            libc::AT_EMPTY_PATH,
-        )
+        libc::syscall(libc::SYS_fchmodat2, fd.as_raw_fd(), c"".as_ptr(), mode as libc::c_uint, libc::AT_EMPTY_PATH)
     };
     if rc == 0 {
         Ok(())
     } else {
-        Err(Errno::from_raw_os_error(
-            std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO),
-        ))
+        Err(Errno::from_raw_os_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)))
     }
 }
 
@@ -207,10 +183,7 @@ pub fn raise_fd_limit() {
     if let Some(max) = lim.maximum {
         let _ = rustix::process::setrlimit(
             rustix::process::Resource::Nofile,
-            rustix::process::Rlimit {
-                current: Some(max),
-                maximum: Some(max),
-            },
+            rustix::process::Rlimit { current: Some(max), maximum: Some(max) },
         );
     }
 }
@@ -272,19 +245,8 @@ pub fn try_lock(fd: BorrowedFd<'_>) -> Result<bool, Errno> {
 /// pins an entry named by a path below `root`, refusing any symlink, `..` escape or mount crossing.
 pub fn pin_beneath(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
     use rustix::fs::ResolveFlags;
-    let how = ResolveFlags::BENEATH
-        | ResolveFlags::NO_SYMLINKS
-        | ResolveFlags::NO_XDEV
-        | ResolveFlags::NO_MAGICLINKS;
-    retry(|| {
-        rustix::fs::openat2(
-            root,
-            rel,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-            how,
-        )
-    })
+    let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_XDEV | ResolveFlags::NO_MAGICLINKS;
+    retry(|| rustix::fs::openat2(root, rel, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty(), how))
 }
 
 /// The filesystem's name (from `fstatfs`'s magic number) and, when `fd` is the root of its
@@ -294,21 +256,10 @@ pub fn fs_info(fd: BorrowedFd<'_>) -> (String, Option<u64>) {
         Ok(st) => fs_name(st.f_type),
         Err(_) => "unknown".to_string(),
     };
-    let is_mount_root = rustix::fs::statx(
-        fd,
-        c"",
-        AtFlags::EMPTY_PATH,
-        rustix::fs::StatxFlags::empty(),
-    )
-    .ok()
-    .filter(|x| {
-        x.stx_attributes_mask
-            .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
-    })
-    .is_some_and(|x| {
-        x.stx_attributes
-            .contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
-    });
+    let is_mount_root = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::empty())
+        .ok()
+        .filter(|x| x.stx_attributes_mask.contains(rustix::fs::StatxAttributes::MOUNT_ROOT))
+        .is_some_and(|x| x.stx_attributes.contains(rustix::fs::StatxAttributes::MOUNT_ROOT));
     let estimate = is_mount_root
         .then(|| rustix::fs::fstatvfs(fd).ok())
         .flatten()

@@ -56,9 +56,7 @@ impl RunOptions {
 pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, Error> {
     let started = Instant::now();
     let root_fd = sys::open_root(path).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory {
-            path: path.to_path_buf(),
-        },
+        Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
         e => Error::sys(path, Op::Open, e),
     })?;
     let root = sys::fd(&root_fd);
@@ -87,33 +85,16 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
     let (fs, estimate) = sys::fs_info(root);
     let (verb, reason) = match (&decision, opts.mode) {
         (Decision::Skip(r), Mode::Apply) => ("skip", r.clone()),
-        (Decision::Skip(r), Mode::Check) => (
-            "check",
-            format!("check walks every entry (apply would skip: {r})"),
-        ),
+        (Decision::Skip(r), Mode::Check) => ("check", format!("check walks every entry (apply would skip: {r})")),
         (Decision::Walk { reason, .. }, Mode::Check) => ("check", reason.clone()),
-        (
-            Decision::Walk {
-                resume: true,
-                reason,
-            },
-            Mode::Apply,
-        ) => ("resume", reason.clone()),
+        (Decision::Walk { resume: true, reason }, Mode::Apply) => ("resume", reason.clone()),
         (Decision::Walk { reason, .. }, Mode::Apply) => ("walk", reason.clone()),
     };
     let estimate_text = estimate.map_or_else(|| "unknown".to_string(), |n| n.to_string());
     info!(fs = %fs, spec = %spec_text, digest = %digest, threads = opts.threads,
           estimated_entries = %estimate_text, marker = found.state_word(), decision = verb, reason = %reason,
           "{verb} {shown}");
-    let ctx = Ctx {
-        path,
-        spec,
-        opts,
-        started,
-        reason: reason.clone(),
-        fs,
-        estimate,
-    };
+    let ctx = Ctx { path, spec, opts, started, reason: reason.clone(), fs, estimate };
     let mut report = match (&decision, opts.mode) {
         (Decision::Skip(_), Mode::Apply) => {
             let fixer = Fixer::new(path, spec, opts.mode, None);
@@ -123,8 +104,9 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
         (Decision::Walk { resume, .. }, _) => {
             let resume = (opts.mode == Mode::Apply && found != Found::Unsupported).then(|| {
                 let prev = match &found {
-                    Found::Marker(m) if *resume => marker::read_checkpoint(root)
-                        .filter(|c| c.run == m.run && c.digest == digest),
+                    Found::Marker(m) if *resume => {
+                        marker::read_checkpoint(root).filter(|c| c.run == m.run && c.digest == digest)
+                    }
                     _ => None,
                 };
                 let run = match &found {
@@ -159,9 +141,7 @@ fn walk(
 ) -> VolumeReport {
     let (path, spec, opts) = (ctx.path, ctx.spec, ctx.opts);
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
-    let marker_fd = resume
-        .as_ref()
-        .and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
+    let marker_fd = resume.as_ref().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
     let root = marker_fd.as_ref().map(sys::fd);
     let (run, resume) = match (resume, root) {
         (Some((run, prev)), Some(root)) => {
@@ -198,11 +178,7 @@ fn walk(
     progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
         Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
     });
-    let action = if opts.mode == Mode::Apply {
-        Action::Walked
-    } else {
-        Action::Checked
-    };
+    let action = if opts.mode == Mode::Apply { Action::Walked } else { Action::Checked };
     let mut marker_after = None;
     if let (Some(run), Some(root)) = (&run, root) {
         marker_after = Some(settle_marker(root, ctx, run, &mut fixer));
@@ -296,11 +272,7 @@ fn finish_report(fixer: Fixer<'_>, ctx: &Ctx<'_>, action: Action) -> VolumeRepor
     r.dirs_read = Counters::get(&c.dirs_read);
     r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
     r.elapsed_ms = elapsed.as_millis() as u64;
-    r.entries_per_s = if secs > 0.0 {
-        (entries as f64 / secs) as u64
-    } else {
-        entries
-    };
+    r.entries_per_s = if secs > 0.0 { (entries as f64 / secs) as u64 } else { entries };
     r.error_list = fixer.errors.into_inner().unwrap_or_else(|e| e.into_inner());
     r.skipped_mounts = fixer
         .skipped_mounts

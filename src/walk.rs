@@ -107,12 +107,7 @@ pub struct Walk<'v, V: Visitor> {
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root_dev: u64, cross_devices: bool) -> Self {
-        Walk {
-            visitor,
-            root_dev,
-            cross_devices,
-            stopped: AtomicBool::new(false),
-        }
+        Walk { visitor, root_dev, cross_devices, stopped: AtomicBool::new(false) }
     }
 
     pub fn is_stopped(&self) -> bool {
@@ -164,9 +159,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Runs a batch here when this thread already has queued work (others can steal that),
     /// or queues it for an idle thread otherwise. Keeps both threads and memory in check.
     fn dispatch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: Batch) {
-        if rayon_core::current_thread_has_pending_tasks() == Some(true)
-            || rayon_core::current_num_threads() == 1
-        {
+        if rayon_core::current_thread_has_pending_tasks() == Some(true) || rayon_core::current_num_threads() == 1 {
             self.run_batch(s, node, &batch);
         } else {
             node.pending.fetch_add(1, Ordering::Relaxed);
@@ -205,9 +198,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
                 return match sys::stat_at(parent.fd(), name) {
                     Ok(meta) if meta.kind() != Kind::Dir => self.visitor.entry(parent, name, &meta),
-                    Ok(_) => self
-                        .visitor
-                        .error(parent, Some(name), Op::Open, Errno::AGAIN),
+                    Ok(_) => self.visitor.error(parent, Some(name), Op::Open, Errno::AGAIN),
                     Err(Errno::NOENT) => {}
                     Err(e) => self.visitor.error(parent, Some(name), Op::Stat, e),
                 };
@@ -272,9 +263,7 @@ impl Batch {
         self.count == 0
     }
     fn iter(&self) -> impl Iterator<Item = &CStr> {
-        self.bytes
-            .split_inclusive(|&b| b == 0)
-            .map(|n| CStr::from_bytes_with_nul(n).expect("names are NUL-terminated"))
+        self.bytes.split_inclusive(|&b| b == 0).map(|n| CStr::from_bytes_with_nul(n).expect("names are NUL-terminated"))
     }
 }
 
@@ -285,9 +274,5 @@ pub fn rel_child(dir: &Node, name: &CStr) -> PathBuf {
 
 /// `root/rel`, or `root` itself for an empty `rel`.
 pub fn full_path(root: &Path, rel: &Path) -> PathBuf {
-    if rel.as_os_str().is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(rel)
-    }
+    if rel.as_os_str().is_empty() { root.to_path_buf() } else { root.join(rel) }
 }

@@ -44,10 +44,7 @@ impl OwnerTotal {
 
 impl Owners {
     pub fn new(threads: usize) -> Self {
-        Owners {
-            shards: (0..threads.max(1)).map(|_| Mutex::default()).collect(),
-            totals: Mutex::default(),
-        }
+        Owners { shards: (0..threads.max(1)).map(|_| Mutex::default()).collect(), totals: Mutex::default() }
     }
 
     fn key(dir: &Node) -> DirKey {
@@ -57,11 +54,7 @@ impl Owners {
     pub fn add(&self, dir: &Node, meta: &Meta) {
         let i = rayon_core::current_thread_index().unwrap_or(0) % self.shards.len();
         let mut shard = lock(&self.shards[i]);
-        *shard
-            .entry(Self::key(dir))
-            .or_default()
-            .entry((meta.uid, meta.gid))
-            .or_default() += 1;
+        *shard.entry(Self::key(dir)).or_default().entry((meta.uid, meta.gid)).or_default() += 1;
     }
 
     pub fn dir_done(&self, dir: &Node) {
@@ -98,20 +91,13 @@ impl Owners {
         rows.into_iter()
             .enumerate()
             .map(|(i, ((uid, gid), mut t))| {
-                t.top
-                    .sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+                t.top.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
                 let top_dirs = if i == 0 { Vec::new() } else { t.top };
                 OwnerRow {
                     uid,
                     gid,
                     entries: t.entries,
-                    top_dirs: top_dirs
-                        .into_iter()
-                        .map(|(entries, p)| DirCount {
-                            path: show(&p),
-                            entries,
-                        })
-                        .collect(),
+                    top_dirs: top_dirs.into_iter().map(|(entries, p)| DirCount { path: show(&p), entries }).collect(),
                 }
             })
             .collect()
@@ -125,15 +111,7 @@ mod tests {
     #[test]
     fn top_dirs_keep_the_largest() {
         let mut t = OwnerTotal::default();
-        for (n, p) in [
-            (3, "a"),
-            (1, "b"),
-            (7, "c"),
-            (2, "d"),
-            (5, "e"),
-            (4, "f"),
-            (1, "g"),
-        ] {
+        for (n, p) in [(3, "a"), (1, "b"), (7, "c"), (2, "d"), (5, "e"), (4, "f"), (1, "g")] {
             t.offer(n, || PathBuf::from(p));
         }
         let mut got: Vec<_> = t.top.iter().map(|(n, _)| *n).collect();

@@ -110,22 +110,11 @@ pub fn human(r: &Inspection) -> String {
         r.path, r.entries, r.dirs, r.files, r.symlinks, r.others, r.threads, r.elapsed_ms
     );
 
-    let mut owners = Table::new(
-        &[
-            "OWNER (UID:GID)",
-            "ENTRIES",
-            "SHARE",
-            "TOP DIRECTORIES (ENTRIES)",
-        ],
-        &[false, true, true, false],
-    );
+    let mut owners =
+        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
     for o in &r.owners {
         let share = o.entries as f64 * 100.0 / r.entries.max(1) as f64;
-        let dirs: Vec<_> = o
-            .top_dirs
-            .iter()
-            .map(|d| format!("{} ({})", d.path, d.entries))
-            .collect();
+        let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
         owners.row(vec![
             format!("{}:{}", o.uid, o.gid),
             o.entries.to_string(),
@@ -138,36 +127,18 @@ pub fn human(r: &Inspection) -> String {
     let mut findings = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
     let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
     findings.finding(&bits, &r.lacking_group_bits, String::clone);
-    findings.finding(
-        "directories without setgid",
-        &r.dirs_without_setgid,
-        String::clone,
-    );
+    findings.finding("directories without setgid", &r.dirs_without_setgid, String::clone);
     findings.finding(
         "world-writable directories without sticky bit",
         &r.world_writable_dirs_without_sticky,
         String::clone,
     );
-    findings.finding(
-        "nested mounts (not entered)",
-        &r.nested_mounts,
-        String::clone,
-    );
-    findings.finding(
-        "symlinks pointing outside the volume",
-        &r.symlinks_outside,
-        |l| format!("{} -> {}", l.path, l.target),
-    );
-    let errs: Vec<_> = r
-        .error_list
-        .iter()
-        .map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error))
-        .collect();
-    findings.row(vec![
-        "errors".into(),
-        r.errors.to_string(),
-        shown(&errs, r.errors),
-    ]);
+    findings.finding("nested mounts (not entered)", &r.nested_mounts, String::clone);
+    findings.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| {
+        format!("{} -> {}", l.path, l.target)
+    });
+    let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
+    findings.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
     out += &findings.render();
 
     if let Some(g) = &r.fs_group {
@@ -182,22 +153,12 @@ pub fn human(r: &Inspection) -> String {
                 "every entry rewritten at every mount: lchown {}, chmod {}{}",
                 k.chowns,
                 k.chmods,
-                if r.nested_mounts.count > 0 {
-                    ", and the nested mounts too"
-                } else {
-                    ""
-                }
+                if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" }
             ),
         ]);
         let (n, what) = match &k.reason {
             Some(reason) => (k.rewrites, format!("walks: {reason}")),
-            None => (
-                0,
-                format!(
-                    "skips: the root conforms, yet apply would fix {} entries",
-                    g.volprep_apply.changed
-                ),
-            ),
+            None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
         };
         t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
         let a = &g.volprep_apply;
@@ -218,12 +179,7 @@ pub fn human(r: &Inspection) -> String {
 
 /// The first [`SHOWN`] of `items` (out of `count`), comma-separated.
 fn shown(items: &[String], count: u64) -> String {
-    let mut s = items
-        .iter()
-        .take(SHOWN)
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ");
+    let mut s = items.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
     let rest = count.saturating_sub(items.len().min(SHOWN) as u64);
     if rest > 0 {
         s += &format!(" (+{rest} more)");
@@ -240,10 +196,7 @@ struct Table {
 
 impl Table {
     fn new(head: &[&str], right: &'static [bool]) -> Self {
-        Table {
-            right,
-            rows: vec![head.iter().map(|h| h.to_string()).collect()],
-        }
+        Table { right, rows: vec![head.iter().map(|h| h.to_string()).collect()] }
     }
 
     fn row(&mut self, cells: Vec<String>) {
@@ -252,24 +205,13 @@ impl Table {
 
     fn finding<T>(&mut self, what: &str, f: &Finding<T>, label: impl Fn(&T) -> String) {
         let items: Vec<_> = f.examples.iter().map(label).collect();
-        self.row(vec![
-            what.into(),
-            f.count.to_string(),
-            shown(&items, f.count),
-        ]);
+        self.row(vec![what.into(), f.count.to_string(), shown(&items, f.count)]);
     }
 
     fn render(&self) -> String {
         let cols = self.right.len();
-        let width: Vec<usize> = (0..cols)
-            .map(|i| {
-                self.rows
-                    .iter()
-                    .map(|r| r[i].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        let width: Vec<usize> =
+            (0..cols).map(|i| self.rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::from("\n");
         for r in &self.rows {
             let mut line = String::new();
