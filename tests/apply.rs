@@ -44,10 +44,7 @@ fn equivalence(base: &Path, read_only: bool, extra: &[&str]) {
     t.build(&got);
     let before = snapshot(&got);
     assert_eq!(before.len(), t.len(), "snapshot sees every built entry");
-    assert!(
-        before.keys().any(|k| k.len() > 4096),
-        "the tree holds a path longer than PATH_MAX"
-    );
+    assert!(before.keys().any(|k| k.len() > 4096), "the tree holds a path longer than PATH_MAX");
     let outside_before = snapshot(&outside);
 
     kubelet_reference(&want, GID, read_only, Mounts::Skip);
@@ -57,32 +54,13 @@ fn equivalence(base: &Path, read_only: bool, extra: &[&str]) {
     }
     let run = apply_fs_group(&got, GID, &args);
 
-    assert_same(
-        &snapshot(&want),
-        &snapshot(&got),
-        Meta::attrs,
-        "kubelet reference vs volprep apply",
-    );
-    assert_same(
-        &outside_before,
-        &snapshot(&outside),
-        Meta::attrs_ctime,
-        "outside the volume",
-    );
+    assert_same(&snapshot(&want), &snapshot(&got), Meta::attrs, "kubelet reference vs volprep apply");
+    assert_same(&outside_before, &snapshot(&outside), Meta::attrs_ctime, "outside the volume");
     let vol = run.volume();
     assert_eq!(vol["action"], "walked", "{}", run.describe());
-    assert_eq!(
-        run.count("entries"),
-        t.len() as u64,
-        "entries counts every entry, root included\n{}",
-        run.describe()
-    );
+    assert_eq!(run.count("entries"), t.len() as u64, "entries counts every entry, root included\n{}", run.describe());
     assert_eq!(run.count("errors"), 0, "{}", run.describe());
-    assert!(
-        run.count("changed_owner") > 0 && run.count("changed_mode") > 0,
-        "{}",
-        run.describe()
-    );
+    assert!(run.count("changed_owner") > 0 && run.count("changed_mode") > 0, "{}", run.describe());
 }
 
 #[test]
@@ -117,8 +95,7 @@ fn setuid_files_below_a_long_path_on_ext4() {
     let mut t = Tree::new();
     t.root(0, 0, 0o755);
     for i in 0..20 {
-        t.file(format!("s{i}"), 1000, 1000, 0o4755)
-            .file(format!("g{i}"), 1000, 1000, 0o2755);
+        t.file(format!("s{i}"), 1000, 1000, 0o4755).file(format!("g{i}"), 1000, 1000, 0o2755);
     }
     for d in ["a", "b", "c", "d", "e"] {
         t.dir(d, 0, 0, 0o755);
@@ -199,61 +176,24 @@ fn reference_follows_the_kubelet_formula() {
     big_tree(&outside, 3, 2_000, GenOpts::default()).build(&vol);
     let before = snapshot(&vol);
     let kinds: BTreeSet<Kind> = before.values().map(|m| m.kind).collect();
-    for k in [
-        Kind::Dir,
-        Kind::File,
-        Kind::Symlink,
-        Kind::Fifo,
-        Kind::Socket,
-        Kind::CharDev,
-    ] {
+    for k in [Kind::Dir, Kind::File, Kind::Symlink, Kind::Fifo, Kind::Socket, Kind::CharDev, Kind::BlockDev] {
         assert!(kinds.contains(&k), "tree lacks a {k:?}");
     }
-    assert!(
-        before.contains_key(&b"zoo/caf\xe9/\xff\xfe"[..]),
-        "non-UTF-8 names are kept as bytes"
-    );
-    assert!(
-        before
-            .keys()
-            .any(|k| k.len() > 4096 && k.ends_with(b"deep-file"))
-    );
-    assert_eq!(
-        before[&b"zoo/special/setuid"[..]].mode,
-        0o4755,
-        "builder sets special bits after chown"
-    );
-    assert!(
-        before.values().any(|m| !conforms(m, GID, false))
-            && before.values().any(|m| conforms(m, GID, false))
-    );
+    assert!(before.contains_key(&b"zoo/caf\xe9/\xff\xfe"[..]), "non-UTF-8 names are kept as bytes");
+    assert!(before.keys().any(|k| k.len() > 4096 && k.ends_with(b"deep-file")));
+    assert_eq!(before[&b"zoo/special/setuid"[..]].mode, 0o4755, "builder sets special bits after chown");
+    assert!(before.values().any(|m| !conforms(m, GID, false)) && before.values().any(|m| conforms(m, GID, false)));
 
     kubelet_reference(&vol, GID, false, Mounts::Skip);
     let after = snapshot(&vol);
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>()
-    );
+    assert_eq!(before.keys().collect::<Vec<_>>(), after.keys().collect::<Vec<_>>());
     for (k, b) in &before {
         let a = &after[k];
-        assert_eq!(
-            (a.uid, a.gid, a.mode),
-            kubelet_target(b, GID, false),
-            "{}",
-            show(k)
-        );
+        assert_eq!((a.uid, a.gid, a.mode), kubelet_target(b, GID, false), "{}", show(k));
     }
-    assert_eq!(
-        after[&b"zoo/special/setuid"[..]].mode,
-        0o4775,
-        "setuid survives the chown"
-    );
+    assert_eq!(after[&b"zoo/special/setuid"[..]].mode, 0o4775, "setuid survives the chown");
     assert_eq!(after[&b"zoo/special/sticky-dir"[..]].mode, 0o3777);
-    assert_eq!(
-        after[&b"zoo/links/dangling"[..]].gid,
-        GID,
-        "a symlink's own group changes"
-    );
+    assert_eq!(after[&b"zoo/links/dangling"[..]].gid, GID, "a symlink's own group changes");
     assert_eq!(after[ROOT].mode, 0o2775);
 }
 
@@ -265,11 +205,7 @@ fn one_thread_and_eight_threads_agree() {
     let fs = LoopFs::new(FsKind::Ext4, 256);
     let outside = make_outside(fs.path());
     let t = big_tree(&outside, 11, BIG, GenOpts::default());
-    let (serial, parallel, reference) = (
-        fs.path().join("t1"),
-        fs.path().join("t8"),
-        fs.path().join("ref"),
-    );
+    let (serial, parallel, reference) = (fs.path().join("t1"), fs.path().join("t8"), fs.path().join("ref"));
     for root in [&serial, &parallel, &reference] {
         t.build(root);
     }
@@ -278,12 +214,7 @@ fn one_thread_and_eight_threads_agree() {
     kubelet_reference(&reference, GID, false, Mounts::Skip);
     let (s1, s8) = (snapshot(&serial), snapshot(&parallel));
     assert_same(&s1, &s8, Meta::attrs, "--threads 1 vs --threads 8");
-    assert_same(
-        &snapshot(&reference),
-        &s1,
-        Meta::attrs,
-        "kubelet reference vs --threads 1",
-    );
+    assert_same(&snapshot(&reference), &s1, Meta::attrs, "kubelet reference vs --threads 1");
     assert_eq!(r1.count("entries"), r8.count("entries"));
     assert_eq!(r1.count("entries"), t.len() as u64);
     assert_eq!(r1.volume()["threads"], 1, "{}", r1.describe());
@@ -298,115 +229,47 @@ fn ctime_and_check(base: &Path) {
     big_tree(&outside, 5, BIG, GenOpts::default()).build(&vol);
     tick();
     let s0 = snapshot(&vol);
-    let conforming: Vec<&Vec<u8>> = s0
-        .iter()
-        .filter(|(_, m)| conforms(m, GID, false))
-        .map(|(k, _)| k)
-        .collect();
-    assert!(
-        conforming.len() > 500,
-        "the tree conforms in part ({} entries)",
-        conforming.len()
-    );
+    let conforming: Vec<&Vec<u8>> = s0.iter().filter(|(_, m)| conforms(m, GID, false)).map(|(k, _)| k).collect();
+    assert!(conforming.len() > 500, "the tree conforms in part ({} entries)", conforming.len());
 
     let check = pass("check", &["--fs-group", "2000"], &vol);
     let check = check.expect_code(3);
     assert_eq!(check.volume()["action"], "checked", "{}", check.describe());
-    assert!(
-        check.count("changed_owner") > 0 && check.count("changed_mode") > 0,
-        "{}",
-        check.describe()
-    );
-    assert_same(
-        &s0,
-        &snapshot(&vol),
-        Meta::attrs_ctime,
-        "check changed something",
-    );
+    assert!(check.count("changed_owner") > 0 && check.count("changed_mode") > 0, "{}", check.describe());
+    assert_same(&s0, &snapshot(&vol), Meta::attrs_ctime, "check changed something");
 
     let first = apply_fs_group(&vol, GID, &[]);
     let s1 = snapshot(&vol);
     for k in &conforming {
-        assert_eq!(
-            s0[*k].ctime,
-            s1[*k].ctime,
-            "conforming entry {} was touched by apply",
-            show(k)
-        );
+        assert_eq!(s0[*k].ctime, s1[*k].ctime, "conforming entry {} was touched by apply", show(k));
     }
     assert!(first.count("changed_owner") > 0);
-    assert!(
-        s1.values().all(|m| conforms(m, GID, false)),
-        "apply made everything conform"
-    );
+    assert!(s1.values().all(|m| conforms(m, GID, false)), "apply made everything conform");
 
     // Again: whether volprep skips the walk (its marker) or walks, nothing is touched.
     tick();
     let second = apply_fs_group(&vol, GID, &[]);
-    assert_same(
-        &s1,
-        &snapshot(&vol),
-        Meta::attrs_ctime,
-        "second apply touched entries",
-    );
-    assert_eq!(
-        (second.count("changed_owner"), second.count("changed_mode")),
-        (0, 0),
-        "{}",
-        second.describe()
-    );
+    assert_same(&s1, &snapshot(&vol), Meta::attrs_ctime, "second apply touched entries");
+    assert_eq!((second.count("changed_owner"), second.count("changed_mode")), (0, 0), "{}", second.describe());
 
     // A full walk over a conforming tree: every entry visited, none chowned or chmodded. The
     // root's ctime may move: volprep rewrites its marker xattr there after a walk.
     tick();
     let full = apply_fs_group(&vol, GID, &["--verify", "full"]);
     let s2 = snapshot(&vol);
-    assert_eq!(
-        s1[ROOT].attrs(),
-        s2[ROOT].attrs(),
-        "the root's owner and mode stay"
-    );
-    let but_root = |s: &Snapshot| {
-        s.iter()
-            .filter(|(k, _)| k.as_slice() != ROOT)
-            .map(|(k, m)| (k.clone(), *m))
-            .collect()
-    };
+    assert_eq!(s1[ROOT].attrs(), s2[ROOT].attrs(), "the root's owner and mode stay");
+    let but_root =
+        |s: &Snapshot| s.iter().filter(|(k, _)| k.as_slice() != ROOT).map(|(k, m)| (k.clone(), *m)).collect();
     let (s1_, s2_): (Snapshot, Snapshot) = (but_root(&s1), but_root(&s2));
-    assert_same(
-        &s1_,
-        &s2_,
-        Meta::attrs_ctime,
-        "apply --verify full on a conforming tree touched entries",
-    );
-    assert_eq!(
-        (full.count("changed_owner"), full.count("changed_mode")),
-        (0, 0),
-        "{}",
-        full.describe()
-    );
-    assert_eq!(
-        full.count("entries"),
-        s1.len() as u64,
-        "{}",
-        full.describe()
-    );
+    assert_same(&s1_, &s2_, Meta::attrs_ctime, "apply --verify full on a conforming tree touched entries");
+    assert_eq!((full.count("changed_owner"), full.count("changed_mode")), (0, 0), "{}", full.describe());
+    assert_eq!(full.count("entries"), s1.len() as u64, "{}", full.describe());
 
     for extra in [&[][..], &["--verify", "full"][..]] {
         let args = [&["--fs-group", "2000"][..], extra].concat();
         let after = pass("check", &args, &vol).expect_code(0);
-        assert_eq!(
-            (after.count("changed_owner"), after.count("changed_mode")),
-            (0, 0),
-            "{}",
-            after.describe()
-        );
-        assert_same(
-            &s2,
-            &snapshot(&vol),
-            Meta::attrs_ctime,
-            "check after apply changed something",
-        );
+        assert_eq!((after.count("changed_owner"), after.count("changed_mode")), (0, 0), "{}", after.describe());
+        assert_same(&s2, &snapshot(&vol), Meta::attrs_ctime, "check after apply changed something");
     }
 }
 
@@ -440,21 +303,14 @@ struct Truth {
 }
 
 fn truth(before: &Snapshot, after: &Snapshot) -> Truth {
-    let mut t = Truth {
-        owner_names: 0,
-        owner_inodes: 0,
-        mode_names: 0,
-        mode_inodes: 0,
-        restored_bits: 0,
-    };
+    let mut t = Truth { owner_names: 0, owner_inodes: 0, mode_names: 0, mode_inodes: 0, restored_bits: 0 };
     let (mut owner_ino, mut mode_ino) = (BTreeSet::new(), BTreeSet::new());
     for (k, b) in before {
         let a = &after[k];
         if (a.uid, a.gid) != (b.uid, b.gid) {
             t.owner_names += 1;
             owner_ino.insert(b.ino);
-            let kills = b.mode & libc::S_ISUID != 0
-                || b.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010;
+            let kills = b.mode & libc::S_ISUID != 0 || b.mode & (libc::S_ISGID | 0o010) == libc::S_ISGID | 0o010;
             if a.mode == b.mode && b.kind != Kind::Dir && b.kind != Kind::Symlink && kills {
                 t.restored_bits += 1;
             }
@@ -479,63 +335,21 @@ fn report_counts_equal_the_truth() {
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
-    tree::generated(
-        13,
-        BIG,
-        &outside,
-        GenOpts {
-            hardlinks: false,
-            special_bits: false,
-        },
-    )
-    .build(&vol);
+    tree::generated(13, BIG, &outside, GenOpts { hardlinks: false, special_bits: false }).build(&vol);
     let before = snapshot(&vol);
     let check = pass("check", &["--fs-group", "2000"], &vol).expect_code(3);
     let run = apply_fs_group(&vol, GID, &[]);
     let after = snapshot(&vol);
     let t = truth(&before, &after);
-    assert!(
-        t.owner_names > 1000 && t.mode_names > 1000 && t.owner_names < before.len() as u64,
-        "a mixed tree"
-    );
+    assert!(t.owner_names > 1000 && t.mode_names > 1000 && t.owner_names < before.len() as u64, "a mixed tree");
     assert_eq!(t.restored_bits, 0);
-    assert_eq!(
-        run.count("entries"),
-        before.len() as u64,
-        "{}",
-        run.describe()
-    );
-    assert_eq!(
-        run.count("changed_owner"),
-        t.owner_names,
-        "changed_owner\n{}",
-        run.describe()
-    );
-    assert_eq!(
-        run.count("changed_mode"),
-        t.mode_names,
-        "changed_mode\n{}",
-        run.describe()
-    );
+    assert_eq!(run.count("entries"), before.len() as u64, "{}", run.describe());
+    assert_eq!(run.count("changed_owner"), t.owner_names, "changed_owner\n{}", run.describe());
+    assert_eq!(run.count("changed_mode"), t.mode_names, "changed_mode\n{}", run.describe());
     assert_eq!(run.count("errors"), 0);
-    assert_eq!(
-        check.count("entries"),
-        before.len() as u64,
-        "{}",
-        check.describe()
-    );
-    assert_eq!(
-        check.count("changed_owner"),
-        t.owner_names,
-        "check's would-change owner count\n{}",
-        check.describe()
-    );
-    assert_eq!(
-        check.count("changed_mode"),
-        t.mode_names,
-        "check's would-change mode count\n{}",
-        check.describe()
-    );
+    assert_eq!(check.count("entries"), before.len() as u64, "{}", check.describe());
+    assert_eq!(check.count("changed_owner"), t.owner_names, "check's would-change owner count\n{}", check.describe());
+    assert_eq!(check.count("changed_mode"), t.mode_names, "check's would-change mode count\n{}", check.describe());
 }
 
 /// With hardlinks (one inode, several names) and setuid/setgid files (a chmod that restores
@@ -552,10 +366,7 @@ fn report_counts_bound_the_truth_with_hardlinks_and_special_bits() {
     let before = snapshot(&vol);
     let run = apply_fs_group(&vol, GID, &["--threads", "1"]);
     let t = truth(&before, &snapshot(&vol));
-    assert!(
-        t.owner_names > t.owner_inodes && t.restored_bits > 0,
-        "the tree has the hard cases"
-    );
+    assert!(t.owner_names > t.owner_inodes && t.restored_bits > 0, "the tree has the hard cases");
     let (owner, mode) = (run.count("changed_owner"), run.count("changed_mode"));
     assert!(
         (t.owner_inodes..=t.owner_names).contains(&owner),
@@ -587,27 +398,15 @@ fn tree_with_nested_mount(base: &Path) -> (std::path::PathBuf, Tmpfs) {
     t.build(&vol);
     let nested = Tmpfs::at(&vol.join("nested"));
     let mut inner = Tree::new();
-    inner
-        .root(0, 0, 0o755)
-        .dir("d", 1000, 1000, 0o755)
-        .file("d/f", 1000, 1000, 0o644)
-        .file("g", 0, 0, 0o600);
+    inner.root(0, 0, 0o755).dir("d", 1000, 1000, 0o755).file("d/f", 1000, 1000, 0o644).file("g", 0, 0, 0o600);
     inner.build(nested.path());
     (vol, nested)
 }
 
 fn skipped_mounts(run: &Run) -> Vec<String> {
     let v = run.volume();
-    let list = v["skipped_mounts"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no skipped_mounts\n{}", run.describe()));
-    list.iter()
-        .map(|s| {
-            s.as_str()
-                .expect("skipped_mounts holds strings")
-                .to_string()
-        })
-        .collect()
+    let list = v["skipped_mounts"].as_array().unwrap_or_else(|| panic!("no skipped_mounts\n{}", run.describe()));
+    list.iter().map(|s| s.as_str().expect("skipped_mounts holds strings").to_string()).collect()
 }
 
 #[test]
@@ -624,18 +423,8 @@ fn nested_mount_is_skipped_and_reported() {
 
     kubelet_reference(&want, GID, false, Mounts::Skip);
     let run = apply_fs_group(&got, GID, &[]);
-    assert_same(
-        &snapshot(&want),
-        &snapshot(&got),
-        Meta::attrs,
-        "reference (skipping mounts) vs volprep",
-    );
-    assert_same(
-        &inside_before,
-        &snapshot(&got.join("nested")),
-        Meta::attrs_ctime,
-        "inside the nested mount",
-    );
+    assert_same(&snapshot(&want), &snapshot(&got), Meta::attrs, "reference (skipping mounts) vs volprep");
+    assert_same(&inside_before, &snapshot(&got.join("nested")), Meta::attrs_ctime, "inside the nested mount");
     let skipped = skipped_mounts(&run);
     let abs = got.join("nested").to_string_lossy().into_owned();
     assert!(
@@ -664,29 +453,11 @@ fn cross_devices_enters_nested_mount() {
     kubelet_reference(&want, GID, false, Mounts::Enter);
     let run = apply_fs_group(&got, GID, &["--cross-devices"]);
     let after = snapshot_with(&got, Mounts::Enter);
-    assert_same(
-        &snapshot_with(&want, Mounts::Enter),
-        &after,
-        Meta::attrs,
-        "reference (entering mounts) vs volprep",
-    );
-    assert_eq!(
-        after[&b"nested/d/f"[..]].gid,
-        GID,
-        "entries inside the nested mount changed"
-    );
-    assert_eq!(
-        after[&b"nested"[..]].mode,
-        0o2775,
-        "the nested mount's root changed"
-    );
+    assert_same(&snapshot_with(&want, Mounts::Enter), &after, Meta::attrs, "reference (entering mounts) vs volprep");
+    assert_eq!(after[&b"nested/d/f"[..]].gid, GID, "entries inside the nested mount changed");
+    assert_eq!(after[&b"nested"[..]].mode, 0o2775, "the nested mount's root changed");
     assert!(skipped_mounts(&run).is_empty(), "{}", run.describe());
-    assert_eq!(
-        run.count("entries"),
-        before.len() as u64,
-        "{}",
-        run.describe()
-    );
+    assert_eq!(run.count("entries"), before.len() as u64, "{}", run.describe());
 }
 
 #[test]
@@ -697,27 +468,14 @@ fn env_vars_work_like_the_flags() {
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let t = big_tree(&outside, 19, 500, GenOpts::default());
-    let (flag, env, flag_ro, env_ro) = (
-        fs.path().join("flag"),
-        fs.path().join("env"),
-        fs.path().join("flag-ro"),
-        fs.path().join("env-ro"),
-    );
+    let (flag, env, flag_ro, env_ro) =
+        (fs.path().join("flag"), fs.path().join("env"), fs.path().join("flag-ro"), fs.path().join("env-ro"));
     for root in [&flag, &env, &flag_ro, &env_ro] {
         t.build(root);
     }
     apply_fs_group(&flag, GID, &[]);
-    run(volprep()
-        .arg("apply")
-        .arg(&env)
-        .env("VOLPREP_FS_GROUP", "2000"))
-    .expect_code(0);
-    assert_same(
-        &snapshot(&flag),
-        &snapshot(&env),
-        Meta::attrs,
-        "--fs-group 2000 vs VOLPREP_FS_GROUP=2000",
-    );
+    run(volprep().arg("apply").arg(&env).env("VOLPREP_FS_GROUP", "2000")).expect_code(0);
+    assert_same(&snapshot(&flag), &snapshot(&env), Meta::attrs, "--fs-group 2000 vs VOLPREP_FS_GROUP=2000");
     assert!(snapshot(&env).values().all(|m| m.gid == GID));
 
     apply_fs_group(&flag_ro, GID, &["--read-only"]);
@@ -728,12 +486,7 @@ fn env_vars_work_like_the_flags() {
         .env("VOLPREP_READ_ONLY", "true"))
     .expect_code(0);
     let ro = snapshot(&env_ro);
-    assert_same(
-        &snapshot(&flag_ro),
-        &ro,
-        Meta::attrs,
-        "--read-only vs VOLPREP_READ_ONLY=true",
-    );
+    assert_same(&snapshot(&flag_ro), &ro, Meta::attrs, "--read-only vs VOLPREP_READ_ONLY=true");
     assert_ne!(snapshot(&flag), ro, "read-only differs from read-write");
 }
 
@@ -745,30 +498,19 @@ fn owner_alone_changes_owner_not_mode() {
     }
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
-    let vol = fs.path().join("vol");
-    tree::generated(
-        23,
-        2_000,
-        &outside,
-        GenOpts {
-            hardlinks: true,
-            special_bits: false,
-        },
-    )
-    .build(&vol);
+    let (vol, env) = (fs.path().join("vol"), fs.path().join("env"));
+    let t = tree::generated(23, 2_000, &outside, GenOpts { hardlinks: true, special_bits: false });
+    t.build(&vol);
+    t.build(&env);
     let before = snapshot(&vol);
     pass("apply", &["--owner", "3000:4000"], &vol).expect_code(0);
     let after = snapshot(&vol);
     for (k, b) in &before {
         let a = &after[k];
-        assert_eq!(
-            (a.uid, a.gid, a.mode),
-            (3000, 4000, b.mode),
-            "{} ({:?})",
-            show(k),
-            b.kind
-        );
+        assert_eq!((a.uid, a.gid, a.mode), (3000, 4000, b.mode), "{} ({:?})", show(k), b.kind);
     }
+    run(volprep().arg("apply").arg(&env).env("VOLPREP_OWNER", "3000:4000")).expect_code(0);
+    assert_same(&after, &snapshot(&env), Meta::attrs, "--owner 3000:4000 vs VOLPREP_OWNER=3000:4000");
 }
 
 /// `--fs-group G --owner U`: uid U, gid G, and the fsGroup mode policy.
@@ -787,12 +529,6 @@ fn owner_with_fs_group() {
     for (k, b) in &before {
         let a = &after[k];
         let (_, gid, mode) = kubelet_target(b, GID, false);
-        assert_eq!(
-            (a.uid, a.gid, a.mode),
-            (3000, gid, mode),
-            "{} ({:?})",
-            show(k),
-            b.kind
-        );
+        assert_eq!((a.uid, a.gid, a.mode), (3000, gid, mode), "{} ({:?})", show(k), b.kind);
     }
 }

@@ -20,18 +20,9 @@ fn plain_tree(dir: &Path) {
 #[track_caller]
 fn assert_one_line_naming(run: &Run, path: &Path, cause: Option<&str>) {
     let lines = run.stderr_lines();
-    assert_eq!(
-        lines.len(),
-        1,
-        "exactly one stderr line expected\n{}",
-        run.describe()
-    );
+    assert_eq!(lines.len(), 1, "exactly one stderr line expected\n{}", run.describe());
     let p = path.to_string_lossy();
-    assert!(
-        lines[0].contains(p.as_ref()),
-        "the stderr line should name {p}\n{}",
-        run.describe()
-    );
+    assert!(lines[0].contains(p.as_ref()), "the stderr line should name {p}\n{}", run.describe());
     if let Some(cause) = cause {
         assert!(
             lines[0].to_lowercase().contains(&cause.to_lowercase()),
@@ -82,19 +73,10 @@ fn bad_ids_are_usage_errors() {
     ] {
         for cmd in ["apply", "check"] {
             let run = run(volprep().arg(cmd).args(args).arg(dir.path())).expect_code(2);
-            assert!(
-                !run.stderr.trim().is_empty(),
-                "a usage error says why\n{}",
-                run.describe()
-            );
+            assert!(!run.stderr.trim().is_empty(), "a usage error says why\n{}", run.describe());
         }
     }
-    assert_same(
-        &before,
-        &snapshot(dir.path()),
-        Meta::attrs_ctime,
-        "usage errors changed the tree",
-    );
+    assert_same(&before, &snapshot(dir.path()), Meta::attrs_ctime, "usage errors changed the tree");
 }
 
 #[test]
@@ -107,17 +89,8 @@ fn no_spec_is_a_usage_error() {
         assert!(!run.stderr.trim().is_empty(), "{}", run.describe());
     }
     // A bad value in the environment is a usage error too.
-    run(volprep()
-        .arg("apply")
-        .arg(dir.path())
-        .env("VOLPREP_FS_GROUP", "abc"))
-    .expect_code(2);
-    assert_same(
-        &before,
-        &snapshot(dir.path()),
-        Meta::attrs_ctime,
-        "usage errors changed the tree",
-    );
+    run(volprep().arg("apply").arg(dir.path()).env("VOLPREP_FS_GROUP", "abc")).expect_code(2);
+    assert_same(&before, &snapshot(dir.path()), Meta::attrs_ctime, "usage errors changed the tree");
 }
 
 #[test]
@@ -128,85 +101,49 @@ fn read_only_mount_reports_erofs() {
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
-    t.root(0, 0, 0o755)
-        .dir("d", 0, 0, 0o755)
-        .file("d/f", 0, 0, 0o644)
-        .file("g", 1000, 1000, 0o600);
+    t.root(0, 0, 0o755).dir("d", 0, 0, 0o755).file("d/f", 0, 0, 0o644).file("g", 1000, 1000, 0o600);
     t.file("ok", 0, 2000, 0o660);
+    // Names the report must escape: a non-UTF-8 byte as \xNN, a backslash as \\.
+    t.file(b"caf\xe9", 0, 0, 0o644).file(r"back\slash", 0, 0, 0o644);
     t.build(&vol);
     fs.remount_ro();
     let before = snapshot(&vol);
-    let needing = before
-        .values()
-        .filter(|m| !conforms(m, 2000, false))
-        .count() as u64;
+    let needing = before.values().filter(|m| !conforms(m, 2000, false)).count() as u64;
 
     let run = pass("apply", &["--fs-group", "2000"], &vol).expect_code(1);
     let errors = run.count("errors");
+    assert!(errors >= needing, "every entry needing a change fails ({needing})\n{}", run.describe());
+    let list = run.volume()["error_list"].as_array().cloned().unwrap_or_default();
+    assert!(!list.is_empty(), "error_list names the failures\n{}", run.describe());
     assert!(
-        errors >= needing,
-        "every entry needing a change fails ({needing})\n{}",
-        run.describe()
-    );
-    let list = run.volume()["error_list"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    assert!(
-        !list.is_empty(),
-        "error_list names the failures\n{}",
-        run.describe()
-    );
-    assert!(
-        list.iter()
-            .any(|e| e["errno"] == "EROFS" && (e["op"] == "chown" || e["op"] == "chmod")),
+        list.iter().any(|e| e["errno"] == "EROFS" && (e["op"] == "chown" || e["op"] == "chmod")),
         "a chown/chmod failed with EROFS\n{}",
         run.describe()
     );
+    assert!(list.iter().all(|e| e["errno"] == "EROFS"), "only EROFS errors\n{}", run.describe());
+    let paths: Vec<&str> = list.iter().filter_map(|e| e["path"].as_str()).collect();
     assert!(
-        list.iter().all(|e| e["errno"] == "EROFS"),
-        "only EROFS errors\n{}",
-        run.describe()
+        paths.iter().any(|p| p.to_lowercase().ends_with(r"/caf\xe9")),
+        r"a non-UTF-8 byte appears as \xNN in error_list paths: {paths:?}"
+    );
+    assert!(
+        paths.iter().any(|p| p.ends_with(r"/back\\slash")),
+        r"a backslash appears as \\ in error_list paths: {paths:?}"
     );
 
-    let tolerant = pass(
-        "apply",
-        &["--fs-group", "2000", "--max-errors", "1000"],
-        &vol,
-    )
-    .expect_code(0);
-    assert_eq!(
-        tolerant.count("errors"),
-        errors,
-        "errors are still counted\n{}",
-        tolerant.describe()
-    );
+    let tolerant = pass("apply", &["--fs-group", "2000", "--max-errors", "1000"], &vol).expect_code(0);
+    assert_eq!(tolerant.count("errors"), errors, "errors are still counted\n{}", tolerant.describe());
 
     // The threshold is "more than N": exactly `errors` tolerated passes, one fewer fails.
     let limit = errors.to_string();
-    pass(
-        "apply",
-        &["--fs-group", "2000", "--max-errors", &limit],
-        &vol,
-    )
-    .expect_code(0);
+    pass("apply", &["--fs-group", "2000", "--max-errors", &limit], &vol).expect_code(0);
     let below = (errors - 1).to_string();
-    pass(
-        "apply",
-        &["--fs-group", "2000", "--max-errors", &below],
-        &vol,
-    )
-    .expect_code(1);
+    pass("apply", &["--fs-group", "2000", "--max-errors", &below], &vol).expect_code(1);
 
     // `check` writes nothing: a read-only volume is no obstacle to it.
     let check = pass("check", &["--fs-group", "2000"], &vol).expect_code(3);
     assert_eq!(check.count("errors"), 0, "{}", check.describe());
-    assert_same(
-        &before,
-        &snapshot(&vol),
-        Meta::attrs_ctime,
-        "a read-only volume changed",
-    );
+    assert_same(&before, &snapshot(&vol), Meta::attrs_ctime, "a read-only volume changed");
 }
 
 #[test]
@@ -217,43 +154,23 @@ fn non_root_gets_eperm() {
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
-    t.root(0, 0, 0o755)
-        .dir("d", 0, 0, 0o755)
-        .file("d/f", 0, 0, 0o644)
-        .file("g", 0, 0, 0o644);
+    t.root(0, 0, 0o755).dir("d", 0, 0, 0o755).file("d/f", 0, 0, 0o644).file("g", 0, 0, 0o644);
     t.build(&vol);
     let before = snapshot(&vol);
     // std drops the supplementary groups when root sets the uid.
     let as_nobody = |extra: &[&str]| {
         let mut cmd = volprep();
-        cmd.args(["apply", "--fs-group", "2000", "--report", "-"])
-            .args(extra)
-            .arg(&vol)
-            .uid(65534)
-            .gid(65534);
+        cmd.args(["apply", "--fs-group", "2000", "--report", "-"]).args(extra).arg(&vol).uid(65534).gid(65534);
         run(&mut cmd)
     };
     let run = as_nobody(&[]).expect_code(1);
-    let list = run.volume()["error_list"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let list = run.volume()["error_list"].as_array().cloned().unwrap_or_default();
     assert!(
-        list.iter()
-            .any(|e| e["errno"] == "EPERM" && e["op"] == "chown"),
+        list.iter().any(|e| e["errno"] == "EPERM" && e["op"] == "chown"),
         "chown as nobody fails with EPERM\n{}",
         run.describe()
     );
-    assert!(
-        run.count("errors") >= 4,
-        "every entry fails\n{}",
-        run.describe()
-    );
+    assert!(run.count("errors") >= 4, "every entry fails\n{}", run.describe());
     as_nobody(&["--max-errors", "1000"]).expect_code(0);
-    assert_same(
-        &before,
-        &snapshot(&vol),
-        Meta::attrs_ctime,
-        "nobody changed root's files",
-    );
+    assert_same(&before, &snapshot(&vol), Meta::attrs_ctime, "nobody changed root's files");
 }

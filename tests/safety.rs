@@ -23,9 +23,7 @@ const RUNS: usize = 30;
 /// fsGroup pass reaching them would add group bits and change the group).
 fn canaries(base: &Path) {
     let mut t = Tree::new();
-    t.root(0, 0, 0o700)
-        .dir("sub", 0, 0, 0o700)
-        .file("sub/secret", 0, 0, 0o600);
+    t.root(0, 0, 0o700).dir("sub", 0, 0, 0o700).file("sub/secret", 0, 0, 0o600);
     for i in 0..10 {
         // The same names the volume's directories hold: a path-based walk would land on them.
         t.file(format!("f{i}"), 0, 0, 0o600);
@@ -50,36 +48,25 @@ fn volume(base: &Path) -> std::path::PathBuf {
         for j in 0..10 {
             t.file(format!("d{i}/f{j}"), 0, 0, 0o644);
         }
-        t.dir(format!("d{i}/sub"), 0, 0, 0o755)
-            .file(format!("d{i}/sub/secret"), 0, 0, 0o644);
+        t.dir(format!("d{i}/sub"), 0, 0, 0o755).file(format!("d{i}/sub/secret"), 0, 0, 0o644);
+        // One level down too: `sub` and `f0` swap with symlinks into the canary dir.
+        t.symlink(format!("d{i}/lsub"), canary_dir.join("sub").as_os_str().as_bytes(), 0, 0);
+        t.symlink(format!("d{i}/lf0"), canary_dir.join("f0").as_os_str().as_bytes(), 0, 0);
         t.file(format!("r{i}"), 0, 0, 0o644);
         // Absolute and relative targets.
-        let dir_target = if i % 2 == 0 {
-            canary_dir.as_os_str().as_bytes().to_vec()
-        } else {
-            b"../canary-dir".to_vec()
-        };
+        let dir_target =
+            if i % 2 == 0 { canary_dir.as_os_str().as_bytes().to_vec() } else { b"../canary-dir".to_vec() };
         t.symlink(format!("ld{i}"), dir_target, 0, 0);
         t.symlink(format!("lr{i}"), canary_file.as_os_str().as_bytes(), 0, 0);
     }
-    t.nest(
-        "bulk",
-        &tree::generated(
-            31,
-            3_000,
-            base,
-            GenOpts {
-                hardlinks: true,
-                special_bits: false,
-            },
-        ),
-    );
+    t.nest("bulk", &tree::generated(31, 3_000, base, GenOpts { hardlinks: true, special_bits: false }));
     t.build(&vol);
     vol
 }
 
-/// A thread swapping every `d{i}`/`ld{i}` and `r{i}`/`lr{i}` pair as fast as it can until
-/// stopped. Stops and joins on drop (a failing test does not leave it running).
+/// A thread swapping, as fast as it can until stopped, every `d{i}`/`ld{i}` and `r{i}`/`lr{i}`
+/// pair in the volume's root and every `sub`/`lsub` and `f0`/`lf0` pair inside the `d{i}`.
+/// Stops and joins on drop (a failing test does not leave it running).
 struct Adversary {
     stop: Arc<AtomicBool>,
     swaps: Arc<AtomicU64>,
@@ -90,30 +77,30 @@ impl Adversary {
     fn start(vol: &Path) -> Adversary {
         let stop = Arc::new(AtomicBool::new(false));
         let swaps = Arc::new(AtomicU64::new(0));
-        let dirfd: OwnedFd = common::fd::open_dir(vol).expect("open volume");
+        let root = Arc::new(common::fd::open_dir(vol).expect("open volume"));
+        let mut pairs: Vec<(Arc<OwnedFd>, Vec<u8>, Vec<u8>)> = Vec::new();
+        for i in 0..PAIRS {
+            let (d, ld) = (format!("d{i}").into_bytes(), format!("ld{i}").into_bytes());
+            // After an odd number of swaps the directory is named `ld{i}`.
+            let dir = common::fd::open_dir_at(root.as_raw_fd(), &d)
+                .or_else(|_| common::fd::open_dir_at(root.as_raw_fd(), &ld))
+                .expect("open d_i (or ld_i, its swapped name)");
+            let dir = Arc::new(dir);
+            pairs.push((root.clone(), d, ld));
+            pairs.push((root.clone(), format!("r{i}").into_bytes(), format!("lr{i}").into_bytes()));
+            pairs.push((dir.clone(), b"sub".to_vec(), b"lsub".to_vec()));
+            pairs.push((dir, b"f0".to_vec(), b"lf0".to_vec()));
+        }
         let (s, n) = (stop.clone(), swaps.clone());
         let handle = std::thread::spawn(move || {
-            let names: Vec<(Vec<u8>, Vec<u8>)> = (0..PAIRS)
-                .flat_map(|i| {
-                    [
-                        (format!("d{i}").into_bytes(), format!("ld{i}").into_bytes()),
-                        (format!("r{i}").into_bytes(), format!("lr{i}").into_bytes()),
-                    ]
-                })
-                .collect();
             while !s.load(Ordering::Relaxed) {
-                for (a, b) in &names {
-                    common::fd::exchange_at(dirfd.as_raw_fd(), a, b)
-                        .expect("renameat2(RENAME_EXCHANGE)");
+                for (dirfd, a, b) in &pairs {
+                    common::fd::exchange_at(dirfd.as_raw_fd(), a, b).expect("renameat2(RENAME_EXCHANGE)");
                     n.fetch_add(1, Ordering::Relaxed);
                 }
             }
         });
-        Adversary {
-            stop,
-            swaps,
-            handle: Some(handle),
-        }
+        Adversary { stop, swaps, handle: Some(handle) }
     }
 
     /// Stops the thread; returns the number of swaps it made.
@@ -156,19 +143,11 @@ fn swap_storm(base: &Path) {
         let run = pass("apply", &["--fs-group", "2000", "--threads", "8"], &vol);
         swaps += adversary.stop();
         // Races may surface as per-entry errors (exit 1); anything else is a bug.
-        assert!(
-            run.code == 0 || run.code == 1,
-            "unexpected exit code\n{}",
-            run.describe()
-        );
+        assert!(run.code == 0 || run.code == 1, "unexpected exit code\n{}", run.describe());
         if run.code == 1 {
             failed_runs += 1;
         }
-        assert!(
-            run.count("changed_owner") > 0,
-            "the run had work to do\n{}",
-            run.describe()
-        );
+        assert!(run.count("changed_owner") > 0, "the run had work to do\n{}", run.describe());
         assert_same(
             &dir_before,
             &snapshot(&base.join("canary-dir")),
@@ -189,21 +168,9 @@ fn swap_storm(base: &Path) {
     chgrp_all(&vol, 0);
     pass("apply", &["--fs-group", "2000"], &vol).expect_code(0);
     let after = snapshot(&vol);
-    let bad: Vec<String> = after
-        .iter()
-        .filter(|(_, m)| !conforms(m, 2000, false))
-        .map(|(k, _)| show(k))
-        .collect();
-    assert!(
-        bad.is_empty(),
-        "entries not conforming after a quiet apply: {bad:?}"
-    );
-    assert_same(
-        &dir_before,
-        &snapshot(&base.join("canary-dir")),
-        Meta::attrs_ctime,
-        "canary dir outside the volume",
-    );
+    let bad: Vec<String> = after.iter().filter(|(_, m)| !conforms(m, 2000, false)).map(|(k, _)| show(k)).collect();
+    assert!(bad.is_empty(), "entries not conforming after a quiet apply: {bad:?}");
+    assert_same(&dir_before, &snapshot(&base.join("canary-dir")), Meta::attrs_ctime, "canary dir outside the volume");
 }
 
 #[test]

@@ -9,16 +9,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 pub fn cstr(bytes: &[u8]) -> CString {
-    CString::new(bytes)
-        .unwrap_or_else(|_| panic!("NUL in name {:?}", String::from_utf8_lossy(bytes)))
+    CString::new(bytes).unwrap_or_else(|_| panic!("NUL in name {:?}", String::from_utf8_lossy(bytes)))
 }
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 
 /// Opens a directory by (absolute or relative) path, not following a final symlink.
@@ -38,11 +33,7 @@ pub fn open_dir_at(dirfd: RawFd, name: &[u8]) -> io::Result<OwnedFd> {
 pub fn stat_at(dirfd: RawFd, name: &[u8]) -> io::Result<libc::stat> {
     let c = cstr(name);
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let flags = if name.is_empty() {
-        libc::AT_EMPTY_PATH
-    } else {
-        libc::AT_SYMLINK_NOFOLLOW
-    };
+    let flags = if name.is_empty() { libc::AT_EMPTY_PATH } else { libc::AT_SYMLINK_NOFOLLOW };
     check(unsafe { libc::fstatat(dirfd, c.as_ptr(), &mut st, flags) })?;
     Ok(st)
 }
@@ -63,11 +54,7 @@ pub fn read_names(dirfd: RawFd) -> io::Result<Vec<Vec<u8>>> {
         let ent = unsafe { libc::readdir(dir) };
         if ent.is_null() {
             let err = io::Error::last_os_error();
-            break if err.raw_os_error() == Some(0) {
-                Ok(())
-            } else {
-                Err(err)
-            };
+            break if err.raw_os_error() == Some(0) { Ok(()) } else { Err(err) };
         }
         let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
         if name != b"." && name != b".." {
@@ -86,8 +73,7 @@ pub fn mkdir_at(dirfd: RawFd, name: &[u8], mode: u32) -> io::Result<()> {
 /// `fchownat(dirfd, name, uid, gid, AT_SYMLINK_NOFOLLOW)`; `u32::MAX` keeps a field (-1).
 pub fn lchown_at(dirfd: RawFd, name: &[u8], uid: u32, gid: u32) -> io::Result<()> {
     let c = cstr(name);
-    check(unsafe { libc::fchownat(dirfd, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
-        .map(drop)
+    check(unsafe { libc::fchownat(dirfd, c.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) }).map(drop)
 }
 
 /// `fchmodat(dirfd, name, mode, 0)`: follows a final symlink, so call it on non-symlinks only.
@@ -137,21 +123,9 @@ pub fn create_file_at(dirfd: RawFd, name: &[u8], content: &[u8]) -> io::Result<(
 /// `renameat2(dirfd, a, dirfd, b, RENAME_EXCHANGE)`: atomically swaps two names.
 pub fn exchange_at(dirfd: RawFd, a: &[u8], b: &[u8]) -> io::Result<()> {
     let (ca, cb) = (cstr(a), cstr(b));
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            dirfd,
-            ca.as_ptr(),
-            dirfd,
-            cb.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    let ret =
+        unsafe { libc::syscall(libc::SYS_renameat2, dirfd, ca.as_ptr(), dirfd, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
 /// Opens the directory at `rel` (components separated by `/`) below `dirfd`, one component at a

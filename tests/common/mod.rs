@@ -81,11 +81,7 @@ impl Run {
     #[track_caller]
     pub fn expect_code(self, code: i32) -> Run {
         if self.code != code {
-            panic!(
-                "expected exit code {code}, got {}\n{}",
-                self.code,
-                self.describe()
-            );
+            panic!("expected exit code {code}, got {}\n{}", self.code, self.describe());
         }
         self
     }
@@ -112,9 +108,7 @@ impl Run {
     pub fn volume(&self) -> serde_json::Value {
         let r = self.report();
         assert_eq!(r["version"], 1, "report version\n{}", self.describe());
-        let vols = r["volumes"]
-            .as_array()
-            .unwrap_or_else(|| panic!("no volumes array\n{}", self.describe()));
+        let vols = r["volumes"].as_array().unwrap_or_else(|| panic!("no volumes array\n{}", self.describe()));
         assert_eq!(vols.len(), 1, "one volume expected\n{}", self.describe());
         vols[0].clone()
     }
@@ -123,20 +117,12 @@ impl Run {
     #[track_caller]
     pub fn count(&self, field: &str) -> u64 {
         let v = self.volume();
-        v[field].as_u64().unwrap_or_else(|| {
-            panic!(
-                "report field {field} missing or not a number\n{}",
-                self.describe()
-            )
-        })
+        v[field].as_u64().unwrap_or_else(|| panic!("report field {field} missing or not a number\n{}", self.describe()))
     }
 
     /// Non-empty stderr lines.
     pub fn stderr_lines(&self) -> Vec<&str> {
-        self.stderr
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .collect()
+        self.stderr.lines().filter(|l| !l.trim().is_empty()).collect()
     }
 }
 
@@ -153,10 +139,7 @@ fn truncate(s: &str) -> String {
         if chars.len() > 400 {
             let head: String = chars[..150].iter().collect();
             let tail: String = chars[chars.len() - 150..].iter().collect();
-            out.push_str(&format!(
-                "{head}[...{} chars...]{tail}\n",
-                chars.len() - 300
-            ));
+            out.push_str(&format!("{head}[...{} chars...]{tail}\n", chars.len() - 300));
         } else {
             out.push_str(line);
             out.push('\n');
@@ -169,9 +152,7 @@ fn truncate(s: &str) -> String {
 #[track_caller]
 pub fn run(cmd: &mut Command) -> Run {
     let cmdline = format!("{cmd:?}");
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmdline}: {e}"));
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmdline}: {e}"));
     let run = Run {
         cmdline,
         code: out.status.code().unwrap_or(-1),
@@ -197,11 +178,7 @@ where
 /// `volprep COMMAND ARGS... --report - PATH` (any exit code).
 #[track_caller]
 pub fn pass(command: &str, args: &[&str], path: &Path) -> Run {
-    run(volprep()
-        .arg(command)
-        .args(args)
-        .args(["--report", "-"])
-        .arg(path))
+    run(volprep().arg(command).args(args).args(["--report", "-"]).arg(path))
 }
 
 /// `volprep apply --fs-group GID EXTRA... --report - PATH`, expecting exit 0.

@@ -23,19 +23,13 @@ pub fn sh(name: &str, args: &[&std::ffi::OsStr]) -> String {
 
 pub fn try_sh(name: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
     let exe = tool(name).ok_or_else(|| format!("{name}: not found"))?;
-    let out = Command::new(&exe)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{name}: {e}"))?;
+    let out = Command::new(&exe).args(args).output().map_err(|e| format!("{name}: {e}"))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(format!(
             "`{name} {}` failed ({}):\n{}{}",
-            args.iter()
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" "),
+            args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "),
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
@@ -98,43 +92,28 @@ impl LoopFs {
     /// An image of at least `mib` MiB (raised to the mkfs minimum). ext4 gets 4 KiB blocks,
     /// like any volume over 512 MiB.
     pub fn new(kind: FsKind, mib: u64) -> LoopFs {
-        let extra: &[&str] = if kind == FsKind::Ext4 {
-            &["-b", "4096"]
-        } else {
-            &[]
-        };
+        let extra: &[&str] = if kind == FsKind::Ext4 { &["-b", "4096"] } else { &[] };
         LoopFs::with_mkfs_args(kind, mib, extra)
     }
 
     /// Like `new`, with extra mkfs arguments (e.g. `-b 1024`, what mke2fs picks below 512 MiB).
     pub fn with_mkfs_args(kind: FsKind, mib: u64, extra: &[&str]) -> LoopFs {
-        let dir = tempfile::Builder::new()
-            .prefix("volprep-loop-")
-            .tempdir()
-            .expect("tempdir");
+        let dir = tempfile::Builder::new().prefix("volprep-loop-").tempdir().expect("tempdir");
         let img = dir.path().join("image");
         let mnt = dir.path().join("mnt");
         std::fs::create_dir(&mnt).expect("mkdir mnt");
         let file = std::fs::File::create(&img).expect("create image");
-        file.set_len(mib.max(kind.min_mib()) << 20)
-            .expect("size image");
+        file.set_len(mib.max(kind.min_mib()) << 20).expect("size image");
         drop(file);
         // From here on, Drop cleans up whatever was set up.
-        let mut fs = LoopFs {
-            kind,
-            mnt,
-            dev: None,
-            mounted: false,
-            _dir: dir,
-        };
+        let mut fs = LoopFs { kind, mnt, dev: None, mounted: false, _dir: dir };
         let mkfs_args: &[&str] = match kind {
             // 256-byte inodes: nanosecond ctimes (ctime tests need them); plenty of inodes.
             FsKind::Ext4 => &["-q", "-F", "-I", "256", "-N", "100000", "-E", "nodiscard"],
             FsKind::Xfs => &["-q", "-f", "-K"],
             FsKind::Btrfs => &["-q", "-f", "--nodiscard"],
         };
-        let mut args: Vec<&std::ffi::OsStr> =
-            mkfs_args.iter().chain(extra).map(|a| os(a)).collect();
+        let mut args: Vec<&std::ffi::OsStr> = mkfs_args.iter().chain(extra).map(|a| os(a)).collect();
         args.push(img.as_os_str());
         sh(kind.mkfs(), &args);
         // `losetup --find` can race with another test taking the same free device: retry.
@@ -151,10 +130,7 @@ impl LoopFs {
                 }
             }
         }
-        let dev = fs
-            .dev
-            .clone()
-            .unwrap_or_else(|| panic!("losetup failed: {last}"));
+        let dev = fs.dev.clone().unwrap_or_else(|| panic!("losetup failed: {last}"));
         sh("mount", &[os(&dev), fs.mnt.as_os_str()]);
         fs.mounted = true;
         fs
@@ -193,38 +169,19 @@ pub struct Tmpfs {
 
 impl Tmpfs {
     pub fn new() -> Tmpfs {
-        let dir = tempfile::Builder::new()
-            .prefix("volprep-tmpfs-")
-            .tempdir()
-            .expect("tempdir");
+        let dir = tempfile::Builder::new().prefix("volprep-tmpfs-").tempdir().expect("tempdir");
         let mnt = dir.path().to_path_buf();
         Tmpfs::mount(&mnt);
-        Tmpfs {
-            mnt,
-            _dir: Some(dir),
-        }
+        Tmpfs { mnt, _dir: Some(dir) }
     }
 
     pub fn at(mnt: &Path) -> Tmpfs {
         Tmpfs::mount(mnt);
-        Tmpfs {
-            mnt: mnt.to_path_buf(),
-            _dir: None,
-        }
+        Tmpfs { mnt: mnt.to_path_buf(), _dir: None }
     }
 
     fn mount(mnt: &Path) {
-        sh(
-            "mount",
-            &[
-                os("-t"),
-                os("tmpfs"),
-                os("-o"),
-                os("size=1g,mode=0755"),
-                os("tmpfs"),
-                mnt.as_os_str(),
-            ],
-        );
+        sh("mount", &[os("-t"), os("tmpfs"), os("-o"), os("size=1g,mode=0755"), os("tmpfs"), mnt.as_os_str()]);
     }
 
     pub fn path(&self) -> &Path {

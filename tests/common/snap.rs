@@ -116,8 +116,7 @@ pub fn snapshot(root: &Path) -> Snapshot {
 }
 
 pub fn snapshot_with(root: &Path, mounts: Mounts) -> Snapshot {
-    let rootfd =
-        fd::open_dir(root).unwrap_or_else(|e| panic!("snapshot: open {}: {e}", root.display()));
+    let rootfd = fd::open_dir(root).unwrap_or_else(|e| panic!("snapshot: open {}: {e}", root.display()));
     let st = fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root");
     let mut out = Snapshot::new();
     out.insert(ROOT.to_vec(), Meta::from_stat(&st));
@@ -126,17 +125,14 @@ pub fn snapshot_with(root: &Path, mounts: Mounts) -> Snapshot {
 }
 
 fn snap_dir(dirfd: RawFd, rel: &[u8], root_dev: u64, mounts: Mounts, out: &mut Snapshot) {
-    let names =
-        fd::read_names(dirfd).unwrap_or_else(|e| panic!("snapshot: readdir {}: {e}", show(rel)));
+    let names = fd::read_names(dirfd).unwrap_or_else(|e| panic!("snapshot: readdir {}: {e}", show(rel)));
     for name in names {
         let path = join(rel, &name);
-        let st = fd::stat_at(dirfd, &name)
-            .unwrap_or_else(|e| panic!("snapshot: stat {}: {e}", show(&path)));
+        let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| panic!("snapshot: stat {}: {e}", show(&path)));
         let meta = Meta::from_stat(&st);
         out.insert(path.clone(), meta);
         if meta.kind == Kind::Dir && (meta.dev == root_dev || mounts == Mounts::Enter) {
-            let sub = fd::open_dir_at(dirfd, &name)
-                .unwrap_or_else(|e| panic!("snapshot: open {}: {e}", show(&path)));
+            let sub = fd::open_dir_at(dirfd, &name).unwrap_or_else(|e| panic!("snapshot: open {}: {e}", show(&path)));
             snap_dir(sub.as_raw_fd(), &path, root_dev, mounts, out);
         }
     }
@@ -145,34 +141,16 @@ fn snap_dir(dirfd: RawFd, rel: &[u8], root_dev: u64, mounts: Mounts, out: &mut S
 /// Printable form of a relative path (non-UTF-8 bytes as `\xNN`, long paths shortened).
 pub fn show(path: &[u8]) -> String {
     let s: String = path.escape_ascii().to_string();
-    if s.len() > 160 {
-        format!(
-            "{}...{} ({} bytes)",
-            &s[..60],
-            &s[s.len() - 60..],
-            path.len()
-        )
-    } else {
-        s
-    }
+    if s.len() > 160 { format!("{}...{} ({} bytes)", &s[..60], &s[s.len() - 60..], path.len()) } else { s }
 }
 
 /// Lists the differences between two snapshots under the projection `f`, at most 30 lines.
-pub fn diff<T: PartialEq + std::fmt::Debug>(
-    a: &Snapshot,
-    b: &Snapshot,
-    f: impl Fn(&Meta) -> T,
-) -> Vec<String> {
+pub fn diff<T: PartialEq + std::fmt::Debug>(a: &Snapshot, b: &Snapshot, f: impl Fn(&Meta) -> T) -> Vec<String> {
     let mut out = Vec::new();
     for (k, ma) in a {
         match b.get(k) {
             None => out.push(format!("only left:  {} {:?}", show(k), f(ma))),
-            Some(mb) if f(ma) != f(mb) => out.push(format!(
-                "differs:    {} {:?} != {:?}",
-                show(k),
-                f(ma),
-                f(mb)
-            )),
+            Some(mb) if f(ma) != f(mb) => out.push(format!("differs:    {} {:?} != {:?}", show(k), f(ma), f(mb))),
             _ => {}
         }
     }
@@ -186,20 +164,10 @@ pub fn diff<T: PartialEq + std::fmt::Debug>(
 
 /// Panics with a readable diff unless `a` and `b` agree under the projection `f`.
 #[track_caller]
-pub fn assert_same<T: PartialEq + std::fmt::Debug>(
-    a: &Snapshot,
-    b: &Snapshot,
-    f: impl Fn(&Meta) -> T,
-    context: &str,
-) {
+pub fn assert_same<T: PartialEq + std::fmt::Debug>(a: &Snapshot, b: &Snapshot, f: impl Fn(&Meta) -> T, context: &str) {
     let d = diff(a, b, f);
     if !d.is_empty() {
-        let mut msg = format!(
-            "{context}: {} of {}/{} entries differ (left vs right):\n",
-            d.len(),
-            a.len(),
-            b.len()
-        );
+        let mut msg = format!("{context}: {} of {}/{} entries differ (left vs right):\n", d.len(), a.len(), b.len());
         for line in d.iter().take(30) {
             let _ = writeln!(msg, "  {line}");
         }
@@ -221,11 +189,7 @@ pub fn kubelet_mode(kind: Kind, old: u32, read_only: bool) -> u32 {
     if kind == Kind::Dir {
         mask |= 0o110 | libc::S_ISGID;
     }
-    if kind == Kind::Symlink {
-        old
-    } else {
-        old | mask
-    }
+    if kind == Kind::Symlink { old } else { old | mask }
 }
 
 /// True if the kubelet formula would leave `m` as it is.
@@ -237,35 +201,29 @@ pub fn conforms(m: &Meta, gid: u32, read_only: bool) -> bool {
 /// entry, then `chmod(old | mask)` on every non-symlink with the mode read before the chown
 /// (the chown may clear setuid/setgid; the chmod puts them back). The root is an entry.
 pub fn kubelet_reference(root: &Path, gid: u32, read_only: bool, mounts: Mounts) {
-    let rootfd =
-        fd::open_dir(root).unwrap_or_else(|e| panic!("reference: open {}: {e}", root.display()));
+    let rootfd = fd::open_dir(root).unwrap_or_else(|e| panic!("reference: open {}: {e}", root.display()));
     let st = fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root");
     ref_dir(rootfd.as_raw_fd(), ROOT, st.st_dev, gid, read_only, mounts);
     let old = st.st_mode & 0o7777;
     fd::fchown(rootfd.as_raw_fd(), u32::MAX, gid).expect("reference: fchown root");
-    fd::fchmod(rootfd.as_raw_fd(), kubelet_mode(Kind::Dir, old, read_only))
-        .expect("reference: fchmod root");
+    fd::fchmod(rootfd.as_raw_fd(), kubelet_mode(Kind::Dir, old, read_only)).expect("reference: fchmod root");
 }
 
 fn ref_dir(dirfd: RawFd, rel: &[u8], root_dev: u64, gid: u32, read_only: bool, mounts: Mounts) {
-    let names =
-        fd::read_names(dirfd).unwrap_or_else(|e| panic!("reference: readdir {}: {e}", show(rel)));
+    let names = fd::read_names(dirfd).unwrap_or_else(|e| panic!("reference: readdir {}: {e}", show(rel)));
     for name in names {
         let path = join(rel, &name);
-        let st = fd::stat_at(dirfd, &name)
-            .unwrap_or_else(|e| panic!("reference: stat {}: {e}", show(&path)));
+        let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| panic!("reference: stat {}: {e}", show(&path)));
         let kind = Kind::of(st.st_mode);
         if kind == Kind::Dir {
             if st.st_dev != root_dev && mounts == Mounts::Skip {
                 continue;
             }
-            let sub = fd::open_dir_at(dirfd, &name)
-                .unwrap_or_else(|e| panic!("reference: open {}: {e}", show(&path)));
+            let sub = fd::open_dir_at(dirfd, &name).unwrap_or_else(|e| panic!("reference: open {}: {e}", show(&path)));
             ref_dir(sub.as_raw_fd(), &path, root_dev, gid, read_only, mounts);
         }
         let old = st.st_mode & 0o7777;
-        fd::lchown_at(dirfd, &name, u32::MAX, gid)
-            .unwrap_or_else(|e| panic!("reference: lchown {}: {e}", show(&path)));
+        fd::lchown_at(dirfd, &name, u32::MAX, gid).unwrap_or_else(|e| panic!("reference: lchown {}: {e}", show(&path)));
         if kind != Kind::Symlink {
             fd::chmod_at(dirfd, &name, kubelet_mode(kind, old, read_only))
                 .unwrap_or_else(|e| panic!("reference: chmod {}: {e}", show(&path)));

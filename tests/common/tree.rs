@@ -23,6 +23,8 @@ pub enum Node {
     Socket,
     /// A character device (major, minor).
     CharDev(u32, u32),
+    /// A block device (major, minor).
+    BlockDev(u32, u32),
 }
 
 #[derive(Clone, Debug)]
@@ -49,17 +51,8 @@ impl Tree {
     }
 
     fn push(&mut self, path: &[u8], node: Node, uid: u32, gid: u32, mode: u32) -> &mut Tree {
-        assert!(
-            !path.is_empty() && !path.starts_with(b"/"),
-            "relative path expected"
-        );
-        self.entries.push(Entry {
-            path: path.to_vec(),
-            node,
-            uid,
-            gid,
-            mode,
-        });
+        assert!(!path.is_empty() && !path.starts_with(b"/"), "relative path expected");
+        self.entries.push(Entry { path: path.to_vec(), node, uid, gid, mode });
         self
     }
 
@@ -78,20 +71,8 @@ impl Tree {
         self.push(path.as_ref(), Node::File(content), uid, gid, mode)
     }
 
-    pub fn symlink(
-        &mut self,
-        path: impl AsRef<[u8]>,
-        target: impl AsRef<[u8]>,
-        uid: u32,
-        gid: u32,
-    ) -> &mut Tree {
-        self.push(
-            path.as_ref(),
-            Node::Symlink(target.as_ref().to_vec()),
-            uid,
-            gid,
-            0o777,
-        )
+    pub fn symlink(&mut self, path: impl AsRef<[u8]>, target: impl AsRef<[u8]>, uid: u32, gid: u32) -> &mut Tree {
+        self.push(path.as_ref(), Node::Symlink(target.as_ref().to_vec()), uid, gid, 0o777)
     }
 
     pub fn hardlink(&mut self, path: impl AsRef<[u8]>, to: impl AsRef<[u8]>) -> &mut Tree {
@@ -106,15 +87,12 @@ impl Tree {
         self.push(path.as_ref(), Node::Socket, uid, gid, mode)
     }
 
-    pub fn chardev(
-        &mut self,
-        path: impl AsRef<[u8]>,
-        dev: (u32, u32),
-        uid: u32,
-        gid: u32,
-        mode: u32,
-    ) -> &mut Tree {
+    pub fn chardev(&mut self, path: impl AsRef<[u8]>, dev: (u32, u32), uid: u32, gid: u32, mode: u32) -> &mut Tree {
         self.push(path.as_ref(), Node::CharDev(dev.0, dev.1), uid, gid, mode)
+    }
+
+    pub fn blockdev(&mut self, path: impl AsRef<[u8]>, dev: (u32, u32), uid: u32, gid: u32, mode: u32) -> &mut Tree {
+        self.push(path.as_ref(), Node::BlockDev(dev.0, dev.1), uid, gid, mode)
     }
 
     /// Adds `other` below the new directory `prefix` (which gets `other`'s root owner and mode,
@@ -128,11 +106,7 @@ impl Tree {
                 Node::Hardlink(to) => Node::Hardlink(pre(to)),
                 n => n.clone(),
             };
-            self.entries.push(Entry {
-                path: pre(&e.path),
-                node,
-                ..e.clone()
-            });
+            self.entries.push(Entry { path: pre(&e.path), node, ..e.clone() });
         }
         self
     }
@@ -152,10 +126,8 @@ impl Tree {
         for e in &self.entries {
             let (parent, _) = fd::split_parent(&e.path);
             if cached.as_ref().is_none_or(|(p, _)| p != parent) {
-                let pfd =
-                    fd::open_rel_dir(rootfd.as_raw_fd(), parent, true).unwrap_or_else(|err| {
-                        panic!("open parent of {}: {err}", super::snap::show(&e.path))
-                    });
+                let pfd = fd::open_rel_dir(rootfd.as_raw_fd(), parent, true)
+                    .unwrap_or_else(|err| panic!("open parent of {}: {err}", super::snap::show(&e.path)));
                 cached = Some((parent.to_vec(), pfd));
             }
             let pfd = cached.as_ref().unwrap().1.as_raw_fd();
@@ -185,12 +157,8 @@ fn make(root: &Path, rootfd: i32, pfd: i32, e: &Entry) -> std::io::Result<()> {
                 fd::mknod_at(pfd, name, libc::S_IFSOCK | 0o600, 0)?;
             }
         }
-        Node::CharDev(major, minor) => fd::mknod_at(
-            pfd,
-            name,
-            libc::S_IFCHR | 0o600,
-            libc::makedev(*major, *minor),
-        )?,
+        Node::CharDev(major, minor) => fd::mknod_at(pfd, name, libc::S_IFCHR | 0o600, libc::makedev(*major, *minor))?,
+        Node::BlockDev(major, minor) => fd::mknod_at(pfd, name, libc::S_IFBLK | 0o600, libc::makedev(*major, *minor))?,
     }
     // Owner first: chown clears setuid/setgid of non-directories, the chmod then sets them.
     fd::lchown_at(pfd, name, e.uid, e.gid)?;
@@ -230,12 +198,10 @@ pub const UIDS: &[u32] = &[0, 1000, 1001, 2000, 65534];
 /// 2000 appears twice: the tests' target group, so many entries already conform.
 pub const GIDS: &[u32] = &[0, 1000, 2000, 2000, 3000];
 pub const FILE_MODES: &[u32] = &[
-    0o644, 0o600, 0o660, 0o664, 0o666, 0o755, 0o775, 0o4755, 0o2755, 0o6755, 0o2644, 0o1644,
-    0o4770, 0o000, 0o440, 0o777, 0o7777,
+    0o644, 0o600, 0o660, 0o664, 0o666, 0o755, 0o775, 0o4755, 0o2755, 0o6755, 0o2644, 0o1644, 0o4770, 0o000, 0o440,
+    0o777, 0o7777,
 ];
-pub const DIR_MODES: &[u32] = &[
-    0o755, 0o700, 0o2770, 0o2775, 0o1777, 0o3777, 0o555, 0o000, 0o2777, 0o711, 0o6775,
-];
+pub const DIR_MODES: &[u32] = &[0o755, 0o700, 0o2770, 0o2775, 0o1777, 0o3777, 0o555, 0o000, 0o2777, 0o711, 0o6775];
 
 /// Options of a generated tree.
 #[derive(Clone, Copy, Debug)]
@@ -249,10 +215,7 @@ pub struct GenOpts {
 
 impl Default for GenOpts {
     fn default() -> GenOpts {
-        GenOpts {
-            hardlinks: true,
-            special_bits: true,
-        }
+        GenOpts { hardlinks: true, special_bits: true }
     }
 }
 
@@ -283,11 +246,7 @@ pub fn generated(seed: u64, n: usize, outside: &Path, opts: GenOpts) -> Tree {
                 3 => format!("new\nline-{i}").into_bytes(),
                 _ => format!("e{i}").into_bytes(),
             };
-            let path = if parent.is_empty() {
-                stem
-            } else {
-                [&parent[..], b"/", &stem[..]].concat()
-            };
+            let path = if parent.is_empty() { stem } else { [&parent[..], b"/", &stem[..]].concat() };
             let (uid, gid) = (rng.pick(UIDS), rng.pick(GIDS));
             let mut fmode = rng.pick(FILE_MODES);
             if !opts.special_bits {
@@ -394,6 +353,8 @@ pub fn zoo(outside: &Path) -> Tree {
         .fifo("odd/fifo", 0, 0, 0o600)
         .socket("odd/sock", 0, 0, 0o755)
         .chardev("odd/null", (1, 3), 0, 0, 0o600)
+        // A block device nobody uses (loop major, a minor far past any attached device).
+        .blockdev("odd/block", (7, 250), 0, 0, 0o640)
         .dir(b"caf\xe9", 1000, 1000, 0o750)
         .file(b"caf\xe9/\xff\xfe", 1000, 1000, 0o640)
         .file(b"caf\xe9/back\\slash", 1000, 1000, 0o640)
