@@ -63,6 +63,11 @@ impl<'a> Resume<'a> {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).0.clone()
     }
 
+    /// Drops a pending record (written out with the next checkpoint).
+    fn forget_pending(&self, record: &(String, u64, u32)) {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.pending.retain(|p| p != record);
+    }
+
     fn update(&self, force: bool, f: impl FnOnce(&mut Checkpoint)) -> Result<(), Errno> {
         let mut guard = self.current.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut guard.0);
@@ -148,10 +153,18 @@ impl<'a> Fixer<'a> {
         let change = fix::decide(meta, self.spec);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
         let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
+        // Best effort: if the record can't be kept (too long a path, a full filesystem), the file
+        // is fixed all the same, as the kubelet would, just without the crash-safety net.
         let staged = record.clone();
-        resume.update(true, |c| c.pending.push(staged)).map_err(|e| (Op::Xattr, e))?;
+        if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4
+            || resume.update(true, |c| c.pending.push(staged)).is_err()
+        {
+            resume.forget_pending(&record);
+            debug!(path = %record.0, "cannot record the mode to restore on the root; fixing without it");
+            return fix::fix_entry(dir.fd(), name, meta, self.spec);
+        }
         let out = fix::fix_entry(dir.fd(), name, meta, self.spec);
-        let _ = resume.update(false, |c| c.pending.retain(|p| *p != record));
+        resume.forget_pending(&record);
         out
     }
 }
@@ -178,10 +191,11 @@ impl Visitor for Fixer<'_> {
         if let (Some(r), 1, false) = (&self.resume, dir.depth, failed) {
             if !r.tainted.lock().unwrap_or_else(|e| e.into_inner()).contains(&dir.meta.ino) {
                 let name = escape_bytes(dir.name());
+                // A checkpoint that can't be written only costs a later resume some re-reading.
                 if let Err(e) = r.update(false, |c| {
                     c.add_done(dir.meta.ino, name);
                 }) {
-                    self.error_at(self.root, Op::Xattr, e);
+                    debug!("cannot write the checkpoint: {e}");
                 }
             }
         }
