@@ -31,6 +31,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Command::Apply(args) => run_pass(&args, Mode::Apply, cli.log_format),
         Command::Check(args) => run_pass(&args, Mode::Check, cli.log_format),
         Command::Status(args) => crate::status::run(&args),
+        Command::Report(crate::cli::ReportCommand::Merge { json, files }) => report::merge_files(&files, json),
         Command::Inspect(args) => crate::inspect::run(&args),
         Command::Demo(args) => crate::demo::run(&args),
     }
@@ -38,6 +39,10 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
 
 fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCode, Error> {
     let targets = args.targets().map_err(Error::Usage)?;
+    let shard = args.shard_filter().map_err(Error::Usage)?;
+    if shard.is_some() && mode == Mode::Check {
+        return Err(Error::Usage("--shard is for apply; check a volume whole".into()));
+    }
     let opts = args.run_options(mode, log_format == LogFormat::Text);
     let pool = rayon_core::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
@@ -51,7 +56,11 @@ fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCo
             .iter()
             .map(|(path, spec)| {
                 let (pool, opts) = (&pool, &opts);
-                s.spawn(move || match pool.install(|| volume::run(path, spec, opts)) {
+                let run = move || match shard {
+                    Some(f) => crate::shard::run(path, spec, opts, f),
+                    None => volume::run(path, spec, opts),
+                };
+                s.spawn(move || match pool.install(run) {
                     Ok(v) => {
                         info!("{}", v.summary());
                         v

@@ -40,6 +40,9 @@ pub enum Command {
     Apply(PassArgs),
     /// Change nothing; report what `apply` would change (exit 3 if anything).
     Check(PassArgs),
+    /// Work with JSON reports (`report merge FILE...`).
+    #[command(subcommand)]
+    Report(ReportCommand),
     /// Print each volume's marker: what it was prepared for, and when.
     Status(StatusArgs),
     /// Change nothing; diagnose a volume: owners, missing mode bits, risky directories and
@@ -133,6 +136,16 @@ pub struct PassArgs {
     #[arg(long, value_name = "PATH", env = "VOLPREP_STICKY", value_delimiter = ':')]
     pub sticky: Vec<PathBuf>,
 
+    /// Prepare only shard I of N of the volume (0 <= I < N), e.g. one pod of an Indexed Job;
+    /// 'auto/N' takes I from JOB_COMPLETION_INDEX. The shards meet in the root marker.
+    #[arg(long, value_name = "I/N", env = "VOLPREP_SHARD")]
+    pub shard: Option<String>,
+
+    /// Depth at which a sharded pass splits the tree (the same for every shard).
+    #[arg(long, value_name = "D", default_value_t = 3, env = "VOLPREP_SHARD_DEPTH",
+          value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub shard_depth: u32,
+
     /// Volume roots (directories) to prepare with the spec flags above.
     #[arg(value_name = "PATH", required_unless_present_any = ["volumes", "sticky"])]
     pub paths: Vec<PathBuf>,
@@ -170,6 +183,19 @@ pub fn volumes_from_env() -> Result<Vec<(PathBuf, SpecArgs)>, String> {
         return Ok(Vec::new());
     };
     v.split([';', '\n']).map(str::trim).filter(|s| !s.is_empty()).map(parse_volume).collect()
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Merge reports (e.g. of the shards of one volume) into one per volume path.
+    Merge {
+        /// Print the merged report as JSON instead of summary lines.
+        #[arg(long)]
+        json: bool,
+        /// Reports written with --report.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -280,7 +306,18 @@ impl PassArgs {
         if out.is_empty() && self.sticky.is_empty() {
             return Err("nothing to do: give PATHs with --fs-group/--owner, --volume or --sticky".into());
         }
+        if self.shard.is_some() && out.len() != 1 {
+            return Err("--shard prepares part of one volume: give exactly one PATH".into());
+        }
         Ok(out)
+    }
+
+    /// `--shard`, resolved (JOB_COMPLETION_INDEX for `auto/N`).
+    pub fn shard_filter(&self) -> Result<Option<crate::shard::ShardFilter>, String> {
+        let Some(s) = &self.shard else { return Ok(None) };
+        let job_index = std::env::var("JOB_COMPLETION_INDEX").ok();
+        let (index, count) = crate::shard::parse(s, job_index.as_deref())?;
+        Ok(Some(crate::shard::ShardFilter { index, count, depth: self.shard_depth }))
     }
 
     pub fn run_options(&self, mode: Mode, text_logs: bool) -> RunOptions {

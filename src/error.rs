@@ -41,7 +41,7 @@ impl From<ExitCode> for std::process::ExitCode {
 }
 
 /// The syscall-level operation that failed, as shown in summaries and reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     Open,

@@ -12,6 +12,7 @@ mod marker;
 mod pass;
 mod progress;
 mod report;
+mod shard;
 mod spec;
 mod status;
 mod sticky;

@@ -39,6 +39,24 @@ pub struct Marker {
     /// Entries of the finished pass.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entries: Option<u64>,
+    /// The state of a sharded pass (`--shard I/N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Shards>,
+}
+
+/// Where the shards of one sharded pass stand: the meeting point of their Jobs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shards {
+    /// N of `--shard I/N`.
+    pub n: u32,
+    /// `--shard-depth` (every shard must split the tree the same way).
+    pub depth: u32,
+    /// Shards that finished with no error, in order.
+    pub done: Vec<u32>,
+    /// Entries of the shards in `done`.
+    pub entries: u64,
+    /// Shards being walked: index, run id and the last heartbeat (unix seconds).
+    pub running: Vec<(u32, String, u64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -281,6 +299,7 @@ mod tests {
             started: 1000,
             finished: Some(1100),
             entries: Some(5),
+            shards: None,
         }
     }
 

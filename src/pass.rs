@@ -89,6 +89,8 @@ pub struct Fixer<'a> {
     pub errors: Mutex<Vec<EntryError>>,
     pub skipped_mounts: Mutex<Vec<PathBuf>>,
     pub resume: Option<Resume<'a>>,
+    /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
+    pub shard: Option<crate::shard::ShardFilter>,
 }
 
 impl<'a> Fixer<'a> {
@@ -101,6 +103,7 @@ impl<'a> Fixer<'a> {
             errors: Mutex::new(Vec::new()),
             skipped_mounts: Mutex::new(Vec::new()),
             resume,
+            shard: None,
         }
     }
 
@@ -156,8 +159,7 @@ impl<'a> Fixer<'a> {
         // Best effort: if the record can't be kept (too long a path, a full filesystem), the file
         // is fixed all the same, as the kubelet would, just without the crash-safety net.
         let staged = record.clone();
-        if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4
-            || resume.update(true, |c| c.pending.push(staged)).is_err()
+        if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.update(true, |c| c.pending.push(staged)).is_err()
         {
             resume.forget_pending(&record);
             debug!(path = %record.0, "cannot record the mode to restore on the root; fixing without it");
@@ -171,6 +173,9 @@ impl<'a> Fixer<'a> {
 
 impl Visitor for Fixer<'_> {
     fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) {
+        if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
+            return;
+        }
         self.counters.seen(meta.kind());
         let outcome = match (self.mode, &self.resume) {
             (Mode::Check, _) => Ok(fix::decide(meta, self.spec)),
@@ -181,6 +186,9 @@ impl Visitor for Fixer<'_> {
     }
 
     fn dir_done(&self, dir: &Node) {
+        if self.shard.is_some_and(|s| !s.owns(dir.depth, || dir.rel_path())) {
+            return;
+        }
         self.counters.seen(Kind::Dir);
         let outcome = match self.mode {
             Mode::Check => Ok(fix::decide(&dir.meta, self.spec)),
@@ -202,12 +210,19 @@ impl Visitor for Fixer<'_> {
     }
 
     fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+        if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
+            return;
+        }
         let path = self.path_of(parent, Some(name));
         warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
         self.skipped_mounts.lock().unwrap_or_else(|e| e.into_inner()).push(path);
     }
 
     fn enter(&self, parent: &Node, name: &CStr, ino: u64) -> bool {
+        if let Some(s) = self.shard {
+            let depth = parent.depth + 1;
+            return depth != s.depth || s.owns(depth, || walk::rel_child(parent, name));
+        }
         let Some(prev) = self.resume.as_ref().and_then(|r| r.previous.as_ref()) else {
             return true;
         };

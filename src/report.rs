@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Op, errno_name, errno_text};
 use crate::escape::Escaped;
@@ -12,17 +12,18 @@ use crate::escape::Escaped;
 pub const MAX_LISTED_ERRORS: usize = 100;
 
 /// The JSON report: `{"version":1,"volumes":[...]}`. Key names are a stable interface.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
     pub version: u32,
     pub volumes: Vec<VolumeReport>,
 }
 
 /// What happened to a volume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
     /// `apply` walked the volume.
+    #[default]
     Walked,
     /// `check` walked it without changing anything.
     Checked,
@@ -35,7 +36,7 @@ pub enum Action {
 }
 
 /// One per-entry failure.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EntryError {
     /// The entry's path, escaped (see `escape`): lossless for any bytes.
     pub path: String,
@@ -58,7 +59,8 @@ impl EntryError {
 }
 
 /// One volume's figures.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct VolumeReport {
     pub path: String,
     pub action: Action,
@@ -90,6 +92,9 @@ pub struct VolumeReport {
     pub skipped_subtrees: u64,
     pub elapsed_ms: u64,
     pub entries_per_s: u64,
+    /// `I/N` for a sharded pass.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
     /// What `--sticky` found and did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sticky: Option<StickyOutcome>,
@@ -139,6 +144,7 @@ impl VolumeReport {
             skipped_subtrees: 0,
             elapsed_ms: 0,
             entries_per_s: 0,
+            shard: None,
             sticky: None,
             fatal: None,
         }
@@ -180,7 +186,7 @@ impl VolumeReport {
 }
 
 /// What `--sticky` found and did to a temp dir.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StickyOutcome {
     /// The directory did not exist and was made.
     pub created: bool,
@@ -234,6 +240,72 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     let res =
         if dest == Path::new("-") { std::io::stdout().lock().write_all(&json) } else { std::fs::write(dest, &json) };
     res.map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
+}
+
+/// `volprep report merge`: reads reports (e.g. one per shard) and merges the volumes that share
+/// a path: counts add up, lists join, the elapsed time is the longest. Prints summary lines, or
+/// the merged report with `json`. The exit code is what the merged outcome stands for.
+pub fn merge_files(files: &[std::path::PathBuf], json: bool) -> Result<crate::error::ExitCode, Error> {
+    let mut merged: Vec<(VolumeReport, Vec<String>)> = Vec::new();
+    for f in files {
+        let text = std::fs::read(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("cannot read: {e}") })?;
+        let report: Report = serde_json::from_slice(&text)
+            .map_err(|e| Error::Other { path: f.clone(), msg: format!("not a volprep report: {e}") })?;
+        for v in report.volumes {
+            let label = v.shard.clone().unwrap_or_else(|| f.display().to_string());
+            match merged.iter_mut().find(|(m, _)| m.path == v.path) {
+                Some((m, parts)) => {
+                    merge_into(m, v);
+                    parts.push(label);
+                }
+                None => merged.push((v, vec![label])),
+            }
+        }
+    }
+    let mut codes = Vec::new();
+    let mut volumes = Vec::new();
+    for (mut v, parts) in merged {
+        v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
+        let secs = v.elapsed_ms as f64 / 1000.0;
+        v.entries_per_s = if secs > 0.0 { (v.entries as f64 / secs) as u64 } else { v.entries };
+        codes.push(crate::app::volume_exit_code(&v, 0));
+        if !json {
+            println!("{} [{}, marker {}]", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
+        }
+        volumes.push(v);
+    }
+    if json {
+        write(&Report { version: 1, volumes }, Path::new("-"))?;
+    }
+    Ok(crate::error::ExitCode::merge(codes))
+}
+
+fn merge_into(m: &mut VolumeReport, v: VolumeReport) {
+    for (a, b) in [
+        (&mut m.entries, v.entries),
+        (&mut m.dirs, v.dirs),
+        (&mut m.files, v.files),
+        (&mut m.symlinks, v.symlinks),
+        (&mut m.others, v.others),
+        (&mut m.changed_owner, v.changed_owner),
+        (&mut m.changed_mode, v.changed_mode),
+        (&mut m.errors, v.errors),
+        (&mut m.dirs_read, v.dirs_read),
+        (&mut m.skipped_subtrees, v.skipped_subtrees),
+    ] {
+        *a += b;
+    }
+    m.elapsed_ms = m.elapsed_ms.max(v.elapsed_ms);
+    m.error_list.extend(v.error_list);
+    m.error_list.truncate(MAX_LISTED_ERRORS);
+    m.skipped_mounts.extend(v.skipped_mounts);
+    if v.marker_after == "done" {
+        m.marker_after = v.marker_after;
+    }
+    if v.action == Action::Walked {
+        m.action = Action::Walked;
+    }
+    m.fatal = m.fatal.take().or(v.fatal);
 }
 
 #[cfg(test)]

@@ -119,6 +119,10 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
         }
     };
     report.marker_before = found.state_word().to_string();
+    if report.marker_after.is_empty() {
+        // Nothing was written (a skip, `check`, no xattrs): the marker is as it was.
+        report.marker_after = report.marker_before.clone();
+    }
     Ok(report)
 }
 
@@ -161,6 +165,7 @@ fn walk(
             started: marker::now() - ctx.started.elapsed().as_secs(),
             finished: None,
             entries: None,
+            shards: None,
         };
         if let Err(e) = marker::write(root, &m) {
             fixer.error_at(path, Op::Xattr, e);
@@ -212,6 +217,7 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
         started: marker::now() - ctx.started.elapsed().as_secs(),
         finished: Some(marker::now()),
         entries: Some(Counters::get(&fixer.counters.entries)),
+        shards: None,
     };
     match marker::write(root, &m).and_then(|()| marker::remove_checkpoint(root)) {
         Ok(()) => "done".into(),
@@ -223,7 +229,7 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
 }
 
 /// Takes the advisory lock on the root (`flock`), waiting up to `timeout` and saying so.
-fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), Error> {
+pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), Error> {
     let start = Instant::now();
     let mut next_log = Duration::ZERO;
     loop {

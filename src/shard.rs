@@ -1,0 +1,376 @@
+//! `--shard I/N`: one of N processes (an Indexed Job's pods) prepares its part of a volume; the
+//! root marker is where they meet. Ownership is a pure function of an entry's depth and path.
+//!
+//! The tree is split at `--shard-depth D`: an entry at depth D (and its whole subtree) belongs to
+//! shard `fnv1a(relative path) % N`; entries between the root and depth D belong to shard 0;
+//! the root itself is changed, and the marker set `done`, by whichever run finds every shard done.
+//! No shard needs more than the first D levels of the tree to know its part.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::io::Errno;
+use tracing::{info, warn};
+
+use crate::error::{Error, Op};
+use crate::escape::Escaped;
+use crate::fix;
+use crate::marker::{self, Found, Marker, Shards, State, Verify};
+use crate::pass::Fixer;
+use crate::progress::{self, Counters};
+use crate::report::{Action, VolumeReport};
+use crate::spec::Spec;
+use crate::sys;
+use crate::volume::RunOptions;
+use crate::walk::Walk;
+
+/// A running shard whose heartbeat is older than this is taken for dead.
+const STALE_AFTER: u64 = 60;
+/// How often a running shard renews its heartbeat.
+const HEARTBEAT: Duration = Duration::from_secs(10);
+
+/// Which part of the tree a sharded pass owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardFilter {
+    pub index: u32,
+    pub count: u32,
+    pub depth: u32,
+}
+
+impl ShardFilter {
+    /// Whether the entry at `depth` (root = 0) with relative path `rel` is this shard's to fix.
+    /// `rel` is only built at the split depth. Deeper entries are reached only through an
+    /// owned anchor, so they are owned.
+    pub fn owns(&self, depth: u32, rel: impl FnOnce() -> PathBuf) -> bool {
+        match depth {
+            0 => false,
+            d if d < self.depth => self.index == 0,
+            d if d > self.depth => true,
+            _ => self.shard_of(rel().as_os_str().as_bytes()) == self.index,
+        }
+    }
+
+    /// The shard an anchor path goes to: FNV-1a (64 bit) of its bytes, modulo N. Stable across
+    /// runs, machines and versions (changing it would mix up shards of different versions).
+    pub fn shard_of(&self, rel: &[u8]) -> u32 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in rel {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(self.count)) as u32
+    }
+}
+
+/// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `JOB_COMPLETION_INDEX`.
+pub fn parse(s: &str, job_index: Option<&str>) -> Result<(u32, u32), String> {
+    let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4) or auto/N"))?;
+    let n: u32 = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("'{s}': N must be a number above 0"))?;
+    let i = match i {
+        "auto" => job_index
+            .ok_or("--shard auto/N needs JOB_COMPLETION_INDEX (set by Kubernetes in Indexed Jobs)")?
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| "JOB_COMPLETION_INDEX is not a number".to_string())?,
+        i => i.parse().map_err(|_| format!("'{s}': I must be a number or 'auto'"))?,
+    };
+    if i >= n {
+        return Err(format!("shard {i} of {n} does not exist (shards are 0..{})", n - 1));
+    }
+    Ok((i, n))
+}
+
+/// What a shard does after looking at the marker.
+enum Step {
+    Skip(String),
+    Wait(String),
+    Walk(String),
+    /// Every shard is done but the volume is not: a finishing run was killed.
+    Finish,
+}
+
+/// Runs shard `filter.index` of the volume at `path`.
+pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> Result<VolumeReport, Error> {
+    let started = Instant::now();
+    let root_fd = sys::open_root(path).map_err(|e| match e {
+        Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
+        e => Error::sys(path, Op::Open, e),
+    })?;
+    let root = root_fd.as_fd();
+    let run_id = marker::new_run_id();
+    let shown = Escaped(path.as_os_str()).to_string();
+    let name = format!("{}/{}", filter.index, filter.count);
+    let mut waited_log = Duration::ZERO;
+    let step = loop {
+        match with_lock(root, path, opts.lock_timeout, |root| register(root, path, spec, opts, filter, &run_id))? {
+            Step::Wait(why) if started.elapsed() < opts.lock_timeout => {
+                if started.elapsed() >= waited_log {
+                    info!(path = %shown, "shard {name}: waiting: {why}");
+                    waited_log += Duration::from_secs(10);
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Step::Wait(why) => {
+                return Err(Error::Other {
+                    path: path.to_path_buf(),
+                    msg: format!("shard {name}: {why}; gave up (--lock-timeout)"),
+                });
+            }
+            step => break step,
+        }
+    };
+    let mut report = VolumeReport::empty(path, spec, opts.threads, Action::Walked);
+    report.shard = Some(name.clone());
+    let walk_needed = !matches!(step, Step::Finish);
+    let reason = match step {
+        Step::Skip(why) => {
+            info!(path = %shown, shard = %name, decision = "skip", reason = %why, "skip {shown}");
+            report.action = Action::Skipped;
+            report.reason = why;
+            report.marker_before = "done".into();
+            report.elapsed_ms = started.elapsed().as_millis() as u64;
+            return Ok(report);
+        }
+        Step::Finish => "every shard is done; finishing the volume".to_string(),
+        Step::Walk(why) => why,
+        Step::Wait(_) => unreachable!("handled above"),
+    };
+    let (fs, estimate) = sys::fs_info(root);
+    info!(path = %shown, shard = %name, fs = %fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {shown}");
+    let mut fixer = Fixer::new(path, spec, opts.mode, None);
+    fixer.shard = Some(filter);
+    if walk_needed {
+        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+        let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(path, Op::Open, e))?;
+        std::thread::scope(|s| {
+            let (stop, stopped) = mpsc::channel::<()>();
+            s.spawn(|| heartbeat(root, path, filter.index, &run_id, stopped));
+            progress::watch(&fixer.counters, estimate, opts.progress, &shown, || {
+                Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(walk_fd, root_meta)
+            });
+            drop(stop);
+        });
+    }
+    let after = with_lock(root, path, opts.lock_timeout, |root| finish(root, path, spec, filter, &run_id, &fixer))?;
+    let c = &fixer.counters;
+    report.reason = reason;
+    report.fs_type = fs;
+    report.estimated_entries = estimate;
+    report.marker_before = "in-progress".into();
+    report.marker_after = after;
+    report.entries = Counters::get(&c.entries);
+    report.dirs = Counters::get(&c.dirs);
+    report.files = Counters::get(&c.files);
+    report.symlinks = Counters::get(&c.symlinks);
+    report.others = Counters::get(&c.others);
+    report.changed_owner = Counters::get(&c.changed_owner);
+    report.changed_mode = Counters::get(&c.changed_mode);
+    report.errors = Counters::get(&c.errors);
+    report.dirs_read = Counters::get(&c.dirs_read);
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    let secs = started.elapsed().as_secs_f64();
+    report.entries_per_s = if secs > 0.0 { (report.entries as f64 / secs) as u64 } else { report.entries };
+    report.error_list = std::mem::take(&mut *fixer.errors.lock().unwrap_or_else(|e| e.into_inner()));
+    report.skipped_mounts = fixer
+        .skipped_mounts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|p| Escaped(p.as_os_str()).to_string())
+        .collect();
+    Ok(report)
+}
+
+/// Under the root lock: read the marker and decide; register this run as the shard's runner.
+fn register(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    spec: &Spec,
+    opts: &RunOptions,
+    f: ShardFilter,
+    run: &str,
+) -> Result<Step, Error> {
+    let digest = spec.digest();
+    let found = marker::read(root);
+    let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+    let conforms = fix::decide(&root_meta, spec).is_none();
+    let mut m = match found {
+        Found::Unsupported => {
+            return Err(Error::Other {
+                path: path.to_path_buf(),
+                msg: "a sharded pass needs extended attributes: the root marker is where shards meet".into(),
+            });
+        }
+        Found::Marker(m)
+            if m.digest == digest
+                && m.state == State::Done
+                && conforms
+                && !opts.force
+                && opts.verify == Verify::Marker =>
+        {
+            return Ok(Step::Skip("marker says done for this spec and the root conforms".into()));
+        }
+        Found::Marker(m)
+            if m.digest == digest
+                && m.state == State::InProgress
+                && m.shards.as_ref().is_some_and(|s| s.n == f.count && s.depth == f.depth) =>
+        {
+            m
+        }
+        _ => Marker {
+            v: marker::FORMAT,
+            state: State::InProgress,
+            digest: digest.clone(),
+            spec: spec.to_string(),
+            run: run.to_string(),
+            started: marker::now(),
+            finished: None,
+            entries: None,
+            shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
+        },
+    };
+    let shards = m.shards.as_mut().expect("sharded marker");
+    let now = marker::now();
+    if shards.done.contains(&f.index) {
+        if shards.done.len() as u32 == f.count {
+            return Ok(Step::Finish);
+        }
+        return Ok(Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count)));
+    }
+    if let Some((_, other, beat)) = shards.running.iter().find(|(i, r, _)| *i == f.index && r != run) {
+        if now.saturating_sub(*beat) < STALE_AFTER {
+            return Ok(Step::Wait(format!("run {other} is walking this shard")));
+        }
+        warn!("shard {}/{}: run {other} stopped beating; taking over", f.index, f.count);
+    }
+    shards.running.retain(|(i, _, _)| *i != f.index);
+    shards.running.push((f.index, run.to_string(), now));
+    marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
+    Ok(Step::Walk(format!("shard {}/{} of spec {}", f.index, f.count, spec)))
+}
+
+/// Under the root lock: record this shard's outcome; the run that completes the set fixes the
+/// root and marks the volume done. Returns the marker state it leaves.
+fn finish(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    spec: &Spec,
+    f: ShardFilter,
+    run: &str,
+    fixer: &Fixer<'_>,
+) -> Result<String, Error> {
+    let Found::Marker(mut m) = marker::read(root) else {
+        return Err(Error::Other { path: path.to_path_buf(), msg: "the shard marker vanished during the walk".into() });
+    };
+    if m.digest != spec.digest() || m.shards.is_none() {
+        return Err(Error::Other {
+            path: path.to_path_buf(),
+            msg: "another spec took over the volume during the walk".into(),
+        });
+    }
+    let shards = m.shards.as_mut().expect("checked");
+    shards.running.retain(|(i, r, _)| !(*i == f.index && r == run));
+    let clean = Counters::get(&fixer.counters.errors) == 0;
+    if clean && !shards.done.contains(&f.index) {
+        shards.done.push(f.index);
+        shards.done.sort_unstable();
+        shards.entries += Counters::get(&fixer.counters.entries);
+    }
+    if shards.done.len() as u32 == f.count {
+        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+        fixer.counters.seen(sys::Kind::Dir);
+        match fix::fix_dir(root, &root_meta, spec) {
+            Ok(change) => {
+                if change.owner() {
+                    Counters::add(&fixer.counters.changed_owner);
+                }
+                if change.mode.is_some() {
+                    Counters::add(&fixer.counters.changed_mode);
+                }
+                m.state = State::Done;
+                m.finished = Some(marker::now());
+                m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
+                info!(path = %Escaped(path.as_os_str()), "every shard is done: root fixed, volume marked done");
+            }
+            Err((op, e)) => fixer.error_at(path, op, e),
+        }
+    }
+    marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
+    Ok(if m.state == State::Done { "done" } else { "in-progress" }.into())
+}
+
+/// Renews this run's heartbeat in the marker until `stopped` fires.
+fn heartbeat(root: BorrowedFd<'_>, path: &Path, index: u32, run: &str, stopped: mpsc::Receiver<()>) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(HEARTBEAT) {
+        let res = with_lock(root, path, Duration::from_secs(60), |root| {
+            if let Found::Marker(mut m) = marker::read(root) {
+                if let Some(s) = m.shards.as_mut() {
+                    let now = marker::now();
+                    s.running.iter_mut().filter(|(i, r, _)| *i == index && r == run).for_each(|e| e.2 = now);
+                    marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = res {
+            warn!("heartbeat: {e}");
+        }
+    }
+}
+
+/// Runs `f` holding the volume's lock, taken on a separate open of the root (a lock of its
+/// own, released when that fd closes), for as short a time as `f` takes.
+fn with_lock<T>(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    timeout: Duration,
+    f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let lock_fd = sys::open_subdir(root, c".").map_err(|e| Error::sys(path, Op::Open, e))?;
+    crate::volume::lock(lock_fd.as_fd(), path, timeout)?;
+    f(root)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shards_are_disjoint_and_cover_everything() {
+        let paths: Vec<String> = (0..2000).map(|i| format!("repo-{}/{}", i % 37, i)).collect();
+        for n in [1, 2, 4, 7] {
+            for depth in 1..=3 {
+                for d in 0..=4 {
+                    for p in &paths {
+                        let owners = (0..n)
+                            .filter(|&i| ShardFilter { index: i, count: n, depth }.owns(d, || PathBuf::from(p)))
+                            .count();
+                        assert_eq!(owners, usize::from(d != 0), "n={n} depth={depth} d={d} {p}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_hash_is_pinned() {
+        // FNV-1a 64 test vectors: changing the hash would mix up shards across versions.
+        let f = ShardFilter { index: 0, count: u32::MAX, depth: 2 };
+        assert_eq!(f.shard_of(b""), (0xcbf2_9ce4_8422_2325u64 % u64::from(u32::MAX)) as u32);
+        assert_eq!(f.shard_of(b"a"), (0xaf63_dc4c_8601_ec8cu64 % u64::from(u32::MAX)) as u32);
+    }
+
+    #[test]
+    fn shard_specs_parse() {
+        assert_eq!(parse("1/4", None), Ok((1, 4)));
+        assert_eq!(parse("auto/4", Some("3")), Ok((3, 4)));
+        assert!(parse("auto/4", None).is_err());
+        assert!(parse("4/4", None).is_err());
+        assert!(parse("0/0", None).is_err());
+        assert!(parse("x/2", None).is_err());
+        assert!(parse("2", None).is_err());
+    }
+}
