@@ -251,10 +251,31 @@ pub fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
-/// A run id: unique enough to tell runs apart (time and pid), short enough for the marker.
+/// A run id: unique enough to tell runs apart (time, pid and host), short enough for the marker.
 pub fn new_run_id() -> String {
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{:x}-{:x}", (nanos / 1000) as u64 & 0xffff_ffff_ffff, std::process::id())
+    format!("{:x}-{}@{}", (nanos / 1000) as u64 & 0xffff_ffff_ffff, std::process::id(), hostname())
+}
+
+/// This machine's (or pod's) host name, or "-".
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "-".into(), |h| h.trim().chars().take(63).collect())
+}
+
+/// Whether the run `id` is known to be dead: it ran on this host and its process is gone, or it
+/// had this very pid (a restarted container, where volprep is pid 1 again).
+pub fn run_is_dead_here(id: &str) -> bool {
+    let Some((head, host)) = id.split_once('@') else { return false };
+    let Some(pid) = head.split_once('-').and_then(|(_, p)| p.parse::<i32>().ok()) else { return false };
+    if host != hostname() {
+        return false;
+    }
+    if pid as u32 == std::process::id() {
+        return true;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) }
 }
 
 /// Reads the marker on the root.

@@ -28,7 +28,7 @@ use crate::volume::RunOptions;
 use crate::walk::Walk;
 
 /// A running shard whose heartbeat is older than this is taken for dead.
-const STALE_AFTER: u64 = 60;
+const STALE_AFTER: u64 = 30;
 /// How often a running shard renews its heartbeat.
 const HEARTBEAT: Duration = Duration::from_secs(10);
 
@@ -241,10 +241,10 @@ fn register(
         return Ok(Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count)));
     }
     if let Some((_, other, beat)) = shards.running.iter().find(|(i, r, _)| *i == f.index && r != run) {
-        if now.saturating_sub(*beat) < STALE_AFTER {
+        if now.saturating_sub(*beat) < STALE_AFTER && !marker::run_is_dead_here(other) {
             return Ok(Step::Wait(format!("run {other} is walking this shard")));
         }
-        warn!("shard {}/{}: run {other} stopped beating; taking over", f.index, f.count);
+        warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
     }
     shards.running.retain(|(i, _, _)| *i != f.index);
     shards.running.push((f.index, run.to_string(), now));
@@ -338,17 +338,29 @@ fn with_lock<T>(
 mod tests {
     use super::*;
 
+    /// Shards that fix the entry `path` (at depth = its number of components): an entry below
+    /// the split depth is reached only by the shard that entered its anchor.
+    fn fixers(n: u32, depth: u32, path: &[&str]) -> usize {
+        let d = path.len() as u32;
+        (0..n)
+            .filter(|&i| {
+                let f = ShardFilter { index: i, count: n, depth };
+                let reached = d <= depth || f.owns(depth, || path[..depth as usize].iter().collect());
+                reached && f.owns(d, || path.iter().collect())
+            })
+            .count()
+    }
+
     #[test]
     fn shards_are_disjoint_and_cover_everything() {
-        let paths: Vec<String> = (0..2000).map(|i| format!("repo-{}/{}", i % 37, i)).collect();
         for n in [1, 2, 4, 7] {
             for depth in 1..=3 {
-                for d in 0..=4 {
-                    for p in &paths {
-                        let owners = (0..n)
-                            .filter(|&i| ShardFilter { index: i, count: n, depth }.owns(d, || PathBuf::from(p)))
-                            .count();
-                        assert_eq!(owners, usize::from(d != 0), "n={n} depth={depth} d={d} {p}");
+                assert_eq!(fixers(n, depth, &[]), 0, "the root is the finisher's");
+                for i in 0..300 {
+                    let (a, b, c, e) = (format!("repo-{}", i % 37), format!("d{}", i % 11), format!("{i}"), "f");
+                    for len in 1..=4 {
+                        let path = [a.as_str(), b.as_str(), c.as_str(), e][..len].to_vec();
+                        assert_eq!(fixers(n, depth, &path), 1, "n={n} depth={depth} {path:?}");
                     }
                 }
             }
