@@ -63,8 +63,7 @@ const APPLY_FLAGS: &[&str] = &[
 
 /// True where a missing tool is a failure, not a skip.
 fn tools_required() -> bool {
-    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1")
-        || std::env::var("CI").is_ok_and(|v| v == "true")
+    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1") || std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 /// Writes past libtest's output capture, so a skip shows in a plain `cargo test`.
@@ -81,14 +80,10 @@ fn tool(var: &str, test: &str) -> Option<PathBuf> {
             Some(path)
         }
         _ if tools_required() => {
-            panic!(
-                "{var} is not set (CI=true or VOLPREP_PRIVILEGED_TESTS=1): source .ci/k8s-tools.sh"
-            )
+            panic!("{var} is not set (CI=true or VOLPREP_PRIVILEGED_TESTS=1): source .ci/k8s-tools.sh")
         }
         _ => {
-            say(&format!(
-                "SKIPPED {test}: {var} is not set (source .ci/k8s-tools.sh to run it)"
-            ));
+            say(&format!("SKIPPED {test}: {var} is not set (source .ci/k8s-tools.sh to run it)"));
             None
         }
     }
@@ -104,8 +99,7 @@ fn describe(cmd: &Command) -> String {
 }
 
 fn output(cmd: &mut Command) -> Output {
-    cmd.output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)))
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)))
 }
 
 /// Runs `cmd`, panics with its output unless it succeeds, returns stdout.
@@ -149,11 +143,7 @@ fn read(rel: &str) -> String {
 
 fn strs(v: &Value) -> Vec<String> {
     v.as_sequence()
-        .map(|s| {
-            s.iter()
-                .map(|x| scalar(x).unwrap_or_else(|| panic!("not a scalar: {x:?}")))
-                .collect()
-        })
+        .map(|s| s.iter().map(|x| scalar(x).unwrap_or_else(|| panic!("not a scalar: {x:?}"))).collect())
         .unwrap_or_default()
 }
 
@@ -180,29 +170,16 @@ fn pod_spec(obj: &Value) -> &Value {
 
 fn workloads(all: &[Value]) -> Vec<&Value> {
     all.iter()
-        .filter(|o| {
-            matches!(
-                o["kind"].as_str(),
-                Some("StatefulSet" | "Deployment" | "DaemonSet" | "Job" | "Pod")
-            )
-        })
+        .filter(|o| matches!(o["kind"].as_str(), Some("StatefulSet" | "Deployment" | "DaemonSet" | "Job" | "Pod")))
         .collect()
 }
 
 /// Every container's volumeMounts name a volume of the pod (or a volumeClaimTemplate).
 fn check_mount_refs(obj: &Value, at: &str) {
     let spec = pod_spec(obj);
-    let mut volumes: BTreeSet<String> = spec["volumes"]
-        .as_sequence()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| scalar(&v["name"]))
-        .collect();
-    for t in obj["spec"]["volumeClaimTemplates"]
-        .as_sequence()
-        .into_iter()
-        .flatten()
-    {
+    let mut volumes: BTreeSet<String> =
+        spec["volumes"].as_sequence().into_iter().flatten().filter_map(|v| scalar(&v["name"])).collect();
+    for t in obj["spec"]["volumeClaimTemplates"].as_sequence().into_iter().flatten() {
         volumes.extend(scalar(&t["metadata"]["name"]));
     }
     for c in all_containers(spec) {
@@ -232,73 +209,32 @@ struct VolprepArgs {
 /// names, flags of the CLI contract) and returns its parsed args.
 fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
     let sc = &c["securityContext"];
-    assert_eq!(
-        sc["runAsUser"].as_u64(),
-        Some(0),
-        "{at}: volprep runs as root"
-    );
-    assert_eq!(
-        sc["runAsNonRoot"].as_bool(),
-        Some(false),
-        "{at}: runAsNonRoot: false (overrides a pod-level true)"
-    );
-    assert_eq!(
-        sc["allowPrivilegeEscalation"].as_bool(),
-        Some(false),
-        "{at}: allowPrivilegeEscalation"
-    );
-    assert_eq!(
-        sc["readOnlyRootFilesystem"].as_bool(),
-        Some(true),
-        "{at}: readOnlyRootFilesystem"
-    );
+    assert_eq!(sc["runAsUser"].as_u64(), Some(0), "{at}: volprep runs as root");
+    assert_eq!(sc["runAsNonRoot"].as_bool(), Some(false), "{at}: runAsNonRoot: false (overrides a pod-level true)");
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false), "{at}: allowPrivilegeEscalation");
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{at}: readOnlyRootFilesystem");
     assert_ne!(sc["privileged"].as_bool(), Some(true), "{at}: privileged");
-    assert_eq!(
-        strs(&sc["capabilities"]["drop"]),
-        ["ALL"],
-        "{at}: capabilities.drop"
-    );
+    assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"], "{at}: capabilities.drop");
     let mut add = strs(&sc["capabilities"]["add"]);
     add.sort();
     assert_eq!(add, VOLPREP_CAPS, "{at}: capabilities.add");
-    assert_eq!(
-        sc["seccompProfile"]["type"].as_str(),
-        Some("RuntimeDefault"),
-        "{at}: seccompProfile"
-    );
+    assert_eq!(sc["seccompProfile"]["type"].as_str(), Some("RuntimeDefault"), "{at}: seccompProfile");
     for kind in ["requests", "limits"] {
         for res in ["cpu", "memory"] {
-            assert!(
-                scalar(&c["resources"][kind][res]).is_some(),
-                "{at}: resources.{kind}.{res}"
-            );
+            assert!(scalar(&c["resources"][kind][res]).is_some(), "{at}: resources.{kind}.{res}");
         }
     }
-    assert!(
-        c["command"].is_null(),
-        "{at}: the image's ENTRYPOINT is /volprep; set args only"
-    );
+    assert!(c["command"].is_null(), "{at}: the image's ENTRYPOINT is /volprep; set args only");
 
     let args = strs(&c["args"]);
-    assert_eq!(
-        args.first().map(String::as_str),
-        Some("apply"),
-        "{at}: args start with the subcommand: {args:?}"
-    );
+    assert_eq!(args.first().map(String::as_str), Some("apply"), "{at}: args start with the subcommand: {args:?}");
     let mut parsed = VolprepArgs::default();
     for arg in &args[1..] {
         if let Some(flag) = arg.strip_prefix("--") {
-            let (name, value) = flag
-                .split_once('=')
-                .map_or((flag, None), |(n, v)| (n, Some(v)));
-            assert!(
-                APPLY_FLAGS.contains(&format!("--{name}").as_str()),
-                "{at}: unknown flag {arg}"
-            );
+            let (name, value) = flag.split_once('=').map_or((flag, None), |(n, v)| (n, Some(v)));
+            assert!(APPLY_FLAGS.contains(&format!("--{name}").as_str()), "{at}: unknown flag {arg}");
             match (name, value) {
-                ("fs-group", Some(v)) => {
-                    parsed.fs_group = Some(v.parse().expect("numeric --fs-group"))
-                }
+                ("fs-group", Some(v)) => parsed.fs_group = Some(v.parse().expect("numeric --fs-group")),
                 ("sticky", Some(v)) => parsed.sticky.push(v.to_owned()),
                 _ => {}
             }
@@ -309,18 +245,11 @@ fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
     assert!(!parsed.paths.is_empty(), "{at}: no volume path in {args:?}");
     let mounts: Vec<String> = c["volumeMounts"]
         .as_sequence()
-        .map(|m| {
-            m.iter()
-                .filter_map(|m| m["mountPath"].as_str().map(str::to_owned))
-                .collect()
-        })
+        .map(|m| m.iter().filter_map(|m| m["mountPath"].as_str().map(str::to_owned)).collect())
         .unwrap_or_default();
     for path in parsed.paths.iter().chain(&parsed.sticky) {
         let mounted = mounts.iter().any(|m| Path::new(path).starts_with(m));
-        assert!(
-            mounted,
-            "{at}: {path} is not on a volume mounted into the init container (mounts: {mounts:?})"
-        );
+        assert!(mounted, "{at}: {path} is not on a volume mounted into the init container (mounts: {mounts:?})");
     }
     parsed
 }
@@ -329,24 +258,15 @@ fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
 /// runAsGroup), no fsGroup, and the Pod Security Standard the docs claim: baseline, not
 /// restricted. Returns volprep's args.
 fn check_volprep_pod(spec: &Value, at: &str) -> VolprepArgs {
-    let inits = spec["initContainers"]
-        .as_sequence()
-        .unwrap_or_else(|| panic!("{at}: no initContainers"));
-    assert_eq!(
-        inits[0]["name"].as_str(),
-        Some("volprep"),
-        "{at}: volprep must be the first init container"
-    );
+    let inits = spec["initContainers"].as_sequence().unwrap_or_else(|| panic!("{at}: no initContainers"));
+    assert_eq!(inits[0]["name"].as_str(), Some("volprep"), "{at}: volprep must be the first init container");
     let args = check_volprep_container(&inits[0], at);
     let psc = &spec["securityContext"];
     assert!(
         psc["fsGroup"].is_null(),
         "{at}: with fsGroup the kubelet walks the volume itself before any init container"
     );
-    assert!(
-        psc["fsGroupChangePolicy"].is_null(),
-        "{at}: fsGroupChangePolicy without fsGroup"
-    );
+    assert!(psc["fsGroupChangePolicy"].is_null(), "{at}: fsGroupChangePolicy without fsGroup");
     if let Some(gid) = args.fs_group {
         let groups: Vec<u64> = psc["supplementalGroups"]
             .as_sequence()
@@ -358,14 +278,8 @@ fn check_volprep_pod(spec: &Value, at: &str) -> VolprepArgs {
         );
     }
     let baseline = baseline_violations(spec);
-    assert!(
-        baseline.is_empty(),
-        "{at}: violates Pod Security Standard baseline: {baseline:?}"
-    );
-    assert!(
-        !restricted_violations(spec).is_empty(),
-        "{at}: meets restricted? then the docs saying baseline are wrong"
-    );
+    assert!(baseline.is_empty(), "{at}: violates Pod Security Standard baseline: {baseline:?}");
+    assert!(!restricted_violations(spec).is_empty(), "{at}: meets restricted? then the docs saying baseline are wrong");
     args
 }
 
@@ -401,11 +315,7 @@ fn baseline_violations(spec: &Value) -> Vec<String> {
         "net.ipv4.tcp_keepalive_intvl",
         "net.ipv4.tcp_keepalive_probes",
     ];
-    for s in spec["securityContext"]["sysctls"]
-        .as_sequence()
-        .into_iter()
-        .flatten()
-    {
+    for s in spec["securityContext"]["sysctls"].as_sequence().into_iter().flatten() {
         if !safe_sysctls.contains(&s["name"].as_str().unwrap_or("")) {
             v.push(format!("unsafe sysctl {:?}", s["name"]));
         }
@@ -443,15 +353,8 @@ fn baseline_violations(spec: &Value) -> Vec<String> {
             v.push(format!("{name}: AppArmor Unconfined"));
         }
         let se = &sc["seLinuxOptions"];
-        let se_types = [
-            "container_t",
-            "container_init_t",
-            "container_kvm_t",
-            "container_engine_t",
-        ];
-        if se["type"]
-            .as_str()
-            .is_some_and(|t| !t.is_empty() && !se_types.contains(&t))
+        let se_types = ["container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
+        if se["type"].as_str().is_some_and(|t| !t.is_empty() && !se_types.contains(&t))
             || !se["user"].is_null()
             || !se["role"].is_null()
         {
@@ -468,9 +371,7 @@ fn restricted_violations(spec: &Value) -> Vec<String> {
     for c in all_containers(spec) {
         let name = c["name"].as_str().unwrap_or("?");
         let sc = &c["securityContext"];
-        let non_root = sc["runAsNonRoot"]
-            .as_bool()
-            .or(psc["runAsNonRoot"].as_bool());
+        let non_root = sc["runAsNonRoot"].as_bool().or(psc["runAsNonRoot"].as_bool());
         if non_root != Some(true) {
             v.push(format!("{name}: runAsNonRoot is not true"));
         }
@@ -483,15 +384,10 @@ fn restricted_violations(spec: &Value) -> Vec<String> {
         if !strs(&sc["capabilities"]["drop"]).iter().any(|c| c == "ALL") {
             v.push(format!("{name}: does not drop ALL capabilities"));
         }
-        if strs(&sc["capabilities"]["add"])
-            .iter()
-            .any(|c| c != "NET_BIND_SERVICE")
-        {
+        if strs(&sc["capabilities"]["add"]).iter().any(|c| c != "NET_BIND_SERVICE") {
             v.push(format!("{name}: adds capabilities beyond NET_BIND_SERVICE"));
         }
-        let seccomp = sc["seccompProfile"]["type"]
-            .as_str()
-            .or(psc["seccompProfile"]["type"].as_str());
+        let seccomp = sc["seccompProfile"]["type"].as_str().or(psc["seccompProfile"]["type"].as_str());
         if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
             v.push(format!("{name}: seccompProfile not set"));
         }
@@ -518,15 +414,8 @@ fn example_yaml_files() -> Vec<String> {
     }
     let mut files = Vec::new();
     walk(&Path::new(ROOT).join("examples"), &mut files);
-    let mut rel: Vec<String> = files
-        .iter()
-        .map(|p| {
-            p.strip_prefix(ROOT)
-                .expect("under ROOT")
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
+    let mut rel: Vec<String> =
+        files.iter().map(|p| p.strip_prefix(ROOT).expect("under ROOT").to_string_lossy().into_owned()).collect();
     rel.sort();
     rel
 }
@@ -539,9 +428,7 @@ fn is_template(rel: &str) -> bool {
 /// A complete Kubernetes manifest, validated as it is. The rest is validated through what it
 /// renders to: helm charts and values, kustomizations and their (partial) patches.
 fn is_manifest(rel: &str) -> bool {
-    !rel.starts_with("examples/helm/")
-        && !rel.ends_with("/kustomization.yaml")
-        && !rel.contains("/patches/")
+    !rel.starts_with("examples/helm/") && !rel.ends_with("/kustomization.yaml") && !rel.contains("/patches/")
 }
 
 /// kubernetes-validate --strict on files, for every version in K8S_VERSIONS. Any warning (an
@@ -551,23 +438,13 @@ fn k8s_validate(kv: &Path, files: &[PathBuf]) {
         let mut cmd = Command::new(kv);
         cmd.args(["--strict", "-k", version]).args(files);
         let out = output(&mut cmd);
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         let bad: Vec<&str> = text.lines().filter(|l| !l.starts_with("INFO")).collect();
-        assert!(
-            out.status.success() && bad.is_empty(),
-            "{} ({}):\n{text}",
-            describe(&cmd),
-            out.status
-        );
+        assert!(out.status.success() && bad.is_empty(), "{} ({}):\n{text}", describe(&cmd), out.status);
         for f in files {
             let name = f.display().to_string();
             assert!(
-                text.lines()
-                    .any(|l| l.starts_with(&format!("INFO {name} passed"))),
+                text.lines().any(|l| l.starts_with(&format!("INFO {name} passed"))),
                 "{name}: no resource validated against {version}:\n{text}"
             );
         }
@@ -576,9 +453,7 @@ fn k8s_validate(kv: &Path, files: &[PathBuf]) {
 
 fn yamllint(yl: &Path, files: &[PathBuf]) {
     let mut cmd = Command::new(yl);
-    cmd.current_dir(ROOT)
-        .args(["--strict", "-f", "parsable", "-c", ".yamllint"])
-        .args(files);
+    cmd.current_dir(ROOT).args(["--strict", "-f", "parsable", "-c", ".yamllint"]).args(files);
     run_ok(&mut cmd);
 }
 
@@ -611,23 +486,11 @@ impl Charts {
     fn new(helm: PathBuf) -> Charts {
         let dir = tempfile::tempdir().expect("tempdir");
         for chart in ["volprep", "demo-app"] {
-            copy_dir(
-                &Path::new(ROOT).join("examples/helm").join(chart),
-                &dir.path().join(chart),
-            );
+            copy_dir(&Path::new(ROOT).join("examples/helm").join(chart), &dir.path().join(chart));
         }
         let charts = Charts { helm, dir };
-        run_ok(
-            charts
-                .helm()
-                .arg("dependency")
-                .arg("build")
-                .arg(charts.demo()),
-        );
-        assert!(
-            charts.demo().join("charts/volprep-0.1.0.tgz").is_file(),
-            "helm dependency build made no package"
-        );
+        run_ok(charts.helm().arg("dependency").arg("build").arg(charts.demo()));
+        assert!(charts.demo().join("charts/volprep-0.1.0.tgz").is_file(), "helm dependency build made no package");
         charts
     }
 
@@ -643,13 +506,7 @@ impl Charts {
     fn template(&self, name: &str, values: &str) -> Output {
         let file = self.dir.path().join(format!("{name}.values.yaml"));
         fs::write(&file, values).expect("write values");
-        output(
-            self.helm()
-                .args(["template", "demo"])
-                .arg(self.demo())
-                .arg("-f")
-                .arg(&file),
-        )
+        output(self.helm().args(["template", "demo"]).arg(self.demo()).arg("-f").arg(&file))
     }
 }
 
@@ -679,13 +536,7 @@ const RENDER_CASES: &[RenderCase] = &[
         image: DEFAULT_IMAGE,
         caps: VOLPREP_CAPS,
     },
-    RenderCase {
-        name: "disabled",
-        values: "volumePermissions:\n  enabled: false\n",
-        args: None,
-        image: "",
-        caps: &[],
-    },
+    RenderCase { name: "disabled", values: "volumePermissions:\n  enabled: false\n", args: None, image: "", caps: &[] },
     RenderCase {
         name: "every-option",
         values: r#"
@@ -723,13 +574,7 @@ volumePermissions:
     RenderCase {
         name: "owner-only",
         values: "volumePermissions:\n  owner: 1000\n  sticky: [/tmp]\n  logFormat: \"\"\n",
-        args: Some(&[
-            "apply",
-            "--owner=1000",
-            "--sticky=/tmp",
-            "--termination-log=/dev/termination-log",
-            "/data",
-        ]),
+        args: Some(&["apply", "--owner=1000", "--sticky=/tmp", "--termination-log=/dev/termination-log", "/data"]),
         image: DEFAULT_IMAGE,
         caps: VOLPREP_CAPS,
     },
@@ -793,23 +638,12 @@ fn helm_lint_library_and_demo_charts() {
     let charts = Charts::new(helm);
     for chart in [charts.dir.path().join("volprep"), charts.demo()] {
         let out = run_ok(charts.helm().args(["lint", "--strict"]).arg(&chart));
-        assert!(
-            out.contains("0 chart(s) failed"),
-            "helm lint {}:\n{out}",
-            chart.display()
-        );
+        assert!(out.contains("0 chart(s) failed"), "helm lint {}:\n{out}", chart.display());
     }
     for case in RENDER_CASES {
         let file = charts.dir.path().join(format!("{}.lint.yaml", case.name));
         fs::write(&file, case.values).expect("write values");
-        run_ok(
-            charts
-                .helm()
-                .args(["lint", "--strict"])
-                .arg(charts.demo())
-                .arg("-f")
-                .arg(&file),
-        );
+        run_ok(charts.helm().args(["lint", "--strict"]).arg(charts.demo()).arg("-f").arg(&file));
     }
 }
 
@@ -827,11 +661,7 @@ fn demo_chart_renders_volume_permissions_values() {
         let at = format!("demo-app [{}]", case.name);
         let out = charts.template(case.name, case.values);
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{at}: helm template failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{at}: helm template failed:\n{}", String::from_utf8_lossy(&out.stderr));
         let all = docs(&text);
         let sts = workloads(&all);
         assert_eq!(sts.len(), 1, "{at}: one StatefulSet");
@@ -839,25 +669,16 @@ fn demo_chart_renders_volume_permissions_values() {
         let spec = pod_spec(sts[0]);
         match case.args {
             None => {
-                assert!(
-                    spec["initContainers"].is_null(),
-                    "{at}: no init container when disabled"
-                );
+                assert!(spec["initContainers"].is_null(), "{at}: no init container when disabled");
                 assert_eq!(
                     spec["securityContext"]["fsGroup"].as_u64(),
                     Some(1000),
                     "{at}: the kubelet's fsGroup pass when disabled"
                 );
-                assert_eq!(
-                    spec["securityContext"]["fsGroupChangePolicy"].as_str(),
-                    Some("OnRootMismatch"),
-                    "{at}"
-                );
+                assert_eq!(spec["securityContext"]["fsGroupChangePolicy"].as_str(), Some("OnRootMismatch"), "{at}");
             }
             Some(expected) => {
-                let inits = spec["initContainers"]
-                    .as_sequence()
-                    .expect("initContainers");
+                let inits = spec["initContainers"].as_sequence().expect("initContainers");
                 assert_eq!(inits.len(), 1, "{at}");
                 let c = &inits[0];
                 assert_eq!(strs(&c["args"]), expected, "{at}: args");
@@ -874,10 +695,7 @@ fn demo_chart_renders_volume_permissions_values() {
                 }
             }
         }
-        let file = charts
-            .dir
-            .path()
-            .join(format!("{}.rendered.yaml", case.name));
+        let file = charts.dir.path().join(format!("{}.rendered.yaml", case.name));
         fs::write(&file, &text).expect("write rendering");
         rendered.push(file);
     }
@@ -897,31 +715,15 @@ fn demo_chart_rejects_bad_volume_permissions() {
     };
     let charts = Charts::new(helm);
     let cases = [
-        (
-            "typo",
-            "volumePermissions:\n  fsgroup: 1000\n",
-            "volumePermissions.fsgroup: unknown key",
-        ),
-        (
-            "two-gids",
-            "volumePermissions:\n  fsGroup: \"1000:1000\"\n",
-            "a group is one GID",
-        ),
-        (
-            "not-numeric",
-            "volumePermissions:\n  owner: app\n",
-            "\"app\" is not a numeric id",
-        ),
+        ("typo", "volumePermissions:\n  fsgroup: 1000\n", "volumePermissions.fsgroup: unknown key"),
+        ("two-gids", "volumePermissions:\n  fsGroup: \"1000:1000\"\n", "a group is one GID"),
+        ("not-numeric", "volumePermissions:\n  owner: app\n", "\"app\" is not a numeric id"),
         (
             "read-only-owner",
             "podSecurityContext:\n  fsGroup: null\nvolumePermissions:\n  owner: 1000\n  readOnly: true\n",
             "readOnly changes the fsGroup mode policy",
         ),
-        (
-            "no-group",
-            "podSecurityContext:\n  fsGroup: null\n",
-            "set fsGroup",
-        ),
+        ("no-group", "podSecurityContext:\n  fsGroup: null\n", "set fsGroup"),
         (
             "nothing-mounted",
             "volumePermissions:\n  volumeMounts: [{name: tmp, mountPath: /tmp}]\n  sticky: []\n  paths: []\n",
@@ -936,14 +738,8 @@ fn demo_chart_rejects_bad_volume_permissions() {
             assert!(out.status.success(), "{name}: {stderr}");
             continue;
         }
-        assert!(
-            !out.status.success(),
-            "{name}: rendered although it should fail"
-        );
-        assert!(
-            stderr.contains(message),
-            "{name}: expected {message:?} in:\n{stderr}"
-        );
+        assert!(!out.status.success(), "{name}: rendered although it should fail");
+        assert!(stderr.contains(message), "{name}: expected {message:?} in:\n{stderr}");
     }
 }
 
@@ -956,24 +752,17 @@ fn demo_chart_rejects_bad_volume_permissions() {
 fn example_manifests_validate() {
     let test = "example_manifests_validate";
     let files = example_yaml_files();
-    assert!(
-        files.iter().any(|f| f == "examples/statefulset.yaml"),
-        "{files:?}"
-    );
+    assert!(files.iter().any(|f| f == "examples/statefulset.yaml"), "{files:?}");
     let manifests: Vec<&String> = files.iter().filter(|f| is_manifest(f)).collect();
     let mut with_volprep = 0;
     for rel in &manifests {
         for obj in docs(&read(rel)) {
-            if obj["kind"].as_str().is_some_and(|k| k != "Pod")
-                && !has_key(&obj["spec"], "template")
-            {
+            if obj["kind"].as_str().is_some_and(|k| k != "Pod") && !has_key(&obj["spec"], "template") {
                 continue;
             }
             check_mount_refs(&obj, rel);
             let spec = pod_spec(&obj);
-            let has_volprep = all_containers(spec)
-                .iter()
-                .any(|c| c["name"].as_str() == Some("volprep"));
+            let has_volprep = all_containers(spec).iter().any(|c| c["name"].as_str() == Some("volprep"));
             if has_volprep {
                 check_volprep_pod(spec, rel);
                 with_volprep += 1;
@@ -986,11 +775,7 @@ fn example_manifests_validate() {
         k8s_validate(&kv, &paths);
     }
     if let Some(yl) = tool("VOLPREP_YAMLLINT", test) {
-        let all: Vec<PathBuf> = files
-            .iter()
-            .filter(|f| !is_template(f))
-            .map(PathBuf::from)
-            .collect();
+        let all: Vec<PathBuf> = files.iter().filter(|f| !is_template(f)).map(PathBuf::from).collect();
         yamllint(&yl, &all);
     }
 }
@@ -1001,11 +786,7 @@ fn kustomize_overlay_adds_volprep_first() {
     let Some(kubectl) = tool("VOLPREP_KUBECTL", test) else {
         return;
     };
-    let text = run_ok(
-        Command::new(kubectl)
-            .arg("kustomize")
-            .arg(Path::new(ROOT).join("examples/kustomize/overlay")),
-    );
+    let text = run_ok(Command::new(kubectl).arg("kustomize").arg(Path::new(ROOT).join("examples/kustomize/overlay")));
     let all = docs(&text);
     let sts = workloads(&all);
     assert_eq!(sts.len(), 1, "one StatefulSet:\n{text}");
@@ -1015,23 +796,12 @@ fn kustomize_overlay_adds_volprep_first() {
     assert_eq!(args.fs_group, Some(1000));
     assert_eq!(args.paths, ["/data"]);
     assert_eq!(args.sticky, ["/tmp"]);
-    let names: Vec<&str> = spec["initContainers"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    assert_eq!(
-        names,
-        ["volprep", "migrate-schema"],
-        "the base's init container stays, after volprep"
-    );
+    let names: Vec<&str> =
+        spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["volprep", "migrate-schema"], "the base's init container stays, after volprep");
     // The base alone still uses fsGroup (what the component removes).
     let base = docs(&read("examples/kustomize/base/statefulset.yaml"));
-    assert_eq!(
-        pod_spec(&base[0])["securityContext"]["fsGroup"].as_u64(),
-        Some(1000)
-    );
+    assert_eq!(pod_spec(&base[0])["securityContext"]["fsGroup"].as_u64(), Some(1000));
 
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("overlay.rendered.yaml");
@@ -1052,16 +822,9 @@ fn atlantis_values_move_the_group_to_volprep() {
     let values = &docs(&read("examples/helm/atlantis-values.yaml"))[0];
     let psc = &values["statefulSet"]["securityContext"];
     for key in ["fsGroup", "fsGroupChangePolicy"] {
-        assert!(
-            has_key(psc, key) && psc[key].is_null(),
-            "statefulSet.securityContext.{key} must be null"
-        );
+        assert!(has_key(psc, key) && psc[key].is_null(), "statefulSet.securityContext.{key} must be null");
     }
-    assert_eq!(
-        psc["runAsUser"].as_u64(),
-        Some(100),
-        "the chart's Atlantis uid"
-    );
+    assert_eq!(psc["runAsUser"].as_u64(), Some(100), "the chart's Atlantis uid");
 
     // The pod the chart builds: its securityContext (Helm drops the null keys), the init
     // containers as given, the data volume from its volumeClaimTemplate.
@@ -1071,9 +834,7 @@ fn atlantis_values_move_the_group_to_volprep() {
             pod_sc.insert(k.clone(), v.clone());
         }
     }
-    let pod_yaml = format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: atlantis-0\nspec:\n  containers:\n    - name: atlantis\n      image: atlantis:latest\n      volumeMounts:\n        - name: atlantis-data\n          mountPath: /atlantis-data\n  volumes:\n    - name: atlantis-data\n      persistentVolumeClaim:\n        claimName: atlantis-data-atlantis-0\n"
-    );
+    let pod_yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: atlantis-0\nspec:\n  containers:\n    - name: atlantis\n      image: atlantis:latest\n      volumeMounts:\n        - name: atlantis-data\n          mountPath: /atlantis-data\n  volumes:\n    - name: atlantis-data\n      persistentVolumeClaim:\n        claimName: atlantis-data-atlantis-0\n".to_string();
     let mut pod = docs(&pod_yaml).remove(0);
     pod["spec"]["securityContext"] = Value::Mapping(pod_sc);
     pod["spec"]["initContainers"] = values["initContainers"].clone();
@@ -1105,23 +866,14 @@ fn example_flags_exist_in_the_cli() {
     // The library chart writes its flags as "--name" string literals.
     let tpl = read("examples/helm/volprep/templates/_volprep.tpl");
     for (i, _) in tpl.match_indices("\"--") {
-        let name: String = tpl[i + 3..]
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase() || *c == '-')
-            .collect();
+        let name: String = tpl[i + 3..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '-').collect();
         used.insert(format!("--{name}"));
     }
     for flag in ["--fs-group", "--sticky", "--termination-log"] {
-        assert!(
-            used.contains(flag),
-            "found no {flag} in examples/: {used:?}"
-        );
+        assert!(used.contains(flag), "found no {flag} in examples/: {used:?}");
     }
     for flag in &used {
-        assert!(
-            APPLY_FLAGS.contains(&flag.as_str()),
-            "{flag} is not in the CLI contract"
-        );
+        assert!(APPLY_FLAGS.contains(&flag.as_str()), "{flag} is not in the CLI contract");
         assert!(
             help.contains(&format!("{flag} ")) || help.contains(&format!("{flag}\n")),
             "{flag} is used by examples/ but `volprep apply --help` has no such flag:\n{help}"
@@ -1174,20 +926,12 @@ fn dockerfile_instructions(text: &str) -> Vec<Instr> {
         }
         current.push_str(body);
         if !continued {
-            let (kw, args) = current
-                .split_once(char::is_whitespace)
-                .unwrap_or((&current, ""));
-            out.push(Instr {
-                keyword: kw.to_ascii_uppercase(),
-                args: args.trim().to_owned(),
-            });
+            let (kw, args) = current.split_once(char::is_whitespace).unwrap_or((&current, ""));
+            out.push(Instr { keyword: kw.to_ascii_uppercase(), args: args.trim().to_owned() });
             current.clear();
         }
     }
-    assert!(
-        current.is_empty(),
-        "Dockerfile ends inside a continued line"
-    );
+    assert!(current.is_empty(), "Dockerfile ends inside a continued line");
     out
 }
 
@@ -1230,14 +974,7 @@ fn cargo_toml_value(section: &str, key: &str) -> Option<String> {
         } else if in_section {
             if let Some((k, v)) = line.split_once('=') {
                 if k.trim() == key {
-                    return Some(
-                        v.split('#')
-                            .next()
-                            .unwrap_or("")
-                            .trim()
-                            .trim_matches('"')
-                            .to_owned(),
-                    );
+                    return Some(v.split('#').next().unwrap_or("").trim().trim_matches('"').to_owned());
                 }
             }
         }
@@ -1260,10 +997,7 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
         } else if let Some(stage) = stages.last_mut() {
             stage.push(i);
         } else {
-            assert_eq!(
-                i.keyword, "ARG",
-                "only ARG may precede the first FROM: {i:?}"
-            );
+            assert_eq!(i.keyword, "ARG", "only ARG may precede the first FROM: {i:?}");
             global_args.push(i.args.clone());
         }
     }
@@ -1273,48 +1007,20 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     // Builder: the rust image, at least the crate's rust-version.
     let from = words(&builder[0].args);
     assert_eq!(from.len(), 3, "FROM IMAGE AS builder: {from:?}");
-    assert!(
-        from[0].starts_with("rust:${RUST_VERSION}"),
-        "builder image: {}",
-        from[0]
-    );
-    assert!(
-        from[1].eq_ignore_ascii_case("as") && from[2] == "builder",
-        "{from:?}"
-    );
-    let rust = global_args
-        .iter()
-        .find_map(|a| a.strip_prefix("RUST_VERSION="))
-        .expect("ARG RUST_VERSION=");
+    assert!(from[0].starts_with("rust:${RUST_VERSION}"), "builder image: {}", from[0]);
+    assert!(from[1].eq_ignore_ascii_case("as") && from[2] == "builder", "{from:?}");
+    let rust = global_args.iter().find_map(|a| a.strip_prefix("RUST_VERSION=")).expect("ARG RUST_VERSION=");
     let msrv = cargo_toml_value("package", "rust-version").expect("rust-version");
-    let ver = |s: &str| {
-        s.split('.')
-            .take(2)
-            .map(|x| x.parse::<u32>().expect("version"))
-            .collect::<Vec<_>>()
-    };
-    assert!(
-        ver(rust) >= ver(&msrv),
-        "RUST_VERSION {rust} is older than rust-version {msrv}"
-    );
+    let ver = |s: &str| s.split('.').take(2).map(|x| x.parse::<u32>().expect("version")).collect::<Vec<_>>();
+    assert!(ver(rust) >= ver(&msrv), "RUST_VERSION {rust} is older than rust-version {msrv}");
 
-    let env = builder
-        .iter()
-        .find(|i| i.keyword == "ENV")
-        .expect("builder ENV RUSTFLAGS");
+    let env = builder.iter().find(|i| i.keyword == "ENV").expect("builder ENV RUSTFLAGS");
     assert_eq!(env.args, r#"RUSTFLAGS="-C target-feature=+crt-static""#);
     assert!(
-        builder
-            .iter()
-            .any(|i| i.keyword == "COPY" && i.args == ". ."),
+        builder.iter().any(|i| i.keyword == "COPY" && i.args == ". ."),
         "COPY . . (the crate; .dockerignore trims it)"
     );
-    let workdir = builder
-        .iter()
-        .find(|i| i.keyword == "WORKDIR")
-        .expect("WORKDIR")
-        .args
-        .clone();
+    let workdir = builder.iter().find(|i| i.keyword == "WORKDIR").expect("WORKDIR").args.clone();
     let runs: Vec<&&Instr> = builder.iter().filter(|i| i.keyword == "RUN").collect();
     assert_eq!(runs.len(), 1, "one RUN in the builder");
     let script = &runs[0].args;
@@ -1326,51 +1032,22 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
         .filter_map(|seg| {
             let (arch, rest) = seg.split_once(')')?;
             let triple = rest.trim().strip_prefix("triple=")?;
-            Some((
-                arch.split_whitespace().last()?.to_owned(),
-                triple.trim().to_owned(),
-            ))
+            Some((arch.split_whitespace().last()?.to_owned(), triple.trim().to_owned()))
         })
         .collect();
     let arms_ref: Vec<(&str, &str)> = arms.iter().map(|(a, t)| (a.as_str(), t.as_str())).collect();
-    assert_eq!(
-        arms_ref,
-        [
-            ("amd64", "x86_64-unknown-linux-gnu"),
-            ("arm64", "aarch64-unknown-linux-gnu")
-        ]
-    );
+    assert_eq!(arms_ref, [("amd64", "x86_64-unknown-linux-gnu"), ("arm64", "aarch64-unknown-linux-gnu")]);
 
     // cargo build --release --target "$triple", then install target/$triple/release/volprep.
-    let build = steps
-        .iter()
-        .find(|s| s.starts_with("cargo build"))
-        .expect("cargo build step");
+    let build = steps.iter().find(|s| s.starts_with("cargo build")).expect("cargo build step");
     let build_words = words(build);
-    let target_at = build_words
-        .iter()
-        .position(|w| w == "--target")
-        .expect("--target");
+    let target_at = build_words.iter().position(|w| w == "--target").expect("--target");
     assert_eq!(build_words[target_at + 1], "$triple");
-    assert!(
-        build_words.contains(&"--release".to_owned()) && !build.contains("--profile"),
-        "release profile: {build}"
-    );
-    assert!(
-        !build.contains("--target-dir") && !script.contains("CARGO_TARGET_DIR"),
-        "default target dir"
-    );
-    let install = words(
-        steps
-            .iter()
-            .find(|s| s.starts_with("install "))
-            .expect("install step"),
-    );
+    assert!(build_words.contains(&"--release".to_owned()) && !build.contains("--profile"), "release profile: {build}");
+    assert!(!build.contains("--target-dir") && !script.contains("CARGO_TARGET_DIR"), "default target dir");
+    let install = words(steps.iter().find(|s| s.starts_with("install ")).expect("install step"));
     let bin = cargo_toml_value("package", "name").expect("package name");
-    assert!(
-        !read("Cargo.toml").contains("[[bin]]"),
-        "a [[bin]] section may rename the binary: update this test"
-    );
+    assert!(!read("Cargo.toml").contains("[[bin]]"), "a [[bin]] section may rename the binary: update this test");
     let produced = format!("target/$triple/release/{bin}");
     assert_eq!(
         install[install.len() - 2],
@@ -1383,35 +1060,13 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     assert_eq!(last[0].args, "scratch", "final stage FROM scratch");
     let kinds: BTreeSet<&str> = last[1..].iter().map(|i| i.keyword.as_str()).collect();
     let allowed: BTreeSet<&str> = ["ARG", "LABEL", "COPY", "ENTRYPOINT"].into();
-    assert!(
-        kinds.is_subset(&allowed),
-        "scratch has no shell: only {allowed:?} in the final stage, found {kinds:?}"
-    );
-    let copies: Vec<Vec<String>> = last
-        .iter()
-        .filter(|i| i.keyword == "COPY")
-        .map(|i| words(&i.args))
-        .collect();
-    assert_eq!(
-        copies,
-        [vec![
-            "--from=builder".to_owned(),
-            built,
-            "/volprep".to_owned()
-        ]],
-        "COPY of the built binary"
-    );
-    let entry = last
-        .iter()
-        .find(|i| i.keyword == "ENTRYPOINT")
-        .expect("ENTRYPOINT");
-    let entry: Vec<String> =
-        serde_json::from_str(&entry.args).expect("ENTRYPOINT in exec (JSON) form");
+    assert!(kinds.is_subset(&allowed), "scratch has no shell: only {allowed:?} in the final stage, found {kinds:?}");
+    let copies: Vec<Vec<String>> = last.iter().filter(|i| i.keyword == "COPY").map(|i| words(&i.args)).collect();
+    assert_eq!(copies, [vec!["--from=builder".to_owned(), built, "/volprep".to_owned()]], "COPY of the built binary");
+    let entry = last.iter().find(|i| i.keyword == "ENTRYPOINT").expect("ENTRYPOINT");
+    let entry: Vec<String> = serde_json::from_str(&entry.args).expect("ENTRYPOINT in exec (JSON) form");
     assert_eq!(entry, ["/volprep"]);
-    assert!(
-        !instrs.iter().any(|i| i.keyword == "USER"),
-        "runs as root with capabilities dropped by the pod spec"
-    );
+    assert!(!instrs.iter().any(|i| i.keyword == "USER"), "runs as root with capabilities dropped by the pod spec");
 
     // OCI labels.
     let labels: Vec<(String, String)> = last
@@ -1424,10 +1079,7 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
         })
         .collect();
     let label = |k: &str| {
-        labels
-            .iter()
-            .find(|(key, _)| key == &format!("org.opencontainers.image.{k}"))
-            .map(|(_, v)| v.clone())
+        labels.iter().find(|(key, _)| key == &format!("org.opencontainers.image.{k}")).map(|(_, v)| v.clone())
     };
     for k in ["title", "description", "version", "revision", "licenses"] {
         assert!(label(k).is_some(), "LABEL org.opencontainers.image.{k}");
@@ -1435,10 +1087,7 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     assert_eq!(label("title").as_deref(), Some(bin.as_str()));
     assert_eq!(label("licenses"), cargo_toml_value("package", "license"));
     assert_eq!(label("version").as_deref(), Some("${VERSION}"));
-    let version_arg = last
-        .iter()
-        .find(|i| i.keyword == "ARG" && i.args.starts_with("VERSION="))
-        .expect("ARG VERSION=");
+    let version_arg = last.iter().find(|i| i.keyword == "ARG" && i.args.starts_with("VERSION=")).expect("ARG VERSION=");
     assert_eq!(
         Some(version_arg.args["VERSION=".len()..].to_owned()),
         cargo_toml_value("package", "version"),
@@ -1446,59 +1095,26 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     );
 
     // The release profile exists and strips; .dockerignore keeps target/ and .git out.
-    assert_eq!(
-        cargo_toml_value("profile.release", "strip").as_deref(),
-        Some("true"),
-        "[profile.release] strip = true"
-    );
+    assert_eq!(cargo_toml_value("profile.release", "strip").as_deref(), Some("true"), "[profile.release] strip = true");
     let ignore = read(".dockerignore");
     for entry in ["target", ".git"] {
-        assert!(
-            ignore
-                .lines()
-                .any(|l| l.trim().trim_end_matches('/') == entry),
-            ".dockerignore: {entry}"
-        );
+        assert!(ignore.lines().any(|l| l.trim().trim_end_matches('/') == entry), ".dockerignore: {entry}");
     }
 
     // .ci/static.sh builds the same way for x86_64.
     let ci = read(".ci/static.sh");
-    assert!(
-        ci.contains(r#"RUSTFLAGS="-C target-feature=+crt-static""#),
-        ".ci/static.sh RUSTFLAGS"
-    );
-    assert!(
-        ci.contains(r#"triple="x86_64-unknown-linux-gnu""#),
-        ".ci/static.sh triple"
-    );
-    let flags = |s: &str| {
-        words(s)
-            .into_iter()
-            .filter(|w| w.starts_with("--") && w != "--manifest-path")
-            .collect::<Vec<_>>()
-    };
-    let ci_build = ci
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with("cargo build"))
-        .expect(".ci/static.sh cargo build");
-    assert_eq!(
-        flags(ci_build),
-        flags(build),
-        "same cargo build flags in .ci/static.sh and the Dockerfile"
-    );
+    assert!(ci.contains(r#"RUSTFLAGS="-C target-feature=+crt-static""#), ".ci/static.sh RUSTFLAGS");
+    assert!(ci.contains(r#"triple="x86_64-unknown-linux-gnu""#), ".ci/static.sh triple");
+    let flags =
+        |s: &str| words(s).into_iter().filter(|w| w.starts_with("--") && w != "--manifest-path").collect::<Vec<_>>();
+    let ci_build = ci.lines().map(str::trim).find(|l| l.starts_with("cargo build")).expect(".ci/static.sh cargo build");
+    assert_eq!(flags(ci_build), flags(build), "same cargo build flags in .ci/static.sh and the Dockerfile");
 }
 
 #[test]
 fn yaml_config_and_gitignore_cover_the_examples() {
     let yl = read(".yamllint");
-    assert!(
-        yl.contains("examples/helm/*/templates/"),
-        ".yamllint ignores the Go templates"
-    );
+    assert!(yl.contains("examples/helm/*/templates/"), ".yamllint ignores the Go templates");
     let gi = read("examples/.gitignore");
-    assert!(
-        gi.contains("helm/*/charts/"),
-        "examples/.gitignore: packaged dependencies"
-    );
+    assert!(gi.contains("helm/*/charts/"), "examples/.gitignore: packaged dependencies");
 }

@@ -22,12 +22,7 @@ fn inspect(args: &[&str], path: &Path) -> (i32, String, String) {
             cmd.env_remove(k);
         }
     }
-    let out = cmd
-        .arg("inspect")
-        .args(args)
-        .arg(path)
-        .output()
-        .expect("run volprep");
+    let out = cmd.arg("inspect").args(args).arg(path).output().expect("run volprep");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -41,10 +36,7 @@ fn inspect_json(args: &[&str], path: &Path) -> Value {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
     let (code, stdout, stderr) = inspect(&all, path);
-    assert_eq!(
-        code, 0,
-        "inspect {all:?}: stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
+    assert_eq!(code, 0, "inspect {all:?}: stdout:\n{stdout}\nstderr:\n{stderr}");
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
 }
 
@@ -76,10 +68,7 @@ impl Tmpfs {
             .output()
             .map_err(|e| format!("cannot run mount: {e}"))?;
         if !out.status.success() {
-            return Err(format!(
-                "mount tmpfs failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(format!("mount tmpfs failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
         }
         Ok(Tmpfs(at.to_path_buf()))
     }
@@ -87,10 +76,7 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let ok = Command::new("umount")
-            .arg(&self.0)
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok = Command::new("umount").arg(&self.0).status().is_ok_and(|s| s.success());
         if !ok {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
@@ -103,10 +89,7 @@ type Snapshot = BTreeMap<PathBuf, (u32, u32, u32, i64, i64)>;
 fn snapshot(root: &Path) -> Snapshot {
     fn walk(root: &Path, rel: &Path, out: &mut Snapshot) {
         let m = fs::symlink_metadata(root.join(rel)).expect("lstat");
-        out.insert(
-            rel.to_path_buf(),
-            (m.uid(), m.gid(), m.mode(), m.ctime(), m.ctime_nsec()),
-        );
+        out.insert(rel.to_path_buf(), (m.uid(), m.gid(), m.mode(), m.ctime(), m.ctime_nsec()));
         if m.file_type().is_dir() {
             for e in fs::read_dir(root.join(rel)).expect("readdir") {
                 walk(root, &rel.join(e.expect("entry").file_name()), out);
@@ -173,46 +156,27 @@ fn build(root: &Path, owners: bool) {
 }
 
 fn volume() -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::Builder::new()
-        .prefix("volprep-inspect-")
-        .tempdir()
-        .unwrap();
+    let tmp = tempfile::Builder::new().prefix("volprep-inspect-").tempdir().unwrap();
     let root = tmp.path().join("vol");
     (tmp, root)
 }
 
 fn strings(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s.as_str().unwrap())
-        .collect()
+    v.as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect()
 }
 
 /// The findings that do not depend on owners or mounts.
 #[track_caller]
 fn assert_mode_and_link_findings(r: &Value) {
     assert_eq!(
-        (
-            &r["entries"],
-            &r["dirs"],
-            &r["files"],
-            &r["symlinks"],
-            &r["others"]
-        ),
+        (&r["entries"], &r["dirs"], &r["files"], &r["symlinks"], &r["others"]),
         (&16.into(), &5.into(), &6.into(), &5.into(), &0.into()),
         "{r:#}"
     );
-    assert_eq!(
-        (&r["file_mask"], &r["dir_mask"]),
-        (&"0660".into(), &"2770".into())
-    );
+    assert_eq!((&r["file_mask"], &r["dir_mask"]), (&"0660".into(), &"2770".into()));
     let lacking = &r["lacking_group_bits"];
     assert_eq!(lacking["count"], 6, "{lacking}");
-    assert_eq!(
-        strings(&lacking["examples"]),
-        [".", "a", "a/f1", "b", "c/h1", "t"]
-    );
+    assert_eq!(strings(&lacking["examples"]), [".", "a", "a/f1", "b", "c/h1", "t"]);
     let setgid = &r["dirs_without_setgid"];
     assert_eq!(setgid["count"], 4);
     assert_eq!(strings(&setgid["examples"]), [".", "a", "b", "t"]);
@@ -227,14 +191,7 @@ fn assert_mode_and_link_findings(r: &Value) {
         .iter()
         .map(|l| (l["path"].as_str().unwrap(), l["target"].as_str().unwrap()))
         .collect();
-    assert_eq!(
-        links,
-        [
-            ("a/up", "../../.."),
-            ("abs", "/etc/passwd"),
-            ("dotdot", "..")
-        ]
-    );
+    assert_eq!(links, [("a/up", "../../.."), ("abs", "/etc/passwd"), ("dotdot", "..")]);
     assert_eq!(r["errors"], 0, "{r:#}");
 }
 
@@ -243,20 +200,11 @@ fn assert_fs_group_view(r: &Value, root_gid: u32) {
     let g = &r["fs_group"];
     assert_eq!(g["gid"], FS_GROUP);
     let k = &g["kubelet"];
-    assert_eq!(
-        (&k["rewrites"], &k["chowns"], &k["chmods"]),
-        (&16.into(), &16.into(), &11.into())
-    );
+    assert_eq!((&k["rewrites"], &k["chowns"], &k["chmods"]), (&16.into(), &16.into(), &11.into()));
     assert_eq!(k["on_root_mismatch"], "walks");
-    assert_eq!(
-        k["reason"],
-        format!("root group {root_gid} is not fsGroup {FS_GROUP}")
-    );
+    assert_eq!(k["reason"], format!("root group {root_gid} is not fsGroup {FS_GROUP}"));
     let a = &g["volprep_apply"];
-    assert_eq!(
-        (&a["changed"], &a["changed_owner"], &a["changed_mode"]),
-        (&16.into(), &16.into(), &6.into())
-    );
+    assert_eq!((&a["changed"], &a["changed_owner"], &a["changed_mode"]), (&16.into(), &16.into(), &6.into()));
 }
 
 #[test]
@@ -271,11 +219,7 @@ fn reports_modes_links_and_what_would_change() {
     let owners = r["owners"].as_array().unwrap();
     assert_eq!(owners.len(), 1, "{owners:?}");
     assert_eq!(owners[0]["entries"], 16);
-    assert_eq!(
-        owners[0]["top_dirs"],
-        Value::Array(vec![]),
-        "the majority owner lists no dirs"
-    );
+    assert_eq!(owners[0]["top_dirs"], Value::Array(vec![]), "the majority owner lists no dirs");
     assert_eq!(snapshot(&root), before, "inspect changed something");
 }
 
@@ -298,10 +242,7 @@ fn reports_three_owners_and_a_nested_mount_and_changes_nothing() {
     fs::write(root.join("m/inside"), b"not counted").unwrap();
     let before = snapshot(&root);
 
-    let r = inspect_json(
-        &["--fs-group", &FS_GROUP.to_string(), "--threads", "4"],
-        &root,
-    );
+    let r = inspect_json(&["--fs-group", &FS_GROUP.to_string(), "--threads", "4"], &root);
     assert_mode_and_link_findings(&r);
     assert_fs_group_view(&r, 0);
     assert_eq!(r["nested_mounts"]["count"], 1);
@@ -317,36 +258,15 @@ fn reports_three_owners_and_a_nested_mount_and_changes_nothing() {
                 .iter()
                 .map(|d| format!("{} ({})", d["path"].as_str().unwrap(), d["entries"]))
                 .collect();
-            format!(
-                "{}:{} {} [{}]",
-                o["uid"],
-                o["gid"],
-                o["entries"],
-                dirs.join(", ")
-            )
+            format!("{}:{} {} [{}]", o["uid"], o["gid"], o["entries"], dirs.join(", "))
         })
         .collect();
-    assert_eq!(
-        owners,
-        [
-            "100:100 6 []",
-            "0:0 5 [. (4), t (1)]",
-            "300:300 3 [c (3)]",
-            "200:200 2 [b (2)]"
-        ],
-        "{r:#}"
-    );
+    assert_eq!(owners, ["100:100 6 []", "0:0 5 [. (4), t (1)]", "300:300 3 [c (3)]", "200:200 2 [b (2)]"], "{r:#}");
 
     // The human table names the same things.
     let (code, text, stderr) = inspect(&[], &root);
     assert_eq!(code, 0, "{stderr}");
-    for needle in [
-        "0:0",
-        "100:100",
-        "c (3)",
-        "nested mounts (not entered)",
-        "abs -> /etc/passwd",
-    ] {
+    for needle in ["0:0", "100:100", "c (3)", "nested mounts (not entered)", "abs -> /etc/passwd"] {
         assert!(text.contains(needle), "{needle:?} missing in:\n{text}");
     }
     assert_eq!(snapshot(&root), before, "inspect changed something");
@@ -380,13 +300,7 @@ fn on_root_mismatch_skips_a_conforming_root_and_apply_still_finds_work() {
     let g = &r["fs_group"];
     assert_eq!(g["kubelet"]["on_root_mismatch"], "skips", "{g}");
     assert_eq!(g["kubelet"]["reason"], Value::Null);
-    assert_eq!(
-        (
-            &g["volprep_apply"]["changed"],
-            &g["volprep_apply"]["changed_mode"]
-        ),
-        (&1.into(), &1.into())
-    );
+    assert_eq!((&g["volprep_apply"]["changed"], &g["volprep_apply"]["changed_mode"]), (&1.into(), &1.into()));
     let (code, text, _) = inspect(&["--fs-group", &gid], &root);
     assert_eq!(code, 0);
     assert!(text.contains("skips: the root conforms"), "{text}");
@@ -399,25 +313,16 @@ fn human_table_is_aligned_and_without_fs_group_has_no_kubelet_part() {
     let (code, text, stderr) = inspect(&[], &root);
     assert_eq!(code, 0, "{stderr}");
     assert!(!text.contains("kubelet"), "{text}");
-    let rows: Vec<&str> = text
-        .lines()
-        .skip_while(|l| !l.starts_with("FINDING"))
-        .take_while(|l| !l.is_empty())
-        .collect();
+    let rows: Vec<&str> =
+        text.lines().skip_while(|l| !l.starts_with("FINDING")).take_while(|l| !l.is_empty()).collect();
     assert_eq!(rows.len(), 7, "{text}");
     // COUNT is right-aligned: every row's count ends in the same column.
     let end = rows[0].find("COUNT").unwrap() + "COUNT".len();
     for row in &rows[1..] {
         assert!(row.as_bytes()[end - 1].is_ascii_digit(), "{row:?}\n{text}");
-        assert!(
-            row.len() == end || row.as_bytes()[end] == b' ',
-            "{row:?}\n{text}"
-        );
+        assert!(row.len() == end || row.as_bytes()[end] == b' ', "{row:?}\n{text}");
     }
-    assert!(
-        text.contains("world-writable directories without sticky bit      1  b"),
-        "{text}"
-    );
+    assert!(text.contains("world-writable directories without sticky bit      1  b"), "{text}");
 }
 
 #[test]

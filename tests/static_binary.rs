@@ -24,8 +24,7 @@ const MAX_SIZE: u64 = 5 * 1000 * 1000;
 const MANIFEST_CAPS: &[u32] = &[0, 1, 3, 4];
 
 fn required() -> bool {
-    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1")
-        || std::env::var("CI").is_ok_and(|v| v == "true")
+    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1") || std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
 /// Writes past libtest's output capture, so skips and the size show in a plain `cargo test`.
@@ -34,10 +33,7 @@ fn say(msg: &str) {
 }
 
 fn skip_or_fail(test: &str, reason: &str) {
-    assert!(
-        !required(),
-        "{test}: {reason} (CI=true or VOLPREP_PRIVILEGED_TESTS=1)"
-    );
+    assert!(!required(), "{test}: {reason} (CI=true or VOLPREP_PRIVILEGED_TESTS=1)");
     say(&format!("SKIPPED {test}: {reason}"));
 }
 
@@ -84,29 +80,17 @@ fn elf_linking(bin: &[u8]) -> Linking {
     assert!(bin.len() > 64 && &bin[..4] == b"\x7fELF", "not an ELF file");
     assert_eq!(bin[4], 2, "ELFCLASS64");
     assert_eq!(bin[5], 1, "little endian");
-    assert!(
-        matches!(u16_at(bin, 16), 2 | 3),
-        "ET_EXEC or ET_DYN (static-pie)"
-    );
+    assert!(matches!(u16_at(bin, 16), 2 | 3), "ET_EXEC or ET_DYN (static-pie)");
     assert_eq!(u16_at(bin, 18), 62, "EM_X86_64");
     let (phoff, phentsize, phnum) = (u64_at(bin, 32) as usize, u16_at(bin, 54), u16_at(bin, 56));
-    let mut linking = Linking {
-        interpreter: None,
-        needed: 0,
-    };
+    let mut linking = Linking { interpreter: None, needed: 0 };
     for i in 0..phnum {
         let ph = phoff + i * phentsize;
         let p_type = u32::from_le_bytes(bin[ph..ph + 4].try_into().unwrap());
         let (offset, filesz) = (u64_at(bin, ph + 8) as usize, u64_at(bin, ph + 32) as usize);
         let data = &bin[offset..offset + filesz];
         match p_type {
-            3 => {
-                linking.interpreter = Some(
-                    String::from_utf8_lossy(data)
-                        .trim_end_matches('\0')
-                        .to_owned(),
-                )
-            }
+            3 => linking.interpreter = Some(String::from_utf8_lossy(data).trim_end_matches('\0').to_owned()),
             2 => {
                 for entry in data.chunks_exact(16) {
                     match u64_at(entry, 0) {
@@ -127,13 +111,7 @@ fn elf_parser_sees_the_interpreter_of_a_dynamic_binary() {
     // This test binary is linked dynamically (no crt-static for tests): the parser must see it.
     let me = fs::read(std::env::current_exe().unwrap()).unwrap();
     let linking = elf_linking(&me);
-    assert!(
-        linking
-            .interpreter
-            .as_deref()
-            .is_some_and(|i| i.contains("ld-linux")),
-        "{linking:?}"
-    );
+    assert!(linking.interpreter.as_deref().is_some_and(|i| i.contains("ld-linux")), "{linking:?}");
     assert!(linking.needed > 0, "{linking:?}");
 }
 
@@ -143,25 +121,10 @@ fn static_binary_has_no_interpreter_and_no_shared_libraries() {
         return;
     };
     let bytes = fs::read(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
-    assert_eq!(
-        elf_linking(&bytes),
-        Linking {
-            interpreter: None,
-            needed: 0
-        },
-        "{}",
-        bin.display()
-    );
+    assert_eq!(elf_linking(&bytes), Linking { interpreter: None, needed: 0 }, "{}", bin.display());
     let size = bytes.len() as u64;
-    say(&format!(
-        "static volprep: {size} bytes ({:.2} MB), stripped, {}",
-        size as f64 / 1e6,
-        bin.display()
-    ));
-    assert!(
-        size < MAX_SIZE,
-        "static binary is {size} bytes, over {MAX_SIZE}"
-    );
+    say(&format!("static volprep: {size} bytes ({:.2} MB), stripped, {}", size as f64 / 1e6, bin.display()));
+    assert!(size < MAX_SIZE, "static binary is {size} bytes, over {MAX_SIZE}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,12 +148,7 @@ impl Root {
         for d in ["", "app", "app/private", "app/private/deep", "shared"] {
             fs::create_dir_all(vol.join(d)).unwrap();
         }
-        for f in [
-            "app/state.db",
-            "app/private/key",
-            "app/private/deep/log",
-            "shared/readme",
-        ] {
+        for f in ["app/state.db", "app/private/key", "app/private/deep/log", "shared/readme"] {
             fs::write(vol.join(f), f).unwrap();
         }
         std::os::unix::fs::symlink("../shared", vol.join("app/link")).unwrap();
@@ -234,11 +192,9 @@ impl Root {
     /// mounted, with an empty environment; `caps`: the bounding set to keep (None: all).
     fn run(&self, args: &[&str], caps: Option<&[u32]>) -> Output {
         let root = CString::new(self.dir.path().as_os_str().as_encoded_bytes()).unwrap();
-        let proc_dir =
-            CString::new(self.dir.path().join("proc").as_os_str().as_encoded_bytes()).unwrap();
-        let last_cap: u32 = fs::read_to_string("/proc/sys/kernel/cap_last_cap")
-            .map(|s| s.trim().parse().unwrap())
-            .unwrap_or(40);
+        let proc_dir = CString::new(self.dir.path().join("proc").as_os_str().as_encoded_bytes()).unwrap();
+        let last_cap: u32 =
+            fs::read_to_string("/proc/sys/kernel/cap_last_cap").map(|s| s.trim().parse().unwrap()).unwrap_or(40);
         let drop: Vec<u32> = match caps {
             Some(keep) => (0..=last_cap).filter(|c| !keep.contains(c)).collect(),
             None => Vec::new(),
@@ -248,11 +204,7 @@ impl Root {
         unsafe {
             cmd.pre_exec(move || {
                 let check = |ret: libc::c_int| {
-                    if ret < 0 {
-                        Err(std::io::Error::last_os_error())
-                    } else {
-                        Ok(())
-                    }
+                    if ret < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
                 };
                 check(libc::unshare(libc::CLONE_NEWNS))?;
                 check(libc::mount(
@@ -276,21 +228,9 @@ impl Root {
                     // and `allowPrivilegeEscalation: false`: root's caps after exec are the
                     // bounding set (the inheritable and ambient sets are empty).
                     for &cap in &drop {
-                        check(libc::prctl(
-                            libc::PR_CAPBSET_DROP,
-                            cap as libc::c_ulong,
-                            0,
-                            0,
-                            0,
-                        ))?;
+                        check(libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0))?;
                     }
-                    check(libc::prctl(
-                        libc::PR_CAP_AMBIENT,
-                        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-                        0,
-                        0,
-                        0,
-                    ))?;
+                    check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0))?;
                     check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
                 }
                 Ok(())
@@ -309,10 +249,7 @@ fn prepared(root: &Root, gid: u32, out: &Output) -> Result<(), String> {
         String::from_utf8_lossy(&out.stderr)
     );
     if !out.status.success() {
-        return Err(format!(
-            "volprep apply in an empty chroot: {}\n{log}",
-            out.status
-        ));
+        return Err(format!("volprep apply in an empty chroot: {}\n{log}", out.status));
     }
     for entry in Root::entries(&root.vol()) {
         let md = entry.symlink_metadata().unwrap();
@@ -345,12 +282,7 @@ fn static_binary_runs_in_an_empty_chroot() {
     prepared(&root, 2000, &out).unwrap_or_else(|e| panic!("{e}"));
     // Nothing left to do: check agrees (exit 0, not 3).
     let again = root.run(&["check", "--fs-group", "2000", "/vol"], None);
-    assert_eq!(
-        again.status.code(),
-        Some(0),
-        "check after apply: {}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    assert_eq!(again.status.code(), Some(0), "check after apply: {}", String::from_utf8_lossy(&again.stderr));
 }
 
 /// The four capabilities the manifests add are enough: volprep, root in an empty chroot with
@@ -364,10 +296,7 @@ fn static_binary_needs_only_the_manifest_capabilities() {
         return;
     }
     let root = Root::new(&bin);
-    let out = root.run(
-        &["apply", "--fs-group", "3000", "/vol"],
-        Some(MANIFEST_CAPS),
-    );
+    let out = root.run(&["apply", "--fs-group", "3000", "/vol"], Some(MANIFEST_CAPS));
     prepared(&root, 3000, &out).unwrap_or_else(|e| panic!("{e}"));
 }
 
@@ -383,11 +312,7 @@ fn static_binary_fails_without_each_manifest_capability() {
     }
     const CAP_DAC_READ_SEARCH: u32 = 2;
     for &missing in MANIFEST_CAPS {
-        let mut caps: Vec<u32> = MANIFEST_CAPS
-            .iter()
-            .copied()
-            .filter(|&c| c != missing)
-            .collect();
+        let mut caps: Vec<u32> = MANIFEST_CAPS.iter().copied().filter(|&c| c != missing).collect();
         if missing == 1 {
             caps.push(CAP_DAC_READ_SEARCH);
         }
