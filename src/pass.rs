@@ -137,6 +137,32 @@ impl<'a> Fixer<'a> {
         }
     }
 
+    /// Moves the counts, the error list and the skipped mounts into `r`.
+    pub fn fill(self, r: &mut crate::report::VolumeReport, elapsed: Duration) {
+        let c = &self.counters;
+        r.entries = Counters::get(&c.entries);
+        r.dirs = Counters::get(&c.dirs);
+        r.files = Counters::get(&c.files);
+        r.symlinks = Counters::get(&c.symlinks);
+        r.others = Counters::get(&c.others);
+        r.changed_owner = Counters::get(&c.changed_owner);
+        r.changed_mode = Counters::get(&c.changed_mode);
+        r.errors = Counters::get(&c.errors);
+        r.dirs_read = Counters::get(&c.dirs_read);
+        r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
+        r.elapsed_ms = elapsed.as_millis() as u64;
+        let secs = elapsed.as_secs_f64();
+        r.entries_per_s = if secs > 0.0 { (r.entries as f64 / secs) as u64 } else { r.entries };
+        r.error_list = self.errors.into_inner().unwrap_or_else(|e| e.into_inner());
+        r.skipped_mounts = self
+            .skipped_mounts
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|p| Escaped(p.as_os_str()).to_string())
+            .collect();
+    }
+
     /// Counts and lists an error on a path that is not a walked entry (marker, restore).
     pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
         Counters::add(&self.counters.errors);

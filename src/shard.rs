@@ -155,32 +155,12 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
         });
     }
     let after = with_lock(root, path, opts.lock_timeout, |root| finish(root, path, spec, filter, &run_id, &fixer))?;
-    let c = &fixer.counters;
     report.reason = reason;
     report.fs_type = fs;
     report.estimated_entries = estimate;
     report.marker_before = "in-progress".into();
     report.marker_after = after;
-    report.entries = Counters::get(&c.entries);
-    report.dirs = Counters::get(&c.dirs);
-    report.files = Counters::get(&c.files);
-    report.symlinks = Counters::get(&c.symlinks);
-    report.others = Counters::get(&c.others);
-    report.changed_owner = Counters::get(&c.changed_owner);
-    report.changed_mode = Counters::get(&c.changed_mode);
-    report.errors = Counters::get(&c.errors);
-    report.dirs_read = Counters::get(&c.dirs_read);
-    report.elapsed_ms = started.elapsed().as_millis() as u64;
-    let secs = started.elapsed().as_secs_f64();
-    report.entries_per_s = if secs > 0.0 { (report.entries as f64 / secs) as u64 } else { report.entries };
-    report.error_list = std::mem::take(&mut *fixer.errors.lock().unwrap_or_else(|e| e.into_inner()));
-    report.skipped_mounts = fixer
-        .skipped_mounts
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|p| Escaped(p.as_os_str()).to_string())
-        .collect();
+    fixer.fill(&mut report, started.elapsed());
     Ok(report)
 }
 

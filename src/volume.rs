@@ -259,33 +259,10 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
 }
 
 fn finish_report(fixer: Fixer<'_>, ctx: &Ctx<'_>, action: Action) -> VolumeReport {
-    let elapsed = ctx.started.elapsed();
-    let c = &fixer.counters;
-    let entries = Counters::get(&c.entries);
-    let secs = elapsed.as_secs_f64();
     let mut r = VolumeReport::empty(ctx.path, ctx.spec, ctx.opts.threads, action);
     r.reason = ctx.reason.clone();
     r.fs_type = ctx.fs.clone();
     r.estimated_entries = ctx.estimate;
-    r.entries = entries;
-    r.dirs = Counters::get(&c.dirs);
-    r.files = Counters::get(&c.files);
-    r.symlinks = Counters::get(&c.symlinks);
-    r.others = Counters::get(&c.others);
-    r.changed_owner = Counters::get(&c.changed_owner);
-    r.changed_mode = Counters::get(&c.changed_mode);
-    r.errors = Counters::get(&c.errors);
-    r.dirs_read = Counters::get(&c.dirs_read);
-    r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
-    r.elapsed_ms = elapsed.as_millis() as u64;
-    r.entries_per_s = if secs > 0.0 { (entries as f64 / secs) as u64 } else { entries };
-    r.error_list = fixer.errors.into_inner().unwrap_or_else(|e| e.into_inner());
-    r.skipped_mounts = fixer
-        .skipped_mounts
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .map(|p| Escaped(p.as_os_str()).to_string())
-        .collect();
+    fixer.fill(&mut r, ctx.started.elapsed());
     r
 }

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rustix::io::Errno;
 
@@ -81,8 +81,7 @@ impl Node {
 pub trait Visitor: Sync {
     /// A non-directory entry (or any entry at all below a skipped mount is never seen).
     fn entry(&self, parent: &Node, name: &CStr, meta: &Meta);
-    /// A directory all of whose contents were visited; called before its parent's. Not called
-    /// for directories whose walk was cut short by [`Walk::stop`].
+    /// A directory all of whose contents were visited; called before its parent's.
     fn dir_done(&self, dir: &Node);
     /// A directory on another filesystem, not entered.
     fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
@@ -102,16 +101,11 @@ pub struct Walk<'v, V: Visitor> {
     visitor: &'v V,
     root_dev: u64,
     cross_devices: bool,
-    stopped: AtomicBool,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root_dev: u64, cross_devices: bool) -> Self {
-        Walk { visitor, root_dev, cross_devices, stopped: AtomicBool::new(false) }
-    }
-
-    pub fn is_stopped(&self) -> bool {
-        self.stopped.load(Ordering::Relaxed)
+        Walk { visitor, root_dev, cross_devices }
     }
 
     /// Walks the tree below `root_fd` on the current rayon pool and returns when every job
@@ -132,17 +126,12 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
         self.visitor.dir_read(&node);
-        let res = sys::read_dir(node.fd(), &mut buf, |name, dtype, ino| {
-            if self.is_stopped() {
-                return;
-            }
-            match dtype {
-                DType::Dir => self.subdir(s, &node, name, ino),
-                DType::Other | DType::Unknown => {
-                    batch.push(name);
-                    if batch.len() >= BATCH {
-                        self.dispatch(s, &node, std::mem::take(&mut batch));
-                    }
+        let res = sys::read_dir(node.fd(), &mut buf, |name, dtype, ino| match dtype {
+            DType::Dir => self.subdir(s, &node, name, ino),
+            DType::Other | DType::Unknown => {
+                batch.push(name);
+                if batch.len() >= BATCH {
+                    self.dispatch(s, &node, std::mem::take(&mut batch));
                 }
             }
         });
@@ -173,9 +162,6 @@ impl<'v, V: Visitor> Walk<'v, V> {
 
     fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: &Batch) {
         for name in batch.iter() {
-            if self.is_stopped() {
-                return;
-            }
             match sys::stat_at(node.fd(), name) {
                 Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
                 Ok(meta) => self.visitor.entry(node, name, &meta),
@@ -185,43 +171,62 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
     }
 
-    /// Opens subdirectory `name` of `parent` without following symlinks and queues it.
+    /// Queues subdirectory `name` of `parent`. It is opened by the job that reads it, not here:
+    /// a directory of a million subdirectories queues a million names, not a million open fds.
     fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64) {
         if !self.visitor.enter(parent, name, ino) {
             return;
         }
+        parent.pending.fetch_add(1, Ordering::Relaxed);
+        let parent = Arc::clone(parent);
+        let name: Box<CStr> = name.into();
+        s.spawn(move |s| match self.open_child(&parent, &name) {
+            Some(child) => self.read(s, child),
+            None => self.complete(parent),
+        });
+    }
+
+    /// Opens subdirectory `name` of `parent` without following symlinks, as a node to read, or
+    /// handles it as the entry it turned out to be (nested mount, or no longer a directory).
+    fn open_child(&self, parent: &Arc<Node>, name: &CStr) -> Option<Arc<Node>> {
         let fd = match sys::open_subdir(parent.fd(), name) {
             Ok(fd) => fd,
-            Err(Errno::NOENT) => return,
+            Err(Errno::NOENT) => return None,
             // Not (or no longer) a directory: a symlink or file took its place. Handle it as the
             // entry it now is, by its own lstat.
             Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
-                return match sys::stat_at(parent.fd(), name) {
+                match sys::stat_at(parent.fd(), name) {
                     Ok(meta) if meta.kind() != Kind::Dir => self.visitor.entry(parent, name, &meta),
                     Ok(_) => self.visitor.error(parent, Some(name), Op::Open, Errno::AGAIN),
                     Err(Errno::NOENT) => {}
                     Err(e) => self.visitor.error(parent, Some(name), Op::Stat, e),
-                };
+                }
+                return None;
             }
-            Err(e) => return self.visitor.error(parent, Some(name), Op::Open, e),
+            Err(e) => {
+                self.visitor.error(parent, Some(name), Op::Open, e);
+                return None;
+            }
         };
         let meta = match sys::stat_fd(fd.as_fd()) {
             Ok(m) => m,
-            Err(e) => return self.visitor.error(parent, Some(name), Op::Stat, e),
+            Err(e) => {
+                self.visitor.error(parent, Some(name), Op::Stat, e);
+                return None;
+            }
         };
         if meta.dev != self.root_dev && !self.cross_devices {
-            return self.visitor.mount_skipped(parent, name, &meta);
+            self.visitor.mount_skipped(parent, name, &meta);
+            return None;
         }
-        parent.pending.fetch_add(1, Ordering::Relaxed);
-        let child = Arc::new(Node {
+        Some(Arc::new(Node {
             fd,
             meta,
             parent: Some(Arc::clone(parent)),
             name: name.to_bytes().into(),
             depth: parent.depth + 1,
             pending: AtomicUsize::new(1),
-        });
-        s.spawn(move |s| self.read(s, child));
+        }))
     }
 
     /// One unit of `node`'s work is finished; a directory whose count reaches zero is done,
@@ -230,9 +235,6 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let mut cur = node;
         loop {
             if cur.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
-                return;
-            }
-            if self.is_stopped() {
                 return;
             }
             self.visitor.dir_done(&cur);
