@@ -278,3 +278,84 @@ pub fn rel_child(dir: &Node, name: &CStr) -> PathBuf {
 pub fn full_path(root: &Path, rel: &Path) -> PathBuf {
     if rel.as_os_str().is_empty() { root.to_path_buf() } else { root.join(rel) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Records what the walk reports: entries and finished directories, in order.
+    #[derive(Default)]
+    struct Recorder {
+        seen: Mutex<Vec<(PathBuf, bool)>>,
+        panic_on: Option<&'static str>,
+    }
+
+    impl Visitor for Recorder {
+        fn entry(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+            if self.panic_on.is_some_and(|p| name.to_bytes() == p.as_bytes()) {
+                panic!("visitor panicked on purpose");
+            }
+            self.seen.lock().unwrap().push((rel_child(parent, name), false));
+        }
+        fn dir_done(&self, dir: &Node) {
+            self.seen.lock().unwrap().push((dir.rel_path(), true));
+        }
+        fn mount_skipped(&self, _: &Node, _: &CStr, _: &Meta) {}
+        fn error(&self, _: &Node, _: Option<&CStr>, op: Op, errno: Errno) {
+            panic!("unexpected {op} error {errno}");
+        }
+    }
+
+    fn tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for d in 0..20 {
+            let dir = t.path().join(format!("d{d}/sub"));
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in 0..300 {
+                std::fs::write(dir.join(format!("f{f}")), b"").unwrap();
+            }
+        }
+        std::os::unix::fs::symlink("/etc", t.path().join("link")).unwrap();
+        t
+    }
+
+    fn walk(root: &Path, threads: usize, v: &Recorder) {
+        let fd = sys::open_root(root).unwrap();
+        let meta = sys::stat_fd(fd.as_fd()).unwrap();
+        let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        pool.install(|| Walk::new(v, meta.dev, false).run(fd, meta));
+    }
+
+    #[test]
+    fn serial_and_parallel_see_the_same_entries_and_finish_dirs_after_their_contents() {
+        let t = tree();
+        let mut results = Vec::new();
+        for threads in [1, 8] {
+            let v = Recorder::default();
+            walk(t.path(), threads, &v);
+            let seen = v.seen.into_inner().unwrap();
+            // Post-order: every entry comes before its directory's `dir_done`; the root last.
+            for (i, (p, _)) in seen.iter().enumerate() {
+                if let Some(parent) = p.parent() {
+                    let done_at = seen.iter().position(|(q, d)| *d && q == parent).expect("parent finished");
+                    assert!(done_at > i, "{} finished before {}", parent.display(), p.display());
+                }
+            }
+            assert_eq!(seen.last(), Some(&(PathBuf::new(), true)));
+            let mut sorted = seen;
+            sorted.sort();
+            results.push(sorted);
+        }
+        assert_eq!(results[0].len(), 1 + 20 * 2 + 20 * 300 + 1);
+        assert_eq!(results[0], results[1]);
+    }
+
+    #[test]
+    #[should_panic(expected = "visitor panicked on purpose")]
+    fn a_panicking_visitor_does_not_hang_the_walk() {
+        let t = tree();
+        let v = Recorder { panic_on: Some("f150"), ..Default::default() };
+        walk(t.path(), 4, &v);
+    }
+}
