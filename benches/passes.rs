@@ -1,0 +1,686 @@
+//! `cargo bench --bench passes -- --entries 100000`: volprep against the kubelet's fsGroup pass,
+//! `chown -R`, `chgrp -R && chmod -R` and a stat-only floor, on a fresh loop-mounted
+//! filesystem and on a FUSE model of slow storage. Run `-- --help` for the options; the module
+//! docs of `passes/slowfs.rs` say what the slow-storage model is and is not.
+//!
+//! Each method runs as a child process (the kubelet re-implementation too, through a hidden
+//! subcommand of this binary), so `wait4` gives its own CPU time and peak RSS. Every run starts
+//! from a reset tree whose metadata digest is verified; methods that promise a result are
+//! checked against the expected digest afterwards.
+
+#[path = "passes/args.rs"]
+mod args;
+#[path = "passes/child.rs"]
+mod child;
+#[path = "passes/fsimage.rs"]
+mod fsimage;
+#[path = "passes/kubelet.rs"]
+mod kubelet;
+#[path = "passes/methods.rs"]
+mod methods;
+#[path = "passes/report.rs"]
+mod report;
+#[path = "passes/shapes.rs"]
+mod shapes;
+#[path = "passes/slowfs.rs"]
+mod slowfs;
+#[path = "passes/syscalls.rs"]
+mod syscalls;
+#[path = "passes/tree.rs"]
+mod tree;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use args::{Args, Command, FsKind, Temp};
+use fsimage::{Volume, have};
+use methods::{Features, Kind, Method, Runner};
+use report::Run;
+use slowfs::SlowMount;
+use tree::{State, Tree, Xattrs};
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+fn main() -> ExitCode {
+    let target_dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).parent().map_or_else(|| PathBuf::from("target"), Path::to_path_buf);
+    let code = match args::parse(std::env::args().skip(1).collect(), target_dir) {
+        Err(msg) => {
+            eprintln!("passes: {msg}\n\n{}", args::USAGE);
+            2
+        }
+        Ok(Command::Help) => {
+            print!("{}", args::USAGE);
+            0
+        }
+        Ok(Command::Kubelet { root, gid }) => kubelet::main_kubelet(&root, gid),
+        Ok(Command::OnRootMismatch { root, gid }) => kubelet::main_onrootmismatch(&root, gid),
+        Ok(Command::Fuse { src, mnt, latency_us, ttl_s, stats }) => {
+            slowfs::main_fuse(&src, &mnt, latency_us, ttl_s, &stats)
+        }
+        Ok(Command::Bench(a)) => bench(&a),
+    };
+    ExitCode::from(code as u8)
+}
+
+/// Where the volprep binary is: `VOLPREP_BIN`, else the one cargo built for this bench.
+fn volprep_bin(target_dir: &Path) -> PathBuf {
+    if let Some(p) = std::env::var_os("VOLPREP_BIN") {
+        return p.into();
+    }
+    option_env!("CARGO_BIN_EXE_volprep").map_or_else(|| target_dir.join("release/volprep"), PathBuf::from)
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true") || std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1")
+}
+
+/// What this machine lacks for the benchmark.
+fn missing(a: &Args, volprep: &Path) -> Vec<String> {
+    let mut need = Vec::new();
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        need.push("root (it makes loop devices, mounts, chowns and drops caches)".to_string());
+    }
+    let mkfs = match a.fs {
+        FsKind::Ext4 => "mkfs.ext4",
+        FsKind::Xfs => "mkfs.xfs",
+    };
+    for cmd in [mkfs, "losetup", "mount", "umount", "find", "chown", "chgrp", "chmod", "sh"] {
+        if !have(cmd) {
+            need.push(format!("`{cmd}` on PATH"));
+        }
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        need.push("a loop device (/dev/loop-control: `modprobe loop`)".to_string());
+    }
+    if !volprep.is_file() {
+        need.push(format!("the volprep binary at {} (or VOLPREP_BIN)", volprep.display()));
+    }
+    need
+}
+
+/// Prints what is missing; 2, or 1 for the smoke run under CI (where it must run).
+fn cannot_run(a: &Args, need: &[String]) -> i32 {
+    eprintln!("passes: this benchmark cannot run here; it needs:");
+    for n in need {
+        eprintln!("  - {n}");
+    }
+    if a.smoke && in_ci() {
+        eprintln!("passes: the smoke run is required under CI (CI=true or VOLPREP_PRIVILEGED_TESTS=1): failing");
+        1
+    } else {
+        2
+    }
+}
+
+/// Removes the run's scratch directory on every exit.
+struct WorkDir(PathBuf);
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where a method runs.
+#[derive(Debug, Clone)]
+enum Storage {
+    Local,
+    Slow { latency_us: u64, ttl_s: u64 },
+}
+
+/// One benchmark run: the volume, the mounted slow-storage model, and what was measured.
+/// Field order is drop order: the FUSE mount goes before the volume, the volume before its dir.
+struct Bench<'a> {
+    slow: Option<SlowMount>,
+    vol: Volume,
+    work: WorkDir,
+    a: &'a Args,
+    exe: PathBuf,
+    volprep: PathBuf,
+    features: Features,
+    runs: Vec<Run>,
+    failures: Vec<String>,
+    na: BTreeMap<&'static str, String>,
+    entries: BTreeMap<String, u64>,
+    seq: usize,
+}
+
+fn bench(a: &Args) -> i32 {
+    let target_dir = a.out.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let volprep = volprep_bin(&target_dir);
+    let need = missing(a, &volprep);
+    if !need.is_empty() {
+        return cannot_run(a, &need);
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let work = a.workdir.join(format!("bench-passes-{}", std::process::id()));
+    let size = (a.entries * 8192).max(1 << 30);
+    let inodes = a.entries + a.entries / 4 + a.slow_entries * 2 + 20_000;
+    let vol = match Volume::create(&work, a.fs, size, inodes) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = fs::remove_dir_all(&work);
+            return cannot_run(a, &[format!("a working loop device and mount: {e}")]);
+        }
+    };
+    let mut b = Bench {
+        slow: None,
+        vol,
+        work: WorkDir(work),
+        a,
+        exe: std::env::current_exe().expect("own executable"),
+        features: Features::detect(&volprep),
+        volprep,
+        runs: Vec::new(),
+        failures: Vec::new(),
+        na: BTreeMap::new(),
+        entries: BTreeMap::new(),
+        seq: 0,
+    };
+    match b.main() {
+        Ok(()) if b.failures.is_empty() => 0,
+        Ok(()) => {
+            eprintln!("\npasses: {} failure(s):", b.failures.len());
+            for f in &b.failures {
+                eprintln!("  - {f}");
+            }
+            1
+        }
+        Err(e) => {
+            eprintln!("passes: {e}");
+            1
+        }
+    }
+}
+
+fn interrupted() -> io::Result<()> {
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+    }
+    Ok(())
+}
+
+impl Bench<'_> {
+    fn storage_name(&self, s: &Storage) -> String {
+        match s {
+            Storage::Local => self.a.fs.name().to_string(),
+            Storage::Slow { latency_us, .. } => format!("slow {latency_us}us"),
+        }
+    }
+
+    fn main(&mut self) -> io::Result<()> {
+        let a = self.a;
+        eprintln!(
+            "passes: {} {} entries (seed {}), {} rep(s), threads {:?}, volprep {} (progress-interval: {}, verify full: {})",
+            a.shape.name(),
+            a.entries,
+            a.seed,
+            a.reps,
+            a.threads,
+            self.volprep.display(),
+            self.features.progress_interval,
+            self.features.verify_full
+        );
+        let t = Instant::now();
+        let local = Tree::generate(&self.vol.mnt.join("vol"), a.shape, a.entries, a.seed)?;
+        local.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
+        eprintln!(
+            "passes: generated {} entries ({} dirs, {} files, {} symlinks, {} hard links, {} setuid) in {:.1} s",
+            local.counts.entries,
+            local.counts.dirs,
+            local.counts.files,
+            local.counts.symlinks,
+            local.counts.hardlinks,
+            local.counts.setuid,
+            t.elapsed().as_secs_f64()
+        );
+        self.prime(&local)?;
+        let local_name = self.storage_name(&Storage::Local);
+        self.entries.insert(local_name.clone(), local.counts.entries);
+        let plan = methods::plan(a, self.features, false);
+        self.phase(&Storage::Local, &local, &plan, &a.temps)?;
+
+        let mut syscall_lines = Vec::new();
+        let mut syscall_json = Vec::new();
+        if a.syscalls {
+            if have("strace") {
+                (syscall_lines, syscall_json) = self.syscalls(&local)?;
+            } else {
+                eprintln!("passes: --syscalls: strace is not installed; skipped");
+            }
+        }
+
+        let mut slow_name = None;
+        let mut slow_tree = None;
+        if a.slow_entries > 0 {
+            match self.slow_tree() {
+                Ok(tree) => {
+                    let storage = Storage::Slow { latency_us: a.latency_us, ttl_s: a.fuse_ttl_s };
+                    let name = self.storage_name(&storage);
+                    self.entries.insert(name.clone(), tree.counts.entries);
+                    let plan = methods::plan(a, self.features, true);
+                    self.phase(&storage, &tree, &plan, &[Temp::Cold])?;
+                    slow_name = Some(name);
+                    slow_tree = Some(tree.counts);
+                }
+                Err(e) if a.smoke && in_ci() => {
+                    self.failures.push(format!("slow storage could not run: {e}"));
+                }
+                Err(e) => eprintln!("passes: slow storage skipped: {e}"),
+            }
+        }
+
+        let rows = report::rows(&self.runs, &self.entries, &self.na);
+        let mut out = String::new();
+        out.push_str(&format!(
+            "\n### {local_name}: {} tree, {} entries, {} rep(s)\n\n",
+            a.shape.name(),
+            local.counts.entries,
+            a.reps
+        ));
+        out.push_str(&report::table(&rows, &local_name));
+        if let (Some(name), Some(counts)) = (&slow_name, slow_tree) {
+            out.push_str(&format!(
+                "\n### {name}: FUSE model, {} µs per metadata request, {} tree, {} entries, cold (fresh mount) only\n\n",
+                a.latency_us,
+                a.shape.name(),
+                counts.entries
+            ));
+            out.push_str(&report::table(&rows, name));
+        }
+        if !syscall_lines.is_empty() {
+            out.push_str("\n### syscalls per entry (strace -f -c, warm)\n\n| method | syscalls | per entry | most frequent (per entry) |\n|---|--:|--:|---|\n");
+            for l in &syscall_lines {
+                out.push_str(l);
+                out.push('\n');
+            }
+        }
+        let targets = report::targets(&rows, &local_name, slow_name.as_deref(), &self.na);
+        out.push_str("\n### targets (ratios from this run)\n\n");
+        for t in &targets {
+            out.push_str(&format!("- {t}\n"));
+        }
+        out.push_str(&format!("\n{}\n", machine_line(&self.vol)));
+        println!("{out}");
+
+        let meta = self.meta(&local);
+        let j = report::json(meta, &self.runs, &rows, &targets, Value::Array(syscall_json));
+        if let Some(dir) = a.out.parent() {
+            fs::create_dir_all(dir)?;
+        }
+        fs::write(&a.out, serde_json::to_string_pretty(&j)? + "\n")?;
+        eprintln!("passes: raw figures written to {}", a.out.display());
+        Ok(())
+    }
+
+    /// One untimed cold walk, so the first timed method does not pay alone for whatever the
+    /// layers below the loop device (host page cache, disk) had not read yet.
+    fn prime(&mut self, tree: &Tree) -> io::Result<()> {
+        self.vol.cold()?;
+        fsimage::sh(std::process::Command::new("find").arg(&tree.root).args(["-printf", ""]))?;
+        Ok(())
+    }
+
+    /// The smaller tree for slow storage, on the same filesystem.
+    fn slow_tree(&mut self) -> io::Result<Tree> {
+        if !Path::new("/dev/fuse").exists() {
+            return Err(io::Error::other("it needs /dev/fuse (`modprobe fuse`)"));
+        }
+        let a = self.a;
+        let tree = Tree::generate(&self.vol.mnt.join("slow-vol"), a.shape, a.slow_entries, a.seed)?;
+        tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
+        // Prove the mount works before timing anything on it.
+        self.mount_slow(&tree, a.latency_us, a.fuse_ttl_s)?;
+        let n = fs::read_dir(&self.slow.as_ref().expect("mounted").mnt)?.count();
+        self.slow = None;
+        eprintln!(
+            "passes: slow storage: {} entries, {} µs per request; root lists {n} names",
+            tree.counts.entries, a.latency_us
+        );
+        Ok(tree)
+    }
+
+    fn mount_slow(&mut self, tree: &Tree, latency_us: u64, ttl_s: u64) -> io::Result<()> {
+        self.slow = None;
+        let mnt = self.work.0.join("slow");
+        let stats = self.stats_file();
+        let _ = fs::remove_file(&stats);
+        self.slow = Some(SlowMount::start(&self.exe, &tree.root, &mnt, latency_us, ttl_s, &stats)?);
+        Ok(())
+    }
+
+    /// Where the slow-storage server writes its request counts when unmounted.
+    fn stats_file(&self) -> PathBuf {
+        self.work.0.join("slow-stats.json")
+    }
+
+    /// The root a method sees: the tree itself, or the slow-storage mount of it.
+    fn attach(&mut self, storage: &Storage, tree: &Tree) -> io::Result<PathBuf> {
+        match storage {
+            Storage::Local => Ok(tree.root.clone()),
+            Storage::Slow { latency_us, ttl_s } => {
+                self.mount_slow(tree, *latency_us, *ttl_s)?;
+                Ok(self.slow.as_ref().expect("mounted").mnt.clone())
+            }
+        }
+    }
+
+    fn phase(&mut self, storage: &Storage, tree: &Tree, plan: &[Method], temps: &[Temp]) -> io::Result<()> {
+        for rep in 0..self.a.reps {
+            for m in plan {
+                for &temp in temps {
+                    interrupted()?;
+                    self.one(storage, tree, m, temp, rep)?;
+                }
+            }
+        }
+        self.slow = None;
+        Ok(())
+    }
+
+    /// Caches for a timed run: sync (warm), or sync + remount + drop caches (cold).
+    fn temperature(&mut self, temp: Temp) -> io::Result<()> {
+        self.slow = None;
+        match temp {
+            Temp::Cold => self.vol.cold(),
+            Temp::Warm => self.vol.sync().map(|_| ()),
+        }
+    }
+
+    fn run_dir(&mut self, what: &str) -> io::Result<PathBuf> {
+        self.seq += 1;
+        let d = self.work.0.join("runs").join(format!("{:04}-{what}", self.seq));
+        fs::create_dir_all(&d)?;
+        Ok(d)
+    }
+
+    /// Runs `m`'s command once, untimed setup or timed, with stdout/stderr in `dir`.
+    fn exec(&self, m: &Method, root: &Path, dir: &Path, kill_after: Option<Duration>) -> io::Result<child::Measured> {
+        let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
+        let (mut cmd, _) = runner.command(m, root, &dir.join("report.json"));
+        let stdout = if m.kind == Kind::Floor { Stdio::null() } else { fs::File::create(dir.join("stdout"))?.into() };
+        cmd.stdin(Stdio::null()).stdout(stdout).stderr(fs::File::create(dir.join("stderr"))?);
+        child::run_until(&mut cmd, kill_after)
+    }
+
+    /// The median time of this run's `full` at these threads and cache state, if measured.
+    fn full_time(&self, storage: &str, threads: Option<usize>, temp: &str) -> Option<f64> {
+        let mut v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter(|r| r.storage == storage && r.method == "full" && r.threads == threads && r.temp == temp && r.ok)
+            .map(|r| r.m.wall_s)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied()
+    }
+
+    fn one(&mut self, storage: &Storage, tree: &Tree, m: &Method, temp: Temp, rep: usize) -> io::Result<()> {
+        let sname = self.storage_name(storage);
+        let what =
+            format!("[{sname}] {} t={} {} rep {}/{}", m.id, m.threads.unwrap_or(1), temp.name(), rep + 1, self.a.reps);
+        if m.kind == Kind::Resume
+            && let Some(why) = self.na.get("skip")
+        {
+            let why = format!("needs the marker, not built yet ({why})");
+            self.na.entry("resume").or_insert(why);
+            return Ok(());
+        }
+        if m.kind == Kind::Skip && self.na.contains_key("skip") {
+            return Ok(());
+        }
+        let dir = self.run_dir(&format!("{}-{}", m.id, temp.name()))?;
+        tree.reset(m.start)?;
+        if let Err(e) = tree.verify(m.start, Xattrs::None) {
+            self.failures.push(format!("{what}: reset did not verify: {e}"));
+            return Ok(());
+        }
+        let mut note = String::new();
+        let mut timed = m.clone();
+        match m.kind {
+            Kind::Skip => {
+                // A first apply prepares the tree and writes its marker.
+                let prep = Method { kind: Kind::Apply(vec![]), ..m.clone() };
+                let root = self.attach(storage, tree)?;
+                let d = self.run_dir("skip-prep")?;
+                let r = self.exec(&prep, &root, &d, None)?;
+                if r.exit != child::Exit::Code(0) {
+                    self.failures.push(format!("{what}: the preparing apply failed: {}", r.exit.describe()));
+                    return Ok(());
+                }
+            }
+            Kind::Resume => {
+                let full = self.full_time(&sname, m.threads, temp.name());
+                let full = match full {
+                    Some(t) => t,
+                    None => {
+                        // No full pass measured at these threads: time one now.
+                        let cal = Method { kind: Kind::Apply(vec![]), ..m.clone() };
+                        self.temperature(temp)?;
+                        let root = self.attach(storage, tree)?;
+                        let d = self.run_dir("resume-calibrate")?;
+                        let r = self.exec(&cal, &root, &d, None)?;
+                        tree.reset(State::Golden)?;
+                        r.wall_s
+                    }
+                };
+                if self.features.checkpoint_interval {
+                    // Checkpoints about 20 times per pass, so a kill at 50 % leaves several.
+                    let every = format!("{}ms", ((full * 1000.0 / 20.0) as u64).max(10));
+                    timed.kind = Kind::Apply(vec!["--checkpoint-interval".into(), every]);
+                }
+                self.temperature(temp)?;
+                let root = self.attach(storage, tree)?;
+                let half = Duration::from_secs_f64(full / 2.0);
+                let d = self.run_dir("resume-killed")?;
+                let r = self.exec(&timed, &root, &d, Some(half))?;
+                note = match r.exit {
+                    child::Exit::Signal(libc::SIGKILL) => {
+                        format!("killed at {:.0} ms", half.as_secs_f64() * 1e3)
+                    }
+                    e => format!("first pass ended before the kill ({})", e.describe()),
+                };
+            }
+            _ => {}
+        }
+        self.temperature(temp)?;
+        let root = self.attach(storage, tree)?;
+        let r = self.exec(&timed, &root, &dir, None)?;
+        let sync_s = self.vol.sync()?;
+        let request_mix = match storage {
+            Storage::Local => None,
+            Storage::Slow { .. } => {
+                self.slow = None;
+                fs::read_to_string(self.stats_file()).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            }
+        };
+        let requests = request_mix.as_ref().and_then(|v| v.get("delayed").and_then(Value::as_u64));
+
+        let ran = matches!(r.exit, child::Exit::Code(c) if m.ok_codes.contains(&c));
+        let mut ok = ran;
+        let (mut action, mut entries_read) = (None, None);
+        let text = fs::read_to_string(dir.join("report.json"))
+            .or_else(|_| fs::read_to_string(dir.join("stdout")))
+            .unwrap_or_default();
+        if let Ok(v) = serde_json::from_str::<Value>(&text) {
+            let vol = v.pointer("/volumes/0").unwrap_or(&v);
+            action = vol.get("action").and_then(Value::as_str).map(str::to_string);
+            entries_read = vol.get("entries").and_then(Value::as_u64);
+            if let Some(e) = vol.get("errors").and_then(Value::as_u64).filter(|&e| e > 0) {
+                note = format!("{e} error(s) reported");
+            }
+        }
+        if !ran {
+            let err = fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+            let tail: Vec<&str> = err.lines().rev().take(3).collect();
+            self.failures.push(format!(
+                "{what}: {} (expected exit {:?}); stderr: {}",
+                r.exit.describe(),
+                m.ok_codes,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ));
+        }
+        if m.kind == Kind::Skip && action.as_deref() != Some("skipped") {
+            let got = action.clone().unwrap_or_else(|| "none".into());
+            self.na.insert("skip", format!("report action is \"{got}\", not \"skipped\""));
+        }
+        if m.kind == Kind::Resume
+            && let Some(n) = entries_read
+        {
+            let pct = 100.0 * n as f64 / tree.counts.entries as f64;
+            note = format!("{note}; read {n} entries ({pct:.0} %)");
+        }
+        if let Some(state) = m.expect
+            && ran
+            && let Err(e) = tree.verify(state, Xattrs::Ignored)
+        {
+            ok = false;
+            self.failures.push(format!("{what}: result is not the {} state: {e}", state.name()));
+            note = format!("result ≠ {}", state.name());
+        }
+        eprintln!(
+            "passes: {what}: {:.3} s (user {:.3} s, sys {:.3} s, {:.1} MiB, sync {:.3} s){}{}",
+            r.wall_s,
+            r.user_s,
+            r.sys_s,
+            r.maxrss_kib as f64 / 1024.0,
+            sync_s,
+            action.as_ref().map_or(String::new(), |a| format!(", {a}")),
+            if ok { String::new() } else { " FAILED".into() }
+        );
+        self.runs.push(Run {
+            storage: sname,
+            method: m.id,
+            threads: m.threads,
+            temp: temp.name(),
+            rep,
+            m: r,
+            sync_s,
+            entries_read,
+            action,
+            requests,
+            request_mix,
+            ok,
+            note: note.trim_start_matches("; ").to_string(),
+        });
+        Ok(())
+    }
+
+    /// `--syscalls`: strace -c of the kubelet and volprep passes, warm.
+    fn syscalls(&mut self, tree: &Tree) -> io::Result<(Vec<String>, Vec<Value>)> {
+        let max = *self.a.threads.iter().max().expect("threads");
+        let mut cases: Vec<(String, Method)> = Vec::new();
+        for m in methods::plan(self.a, self.features, false) {
+            let keep = match m.id {
+                "kubelet" | "kubelet-2nd" | "chown" | "floor" => true,
+                "full" | "rescan" => m.threads == Some(1) || m.threads == Some(max),
+                "check" => m.threads == Some(1),
+                _ => false,
+            };
+            if keep {
+                cases.push((format!("{} (threads {})", methods::label(m.id), m.threads.unwrap_or(1)), m));
+            }
+        }
+        let (mut lines, mut js) = (Vec::new(), Vec::new());
+        for (name, m) in cases {
+            interrupted()?;
+            tree.reset(m.start)?;
+            tree.verify(m.start, Xattrs::None).map_err(io::Error::other)?;
+            self.vol.sync()?;
+            let dir = self.run_dir(&format!("strace-{}", m.id))?;
+            let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
+            let (cmd, _) = runner.command(&m, &tree.root, &dir.join("report.json"));
+            let counts = syscalls::count(&cmd, &dir.join("strace.txt"))?;
+            let (line, j) = syscalls::summarize(&name, &counts, tree.counts.entries);
+            eprintln!("passes: syscalls {line}");
+            lines.push(line);
+            js.push(j);
+        }
+        Ok((lines, js))
+    }
+
+    fn meta(&self, tree: &Tree) -> Value {
+        let a = self.a;
+        let version = std::process::Command::new(&self.volprep)
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        json!({
+            "machine": machine(&self.vol),
+            "volprep": { "version": version, "progress_interval": self.features.progress_interval,
+                         "verify_full": self.features.verify_full },
+            "args": { "entries": a.entries, "shape": a.shape.name(), "fs": a.fs.name(), "reps": a.reps,
+                      "threads": a.threads, "seed": a.seed, "smoke": a.smoke, "latency_us": a.latency_us,
+                      "slow_entries": a.slow_entries, "fuse_ttl_s": a.fuse_ttl_s },
+            "tree": { "entries": tree.counts.entries, "dirs": tree.counts.dirs, "files": tree.counts.files,
+                      "symlinks": tree.counts.symlinks, "hardlinks": tree.counts.hardlinks,
+                      "setuid": tree.counts.setuid, "golden_digest": tree.digest_of(State::Golden),
+                      "prepared_digest": tree.digest_of(State::Prepared) },
+            "entries_by_storage": self.entries,
+            "not_available": self.na,
+        })
+    }
+}
+
+fn machine(vol: &Volume) -> Value {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_default();
+    let mem_gib = fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1048576.0);
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim().to_string();
+    let backing = fsimage::sh(std::process::Command::new("df").arg("--output=fstype,source").arg(&vol.img))
+        .ok()
+        .and_then(|s| s.lines().nth(1).map(|l| l.split_whitespace().collect::<Vec<_>>().join(" on ")))
+        .unwrap_or_default();
+    json!({
+        "cores": std::thread::available_parallelism().map_or(0, |n| n.get()),
+        "cpu": cpu,
+        "mem_gib": (mem_gib * 10.0).round() / 10.0,
+        "kernel": kernel,
+        "filesystem": vol.fs.name(),
+        "image_backing": backing,
+        "loop_direct_io": vol.direct_io,
+    })
+}
+
+fn machine_line(vol: &Volume) -> String {
+    let m = machine(vol);
+    format!(
+        "machine: {} cores ({}), {} GiB RAM, kernel {}; {} on a sparse loop image (backing: {}, direct I/O {})",
+        m["cores"],
+        m["cpu"].as_str().unwrap_or("?"),
+        m["mem_gib"],
+        m["kernel"].as_str().unwrap_or("?"),
+        m["filesystem"].as_str().unwrap_or("?"),
+        m["image_backing"].as_str().unwrap_or("?"),
+        if vol.direct_io { "on" } else { "off" }
+    )
+}
