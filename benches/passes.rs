@@ -33,13 +33,14 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use args::{Args, Command, FsKind, Temp};
+use child::Spawner;
 use fsimage::{Volume, have};
 use methods::{Features, Kind, Method, Runner};
 use report::Run;
@@ -69,6 +70,7 @@ fn main() -> ExitCode {
         Ok(Command::Fuse { src, mnt, latency_us, ttl_s, stats }) => {
             slowfs::main_fuse(&src, &mnt, latency_us, ttl_s, &stats)
         }
+        Ok(Command::Spawner) => child::serve(),
         Ok(Command::Bench(a)) => bench(&a),
     };
     ExitCode::from(code as u8)
@@ -144,6 +146,7 @@ enum Storage {
 /// One benchmark run: the volume, the mounted slow-storage model, and what was measured.
 /// Field order is drop order: the FUSE mount goes before the volume, the volume before its dir.
 struct Bench<'a> {
+    spawner: Spawner,
     slow: Option<SlowMount>,
     vol: Volume,
     work: WorkDir,
@@ -167,6 +170,15 @@ fn bench(a: &Args) -> i32 {
     }
     // SAFETY: the handler only stores to an atomic.
     unsafe { libc::signal(libc::SIGINT, on_sigint as *const () as libc::sighandler_t) };
+    let exe = std::env::current_exe().expect("own executable");
+    // Before anything big is allocated here (see `child::Spawner`).
+    let spawner = match Spawner::start(&exe) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("passes: cannot start the spawner process: {e}");
+            return 1;
+        }
+    };
     let work = a.workdir.join(format!("bench-passes-{}", std::process::id()));
     let size = (a.entries * 8192).max(1 << 30);
     let inodes = a.entries + a.entries / 4 + a.slow_entries * 2 + 20_000;
@@ -178,11 +190,12 @@ fn bench(a: &Args) -> i32 {
         }
     };
     let mut b = Bench {
+        spawner,
         slow: None,
         vol,
         work: WorkDir(work),
         a,
-        exe: std::env::current_exe().expect("own executable"),
+        exe,
         features: Features::detect(&volprep),
         volprep,
         runs: Vec::new(),
@@ -409,12 +422,19 @@ impl Bench<'_> {
     }
 
     /// Runs `m`'s command once, untimed setup or timed, with stdout/stderr in `dir`.
-    fn exec(&self, m: &Method, root: &Path, dir: &Path, kill_after: Option<Duration>) -> io::Result<child::Measured> {
+    fn exec(
+        &mut self,
+        m: &Method,
+        root: &Path,
+        dir: &Path,
+        kill_after: Option<Duration>,
+    ) -> io::Result<child::Measured> {
         let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
-        let (mut cmd, _) = runner.command(m, root, &dir.join("report.json"));
-        let stdout = if m.kind == Kind::Floor { Stdio::null() } else { fs::File::create(dir.join("stdout"))?.into() };
-        cmd.stdin(Stdio::null()).stdout(stdout).stderr(fs::File::create(dir.join("stderr"))?);
-        child::run_until(&mut cmd, kill_after)
+        let (cmd, _) = runner.command(m, root, &dir.join("report.json"));
+        let stdout = (m.kind != Kind::Floor).then(|| dir.join("stdout"));
+        let r = self.spawner.run(&cmd, stdout.as_deref(), Some(&dir.join("stderr")), kill_after);
+        interrupted()?;
+        r
     }
 
     /// The median time of this run's `full` at these threads and cache state, if measured.
@@ -489,9 +509,7 @@ impl Bench<'_> {
                 let d = self.run_dir("resume-killed")?;
                 let r = self.exec(&timed, &root, &d, Some(half))?;
                 note = match r.exit {
-                    child::Exit::Signal(libc::SIGKILL) => {
-                        format!("killed at {:.0} ms", half.as_secs_f64() * 1e3)
-                    }
+                    child::Exit::Signal(libc::SIGKILL) => String::new(),
                     e => format!("first pass ended before the kill ({})", e.describe()),
                 };
             }

@@ -111,6 +111,8 @@ impl Args {
 pub enum Command {
     Bench(Args),
     Help,
+    /// Hidden: start and measure children on request (`__spawner`; see `child::Spawner`).
+    Spawner,
     /// Hidden: the kubelet's pass on ROOT (`__kubelet ROOT GID`).
     Kubelet {
         root: PathBuf,
@@ -146,6 +148,7 @@ pub fn parse(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String> {
                 Command::OnRootMismatch { root, gid }
             });
         }
+        Some("__spawner") => return Ok(Command::Spawner),
         Some("__fuse") => {
             let [_, src, mnt, lat, ttl, stats] = &raw[..] else {
                 return Err("__fuse: expected SRC MNT LATENCY_US TTL_S STATS".into());

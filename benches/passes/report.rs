@@ -92,6 +92,7 @@ pub fn rows(runs: &[Run], entries: &BTreeMap<String, u64>, na: &BTreeMap<&str, S
             let walls: Vec<f64> = good.iter().map(|r| r.m.wall_s).collect();
             let med = pick(&|r| r.m.wall_s);
             let mut notes: Vec<String> = rs.iter().map(|r| r.note.clone()).filter(|n| !n.is_empty()).collect();
+            notes.sort();
             notes.dedup();
             Row {
                 entries_per_s: entries.get(&storage).copied().unwrap_or(0) as f64 / med,
