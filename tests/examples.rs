@@ -8,392 +8,15 @@
 //! `VOLPREP_PRIVILEGED_TESTS=1`. The tests that need no tool (the Dockerfile, the values files,
 //! the flags against the CLI) always run.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use serde::Deserialize;
+use common::k8s::*;
 use serde_norway::{Mapping, Value};
-
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// Kubernetes versions the manifests must validate against: the kubectl the tooling ships
-/// (v1.33) and the newest schema kubernetes-validate bundles.
-const K8S_VERSIONS: &[&str] = &["1.33.0", "1.37.0"];
-
-/// What the volprep init container adds back after `drop: [ALL]`, and why: CHOWN (change the
-/// group), FOWNER (chmod/chown entries of other users), FSETID (keep setgid on directories of
-/// a group the caller is not in), DAC_OVERRIDE (enter other users' 0700 directories).
-const VOLPREP_CAPS: &[&str] = &["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"];
-
-/// Pod Security Standards, baseline: the capabilities a container may add.
-const BASELINE_CAPS: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
-
-/// The flags of `volprep apply` the manifests may use (the CLI contract).
-const APPLY_FLAGS: &[&str] = &[
-    "--fs-group",
-    "--owner",
-    "--read-only",
-    "--sticky",
-    "--threads",
-    "--max-errors",
-    "--report",
-    "--log-format",
-    "--termination-log",
-];
-
-// ---------------------------------------------------------------------------------------------
-// Tools and processes
-
-/// True where a missing tool is a failure, not a skip.
-fn tools_required() -> bool {
-    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1") || std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// Writes past libtest's output capture, so a skip shows in a plain `cargo test`.
-fn say(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
-}
-
-/// The tool an env var names, or None (after saying so) when it is unset on a laptop.
-fn tool(var: &str, test: &str) -> Option<PathBuf> {
-    match std::env::var_os(var) {
-        Some(path) if !path.is_empty() => {
-            let path = PathBuf::from(path);
-            assert!(path.is_file(), "{var}={} is not a file", path.display());
-            Some(path)
-        }
-        _ if tools_required() => {
-            panic!("{var} is not set (CI=true or VOLPREP_PRIVILEGED_TESTS=1): source .ci/k8s-tools.sh")
-        }
-        _ => {
-            say(&format!("SKIPPED {test}: {var} is not set (source .ci/k8s-tools.sh to run it)"));
-            None
-        }
-    }
-}
-
-fn describe(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for arg in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&arg.to_string_lossy());
-    }
-    s
-}
-
-fn output(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)))
-}
-
-/// Runs `cmd`, panics with its output unless it succeeds, returns stdout.
-fn run_ok(cmd: &mut Command) -> String {
-    let out = output(cmd);
-    assert!(
-        out.status.success(),
-        "{} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        describe(cmd),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("stdout is UTF-8")
-}
-
-/// helm with its cache, config and data dirs inside `home` (nothing read from or written to
-/// the user's).
-fn helm(helm: &Path, home: &Path) -> Command {
-    let mut cmd = Command::new(helm);
-    cmd.env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"));
-    cmd
-}
-
-// ---------------------------------------------------------------------------------------------
-// YAML
-
-/// The documents of a multi-document YAML stream, empty ones left out.
-fn docs(yaml: &str) -> Vec<Value> {
-    serde_norway::Deserializer::from_str(yaml)
-        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("bad YAML: {e}\n{yaml}")))
-        .filter(|v| !v.is_null())
-        .collect()
-}
-
-fn read(rel: &str) -> String {
-    fs::read_to_string(Path::new(ROOT).join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
-}
-
-fn strs(v: &Value) -> Vec<String> {
-    v.as_sequence()
-        .map(|s| s.iter().map(|x| scalar(x).unwrap_or_else(|| panic!("not a scalar: {x:?}"))).collect())
-        .unwrap_or_default()
-}
-
-fn scalar(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        Value::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-fn has_key(v: &Value, key: &str) -> bool {
-    v.as_mapping().is_some_and(|m| m.contains_key(key))
-}
-
-/// The pod spec of a workload (or of a Pod).
-fn pod_spec(obj: &Value) -> &Value {
-    match obj["kind"].as_str() {
-        Some("Pod") => &obj["spec"],
-        _ => &obj["spec"]["template"]["spec"],
-    }
-}
-
-fn workloads(all: &[Value]) -> Vec<&Value> {
-    all.iter()
-        .filter(|o| matches!(o["kind"].as_str(), Some("StatefulSet" | "Deployment" | "DaemonSet" | "Job" | "Pod")))
-        .collect()
-}
-
-/// Every container's volumeMounts name a volume of the pod (or a volumeClaimTemplate).
-fn check_mount_refs(obj: &Value, at: &str) {
-    let spec = pod_spec(obj);
-    let mut volumes: BTreeSet<String> =
-        spec["volumes"].as_sequence().into_iter().flatten().filter_map(|v| scalar(&v["name"])).collect();
-    for t in obj["spec"]["volumeClaimTemplates"].as_sequence().into_iter().flatten() {
-        volumes.extend(scalar(&t["metadata"]["name"]));
-    }
-    for c in all_containers(spec) {
-        for m in c["volumeMounts"].as_sequence().into_iter().flatten() {
-            let name = scalar(&m["name"]).unwrap_or_default();
-            assert!(
-                volumes.contains(&name),
-                "{at}: container {:?} mounts volume {name:?}, not in {volumes:?}",
-                c["name"]
-            );
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// What every volprep init container and its pod must look like
-
-/// The parts of a volprep init container's args.
-#[derive(Debug, Default, PartialEq)]
-struct VolprepArgs {
-    fs_group: Option<u64>,
-    sticky: Vec<String>,
-    paths: Vec<String>,
-}
-
-/// Checks one volprep init container (least privilege, resources, mounts of every path it
-/// names, flags of the CLI contract) and returns its parsed args.
-fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
-    let sc = &c["securityContext"];
-    assert_eq!(sc["runAsUser"].as_u64(), Some(0), "{at}: volprep runs as root");
-    assert_eq!(sc["runAsNonRoot"].as_bool(), Some(false), "{at}: runAsNonRoot: false (overrides a pod-level true)");
-    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false), "{at}: allowPrivilegeEscalation");
-    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{at}: readOnlyRootFilesystem");
-    assert_ne!(sc["privileged"].as_bool(), Some(true), "{at}: privileged");
-    assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"], "{at}: capabilities.drop");
-    let mut add = strs(&sc["capabilities"]["add"]);
-    add.sort();
-    assert_eq!(add, VOLPREP_CAPS, "{at}: capabilities.add");
-    assert_eq!(sc["seccompProfile"]["type"].as_str(), Some("RuntimeDefault"), "{at}: seccompProfile");
-    for kind in ["requests", "limits"] {
-        for res in ["cpu", "memory"] {
-            assert!(scalar(&c["resources"][kind][res]).is_some(), "{at}: resources.{kind}.{res}");
-        }
-    }
-    assert!(c["command"].is_null(), "{at}: the image's ENTRYPOINT is /volprep; set args only");
-
-    let args = strs(&c["args"]);
-    assert_eq!(args.first().map(String::as_str), Some("apply"), "{at}: args start with the subcommand: {args:?}");
-    let mut parsed = VolprepArgs::default();
-    for arg in &args[1..] {
-        if let Some(flag) = arg.strip_prefix("--") {
-            let (name, value) = flag.split_once('=').map_or((flag, None), |(n, v)| (n, Some(v)));
-            assert!(APPLY_FLAGS.contains(&format!("--{name}").as_str()), "{at}: unknown flag {arg}");
-            match (name, value) {
-                ("fs-group", Some(v)) => parsed.fs_group = Some(v.parse().expect("numeric --fs-group")),
-                ("sticky", Some(v)) => parsed.sticky.push(v.to_owned()),
-                _ => {}
-            }
-        } else {
-            parsed.paths.push(arg.clone());
-        }
-    }
-    assert!(!parsed.paths.is_empty(), "{at}: no volume path in {args:?}");
-    let mounts: Vec<String> = c["volumeMounts"]
-        .as_sequence()
-        .map(|m| m.iter().filter_map(|m| m["mountPath"].as_str().map(str::to_owned)).collect())
-        .unwrap_or_default();
-    for path in parsed.paths.iter().chain(&parsed.sticky) {
-        let mounted = mounts.iter().any(|m| Path::new(path).starts_with(m));
-        assert!(mounted, "{at}: {path} is not on a volume mounted into the init container (mounts: {mounts:?})");
-    }
-    parsed
-}
-
-/// Checks a pod that runs volprep: volprep first, the group via supplementalGroups (or
-/// runAsGroup), no fsGroup, and the Pod Security Standard the docs claim: baseline, not
-/// restricted. Returns volprep's args.
-fn check_volprep_pod(spec: &Value, at: &str) -> VolprepArgs {
-    let inits = spec["initContainers"].as_sequence().unwrap_or_else(|| panic!("{at}: no initContainers"));
-    assert_eq!(inits[0]["name"].as_str(), Some("volprep"), "{at}: volprep must be the first init container");
-    let args = check_volprep_container(&inits[0], at);
-    let psc = &spec["securityContext"];
-    assert!(
-        psc["fsGroup"].is_null(),
-        "{at}: with fsGroup the kubelet walks the volume itself before any init container"
-    );
-    assert!(psc["fsGroupChangePolicy"].is_null(), "{at}: fsGroupChangePolicy without fsGroup");
-    if let Some(gid) = args.fs_group {
-        let groups: Vec<u64> = psc["supplementalGroups"]
-            .as_sequence()
-            .map(|g| g.iter().filter_map(Value::as_u64).collect())
-            .unwrap_or_default();
-        assert!(
-            groups.contains(&gid) || psc["runAsGroup"].as_u64() == Some(gid),
-            "{at}: the app must get group {gid} (supplementalGroups or runAsGroup): {psc:?}"
-        );
-    }
-    let baseline = baseline_violations(spec);
-    assert!(baseline.is_empty(), "{at}: violates Pod Security Standard baseline: {baseline:?}");
-    assert!(!restricted_violations(spec).is_empty(), "{at}: meets restricted? then the docs saying baseline are wrong");
-    args
-}
-
-fn all_containers(spec: &Value) -> Vec<&Value> {
-    ["initContainers", "containers", "ephemeralContainers"]
-        .iter()
-        .flat_map(|k| spec[*k].as_sequence().into_iter().flatten())
-        .collect()
-}
-
-/// Pod Security Standards, baseline level (the controls that a pod spec shows).
-fn baseline_violations(spec: &Value) -> Vec<String> {
-    let mut v = Vec::new();
-    for key in ["hostNetwork", "hostPID", "hostIPC"] {
-        if spec[key].as_bool() == Some(true) {
-            v.push(format!("{key}: true"));
-        }
-    }
-    for vol in spec["volumes"].as_sequence().into_iter().flatten() {
-        if has_key(vol, "hostPath") {
-            v.push(format!("hostPath volume {:?}", vol["name"]));
-        }
-    }
-    let safe_sysctls = [
-        "kernel.shm_rmid_forced",
-        "net.ipv4.ip_local_port_range",
-        "net.ipv4.ip_unprivileged_port_start",
-        "net.ipv4.tcp_syncookies",
-        "net.ipv4.ping_group_range",
-        "net.ipv4.ip_local_reserved_ports",
-        "net.ipv4.tcp_keepalive_time",
-        "net.ipv4.tcp_fin_timeout",
-        "net.ipv4.tcp_keepalive_intvl",
-        "net.ipv4.tcp_keepalive_probes",
-    ];
-    for s in spec["securityContext"]["sysctls"].as_sequence().into_iter().flatten() {
-        if !safe_sysctls.contains(&s["name"].as_str().unwrap_or("")) {
-            v.push(format!("unsafe sysctl {:?}", s["name"]));
-        }
-    }
-    let mut contexts = vec![("pod".to_owned(), &spec["securityContext"])];
-    for c in all_containers(spec) {
-        let name = c["name"].as_str().unwrap_or("?").to_owned();
-        let sc = &c["securityContext"];
-        if sc["privileged"].as_bool() == Some(true) {
-            v.push(format!("{name}: privileged"));
-        }
-        for cap in strs(&sc["capabilities"]["add"]) {
-            if !BASELINE_CAPS.contains(&cap.as_str()) {
-                v.push(format!("{name}: adds capability {cap}"));
-            }
-        }
-        if sc["procMount"].as_str().is_some_and(|p| p != "Default") {
-            v.push(format!("{name}: procMount"));
-        }
-        for port in c["ports"].as_sequence().into_iter().flatten() {
-            if port["hostPort"].as_u64().is_some_and(|p| p != 0) {
-                v.push(format!("{name}: hostPort"));
-            }
-        }
-        contexts.push((name, sc));
-    }
-    for (name, sc) in contexts {
-        if sc["windowsOptions"]["hostProcess"].as_bool() == Some(true) {
-            v.push(format!("{name}: hostProcess"));
-        }
-        if sc["seccompProfile"]["type"].as_str() == Some("Unconfined") {
-            v.push(format!("{name}: seccomp Unconfined"));
-        }
-        if sc["appArmorProfile"]["type"].as_str() == Some("Unconfined") {
-            v.push(format!("{name}: AppArmor Unconfined"));
-        }
-        let se = &sc["seLinuxOptions"];
-        let se_types = ["container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
-        if se["type"].as_str().is_some_and(|t| !t.is_empty() && !se_types.contains(&t))
-            || !se["user"].is_null()
-            || !se["role"].is_null()
-        {
-            v.push(format!("{name}: seLinuxOptions"));
-        }
-    }
-    v
-}
-
-/// Pod Security Standards, restricted level: the controls beyond baseline that matter here.
-fn restricted_violations(spec: &Value) -> Vec<String> {
-    let mut v = baseline_violations(spec);
-    let psc = &spec["securityContext"];
-    for c in all_containers(spec) {
-        let name = c["name"].as_str().unwrap_or("?");
-        let sc = &c["securityContext"];
-        let non_root = sc["runAsNonRoot"].as_bool().or(psc["runAsNonRoot"].as_bool());
-        if non_root != Some(true) {
-            v.push(format!("{name}: runAsNonRoot is not true"));
-        }
-        if sc["runAsUser"].as_u64().or(psc["runAsUser"].as_u64()) == Some(0) {
-            v.push(format!("{name}: runAsUser 0"));
-        }
-        if sc["allowPrivilegeEscalation"].as_bool() != Some(false) {
-            v.push(format!("{name}: allowPrivilegeEscalation is not false"));
-        }
-        if !strs(&sc["capabilities"]["drop"]).iter().any(|c| c == "ALL") {
-            v.push(format!("{name}: does not drop ALL capabilities"));
-        }
-        if strs(&sc["capabilities"]["add"]).iter().any(|c| c != "NET_BIND_SERVICE") {
-            v.push(format!("{name}: adds capabilities beyond NET_BIND_SERVICE"));
-        }
-        let seccomp = sc["seccompProfile"]["type"].as_str().or(psc["seccompProfile"]["type"].as_str());
-        if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
-            v.push(format!("{name}: seccompProfile not set"));
-        }
-    }
-    v
-}
 
 // ---------------------------------------------------------------------------------------------
 // Files under examples/
@@ -420,56 +43,27 @@ fn example_yaml_files() -> Vec<String> {
     rel
 }
 
+/// A file of a helm chart (a directory with a Chart.yaml): examples/helm/*, examples/fleet/migrate-chart.
+fn in_chart(rel: &str) -> bool {
+    Path::new(rel)
+        .ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with("examples"))
+        .any(|d| Path::new(ROOT).join(d).join("Chart.yaml").is_file())
+}
+
 /// A helm chart's Go templates: not YAML until rendered.
 fn is_template(rel: &str) -> bool {
-    rel.starts_with("examples/helm/") && rel.contains("/templates/")
+    in_chart(rel) && rel.contains("/templates/")
 }
 
 /// A complete Kubernetes manifest, validated as it is. The rest is validated through what it
 /// renders to: helm charts and values, kustomizations and their (partial) patches.
 fn is_manifest(rel: &str) -> bool {
-    !rel.starts_with("examples/helm/") && !rel.ends_with("/kustomization.yaml") && !rel.contains("/patches/")
-}
-
-/// kubernetes-validate --strict on files, for every version in K8S_VERSIONS. Any warning (an
-/// unknown kind has no schema and only warns) is a failure, and so is a file with no resource.
-fn k8s_validate(kv: &Path, files: &[PathBuf]) {
-    for version in K8S_VERSIONS {
-        let mut cmd = Command::new(kv);
-        cmd.args(["--strict", "-k", version]).args(files);
-        let out = output(&mut cmd);
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let bad: Vec<&str> = text.lines().filter(|l| !l.starts_with("INFO")).collect();
-        assert!(out.status.success() && bad.is_empty(), "{} ({}):\n{text}", describe(&cmd), out.status);
-        for f in files {
-            let name = f.display().to_string();
-            assert!(
-                text.lines().any(|l| l.starts_with(&format!("INFO {name} passed"))),
-                "{name}: no resource validated against {version}:\n{text}"
-            );
-        }
-    }
-}
-
-fn yamllint(yl: &Path, files: &[PathBuf]) {
-    let mut cmd = Command::new(yl);
-    cmd.current_dir(ROOT).args(["--strict", "-f", "parsable", "-c", ".yamllint"]).args(files);
-    run_ok(&mut cmd);
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("mkdir");
-    for entry in fs::read_dir(from).expect("read_dir") {
-        let entry = entry.expect("entry");
-        let (src, dst) = (entry.path(), to.join(entry.file_name()));
-        if src.is_dir() {
-            if entry.file_name() != "charts" {
-                copy_dir(&src, &dst);
-            }
-        } else if entry.file_name() != "Chart.lock" {
-            fs::copy(&src, &dst).expect("copy");
-        }
-    }
+    !rel.starts_with("examples/helm/")
+        && !in_chart(rel)
+        && !rel.ends_with("/kustomization.yaml")
+        && !rel.contains("/patches/")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -762,9 +356,13 @@ fn example_manifests_validate() {
             }
             check_mount_refs(&obj, rel);
             let spec = pod_spec(&obj);
-            let has_volprep = all_containers(spec).iter().any(|c| c["name"].as_str() == Some("volprep"));
-            if has_volprep {
+            let is_volprep = |c: &Value| c["name"].as_str() == Some("volprep");
+            if spec["initContainers"].as_sequence().is_some_and(|cs| cs.iter().any(is_volprep)) {
                 check_volprep_pod(spec, rel);
+                with_volprep += 1;
+            } else if spec["containers"].as_sequence().is_some_and(|cs| cs.iter().any(is_volprep)) {
+                // A Job of its own (examples/fleet).
+                check_volprep_job(spec, rel);
                 with_volprep += 1;
             }
         }
@@ -864,12 +462,15 @@ fn example_flags_exist_in_the_cli() {
         }
     }
     // The library chart writes its flags as "--name" string literals.
-    let tpl = read("examples/helm/volprep/templates/_volprep.tpl");
-    for (i, _) in tpl.match_indices("\"--") {
-        let name: String = tpl[i + 3..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '-').collect();
-        used.insert(format!("--{name}"));
+    let dir = Path::new(ROOT).join("examples/helm/volprep/templates");
+    for entry in fs::read_dir(&dir).expect("library templates") {
+        let tpl = fs::read_to_string(entry.expect("entry").path()).expect("read template");
+        for (i, _) in tpl.match_indices("\"--") {
+            let name: String = tpl[i + 3..].chars().take_while(|c| c.is_ascii_lowercase() || *c == '-').collect();
+            used.insert(format!("--{name}"));
+        }
     }
-    for flag in ["--fs-group", "--sticky", "--termination-log"] {
+    for flag in ["--fs-group", "--sticky", "--termination-log", "--shard"] {
         assert!(used.contains(flag), "found no {flag} in examples/: {used:?}");
     }
     for flag in &used {

@@ -42,6 +42,9 @@ maxErrors: 0
 logFormat: json
 # Where volprep writes its one-line summary for `kubectl describe pod`; "" for none.
 terminationLog: /dev/termination-log
+# Where the JSON report goes (--report): a file, or "-" for stdout; "" for none. The Jobs of
+# "volprep.jobs" default to "-", so `kubectl logs` holds each Job's report.
+report: ""
 extraArgs: []
 extraEnv: []
 resources:
@@ -68,9 +71,20 @@ securityContext:
     add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]
   seccompProfile:
     type: RuntimeDefault
+# Jobs rendered by "volprep.jobs" (see _jobs.tpl), one per PVC: {pvc, name, fsGroup, owner,
+# readOnly, args}. The init container ignores them.
+jobs: []
+# Settings of those Jobs.
+job:
+  # Retries of a failed pod; a usage error (exit 2) fails the Job at once, an eviction is free.
+  backoffLimit: 3
+  # Seconds before a running Job is stopped; null for no limit.
+  activeDeadlineSeconds: null
+  # Each PVC is mounted at mountDir/<pvc>, so summaries and reports name it.
+  mountDir: /volumes
 {{- end -}}
 
-{{/* values over defaults, as YAML: top-level keys and image.* taken from values when present. */}}
+{{/* values over defaults, as YAML: top-level keys, image.* and job.* taken from values when present. */}}
 {{- define "volprep.values" -}}
 {{- $defaults := include "volprep.defaults" . | fromYaml -}}
 {{- $user := .values | default dict -}}
@@ -87,11 +101,16 @@ securityContext:
 {{- $_ := set $out $k $d -}}
 {{- end -}}
 {{- end -}}
-{{- $image := deepCopy $defaults.image -}}
-{{- range $k, $v := ($user.image | default dict) -}}
-{{- $_ := set $image $k $v -}}
+{{- range $map := list "image" "job" -}}
+{{- $merged := deepCopy (get $defaults $map) -}}
+{{- range $k, $v := (get $user $map | default dict) -}}
+{{- if and (eq $map "job") (not (hasKey $merged $k)) -}}
+{{- fail (printf "volumePermissions.%s.%s: unknown key (known: %s)" $map $k (keys $merged | sortAlpha | join ", ")) -}}
 {{- end -}}
-{{- $_ := set $out "image" $image -}}
+{{- $_ := set $merged $k $v -}}
+{{- end -}}
+{{- $_ := set $out $map $merged -}}
+{{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
 
@@ -180,6 +199,9 @@ float or a string). Anything else fails the render.
 {{- end -}}
 {{- with $v.logFormat -}}
 {{- $args = append $args (printf "--log-format=%s" .) -}}
+{{- end -}}
+{{- with $v.report -}}
+{{- $args = append $args (printf "--report=%s" .) -}}
 {{- end -}}
 {{- with $v.terminationLog -}}
 {{- $args = append $args (printf "--termination-log=%s" .) -}}
