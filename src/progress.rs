@@ -93,18 +93,32 @@ pub fn watch<T>(counters: &Counters, estimate: Option<u64>, style: Style, path: 
                 _ => Duration::from_millis(200),
             };
             while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
-                let line = Snapshot::take(counters, start.elapsed(), estimate).line();
-                match &bar {
-                    Some(b) => {
-                        b.set_position(Counters::get(&counters.entries));
+                // One read of the counters: the line and its fields show the same figures.
+                let snap = Snapshot::take(counters, start.elapsed(), estimate);
+                let line = snap.line();
+                match (&bar, snap.percent()) {
+                    (Some(b), _) => {
+                        b.set_position(snap.entries);
                         b.set_message(line);
                     }
-                    None => info!(
+                    (None, Some(percent)) => info!(
                         path,
-                        entries = Counters::get(&counters.entries),
-                        changed_owner = Counters::get(&counters.changed_owner),
-                        changed_mode = Counters::get(&counters.changed_mode),
-                        errors = Counters::get(&counters.errors),
+                        entries = snap.entries,
+                        changed_owner = snap.changed_owner,
+                        changed_mode = snap.changed_mode,
+                        errors = snap.errors,
+                        entries_per_s = snap.rate().round() as u64,
+                        percent = percent.round() as u64,
+                        eta_s = snap.eta().map_or(0.0, |e| (e * 10.0).round() / 10.0),
+                        "progress {path}: {line}"
+                    ),
+                    (None, None) => info!(
+                        path,
+                        entries = snap.entries,
+                        changed_owner = snap.changed_owner,
+                        changed_mode = snap.changed_mode,
+                        errors = snap.errors,
+                        entries_per_s = snap.rate().round() as u64,
                         "progress {path}: {line}"
                     ),
                 }
@@ -155,22 +169,50 @@ impl Snapshot {
         }
     }
 
-    /// `12000 entries, changed owner 9000 mode 100, 0 errors, 4000/s, 40%, ETA 5s`.
+    /// Entries per second since the walk began.
+    pub fn rate(&self) -> f64 {
+        self.entries as f64 / self.elapsed.as_secs_f64().max(1e-3)
+    }
+
+    /// Share of the estimate seen so far (capped at 100), when there is an estimate.
+    pub fn percent(&self) -> Option<f64> {
+        self.estimate.filter(|&t| t > 0).map(|t| (self.entries as f64 * 100.0 / t as f64).min(100.0))
+    }
+
+    /// `12000 entries, changed owner 9000 mode 100, 0 errors, 4000/s, 40%, ETA 4.5s`.
     pub fn line(&self) -> String {
-        let secs = self.elapsed.as_secs_f64().max(1e-3);
-        let rate = self.entries as f64 / secs;
+        let rate = self.rate();
         let mut s = format!(
             "{} entries, changed owner {} mode {}, {} errors, {:.0}/s",
             self.entries, self.changed_owner, self.changed_mode, self.errors, rate
         );
-        if let Some(total) = self.estimate.filter(|&t| t > 0) {
-            let pct = (self.entries as f64 * 100.0 / total as f64).min(100.0);
+        if let Some(pct) = self.percent() {
             s += &format!(", {pct:.0}%");
-            if rate > 0.0 && self.entries < total {
-                s += &format!(", ETA {:.0}s", (total - self.entries) as f64 / rate);
+            if let Some(eta) = self.eta() {
+                s += &format!(", ETA {}", human_secs(eta));
             }
         }
         s
+    }
+
+    /// Seconds until the estimate is reached at the rate so far; none without an estimate, before
+    /// the first entry, or once the count has reached the estimate.
+    pub fn eta(&self) -> Option<f64> {
+        let total = self.estimate?;
+        let rate = self.rate();
+        (rate > 0.0 && self.entries < total).then(|| (total - self.entries) as f64 / rate)
+    }
+}
+
+/// `0.4s`, `12s`, `3m05s`, `2h07m`: precise when short, readable when long.
+fn human_secs(secs: f64) -> String {
+    if secs < 9.95 {
+        format!("{secs:.1}s")
+    } else if secs < 59.5 {
+        format!("{secs:.0}s")
+    } else {
+        let s = secs.round() as u64;
+        if s < 3600 { format!("{}m{:02}s", s / 60, s % 60) } else { format!("{}h{:02}m", s / 3600, s % 3600 / 60) }
     }
 }
 
@@ -188,13 +230,29 @@ mod tests {
             elapsed: Duration::from_secs(2),
             estimate: Some(4000),
         };
-        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6s");
+        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6.0s");
+        assert_eq!((s.rate(), s.percent()), (500.0, Some(25.0)));
         let s = Snapshot { estimate: None, ..s };
         assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s");
+        assert_eq!(s.percent(), None);
+        // More entries than estimated (the estimate counts inodes, not names): capped, no ETA.
+        let s = Snapshot { entries: 5000, estimate: Some(4000), ..s };
+        assert_eq!(s.line(), "5000 entries, changed owner 10 mode 5, 1 errors, 2500/s, 100%");
+        assert_eq!(s.eta(), None);
+    }
+
+    #[test]
+    fn eta_is_precise_when_short_and_readable_when_long() {
+        let got: Vec<String> = [0.04, 0.44, 9.94, 9.96, 42.4, 59.6, 185.0, 3599.4, 3600.0, 7650.0]
+            .iter()
+            .map(|&s| human_secs(s))
+            .collect();
+        assert_eq!(got, ["0.0s", "0.4s", "9.9s", "10s", "42s", "1m00s", "3m05s", "59m59s", "1h00m", "2h07m"]);
     }
 
     #[test]
     fn zero_interval_is_off() {
         assert_eq!(Style::pick(Duration::ZERO, true), Style::Off);
+        assert_eq!(Style::pick(Duration::ZERO, false), Style::Off);
     }
 }

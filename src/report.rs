@@ -161,8 +161,10 @@ impl VolumeReport {
         if self.action == Action::Skipped {
             return format!("{}: skipped ({}) in {}ms", self.path, self.reason, self.elapsed_ms);
         }
+        // "prepared" only when every entry conforms: with any error (tolerated or not) some may not.
         let (verb, changed) = match self.action {
             Action::Checked => ("checked", "would change"),
+            _ if self.errors > 0 => ("walked", "changed"),
             _ => ("prepared", "changed"),
         };
         let mut s = format!(
@@ -318,6 +320,7 @@ mod tests {
         assert_eq!(m.lines().count(), 2);
         assert!(m.lines().next().unwrap().starts_with("/a: prepared 0 entries"));
         assert!(m.contains("2 error(s)"));
+        assert!(m.lines().nth(1).unwrap().starts_with("/b: walked 0 entries"), "not 'prepared' with errors: {m}");
     }
 
     #[test]
