@@ -3,7 +3,6 @@
 
 use std::io::IsTerminal;
 
-use tracing::info;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, LogFormat, PassArgs};
@@ -62,7 +61,7 @@ fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCo
                 };
                 s.spawn(move || match pool.install(run) {
                     Ok(v) => {
-                        info!("{}", v.summary());
+                        log_summary(&v);
                         v
                     }
                     Err(e) => {
@@ -81,6 +80,29 @@ fn run_pass(args: &PassArgs, mode: Mode, log_format: LogFormat) -> Result<ExitCo
         report::write(&Report { version: 1, volumes }, dest)?;
     }
     Ok(ExitCode::merge(codes))
+}
+
+/// The summary line, with its figures as fields; a warning when an entry failed.
+fn log_summary(v: &VolumeReport) {
+    let action = format!("{:?}", v.action).to_lowercase();
+    macro_rules! summary {
+        ($level:expr) => {
+            tracing::event!(
+                $level,
+                path = v.path.as_str(),
+                action = action.as_str(),
+                entries = v.entries,
+                changed_owner = v.changed_owner,
+                changed_mode = v.changed_mode,
+                errors = v.errors,
+                elapsed_ms = v.elapsed_ms,
+                marker = v.marker_after.as_str(),
+                "{}",
+                v.summary()
+            )
+        };
+    }
+    if v.errors > 0 { summary!(tracing::Level::WARN) } else { summary!(tracing::Level::INFO) }
 }
 
 /// Writes the summaries where Kubernetes shows them as the container's termination message:

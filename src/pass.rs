@@ -128,8 +128,10 @@ impl<'a> Fixer<'a> {
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
                     let path = self.path_of(dir, name);
                     let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
-                    debug!(path = %Escaped(path.as_os_str()), uid = ?change.uid, gid = ?change.gid,
-                           mode = ?change.mode.map(|m| format!("{m:04o}")), "{verb}");
+                    let show = |v: Option<u32>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+                    debug!(path = %Escaped(path.as_os_str()), uid = show(change.uid).as_str(),
+                           gid = show(change.gid).as_str(),
+                           mode = change.mode.map_or_else(|| "-".to_string(), |m| format!("{m:04o}")).as_str(), "{verb}");
                 }
             }
             Err((_, Errno::NOENT)) => {}

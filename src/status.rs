@@ -41,12 +41,7 @@ pub fn run(args: &StatusArgs) -> Result<ExitCode, Error> {
                 }
                 if let Some(sh) = &m.shards {
                     let running: Vec<String> = sh.running.iter().map(|(i, r, _)| format!("{i} (run {r})")).collect();
-                    s += &format!(
-                        ", shards of {}: done {:?}, running [{}]",
-                        sh.n,
-                        sh.done,
-                        running.join(", ")
-                    );
+                    s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
                 }
                 if let Some(c) = &checkpoint {
                     s += &format!(", checkpoint: {} finished top-level directories", c.done.len());

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
@@ -90,10 +90,31 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
         (Decision::Walk { resume: true, reason }, Mode::Apply) => ("resume", reason.clone()),
         (Decision::Walk { reason, .. }, Mode::Apply) => ("walk", reason.clone()),
     };
-    let estimate_text = estimate.map_or_else(|| "unknown".to_string(), |n| n.to_string());
-    info!(fs = %fs, spec = %spec_text, digest = %digest, threads = opts.threads,
-          estimated_entries = %estimate_text, marker = found.state_word(), decision = verb, reason = %reason,
-          "{verb} {shown}");
+    // The estimate is a number when known (JSON logs keep its type), else the word "unknown".
+    match estimate {
+        Some(n) => info!(
+            fs = fs.as_str(),
+            spec = spec_text.as_str(),
+            digest = digest.as_str(),
+            threads = opts.threads,
+            estimated_entries = n,
+            marker = found.state_word(),
+            decision = verb,
+            reason = reason.as_str(),
+            "{verb} {shown}"
+        ),
+        None => info!(
+            fs = fs.as_str(),
+            spec = spec_text.as_str(),
+            digest = digest.as_str(),
+            threads = opts.threads,
+            estimated_entries = "unknown",
+            marker = found.state_word(),
+            decision = verb,
+            reason = reason.as_str(),
+            "{verb} {shown}"
+        ),
+    }
     let ctx = Ctx { path, spec, opts, started, reason: reason.clone(), fs, estimate };
     let mut report = match (&decision, opts.mode) {
         (Decision::Skip(_), Mode::Apply) => {
@@ -155,6 +176,7 @@ fn walk(
         _ => (None, None),
     };
     let mut fixer = Fixer::new(path, spec, opts.mode, resume);
+    let mut marker_written = false;
     if let (Some(run), Some(root)) = (&run, root) {
         let m = Marker {
             v: marker::FORMAT,
@@ -167,8 +189,13 @@ fn walk(
             entries: None,
             shards: None,
         };
-        if let Err(e) = marker::write(root, &m) {
-            fixer.error_at(path, Op::Xattr, e);
+        match marker::write(root, &m) {
+            Ok(()) => marker_written = true,
+            // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
+            Err(Errno::ROFS) => {
+                warn!(path = %Escaped(path.as_os_str()), "read-only filesystem: no marker can be written")
+            }
+            Err(e) => fixer.error_at(path, Op::Xattr, e),
         }
         if let Some(prev) = fixer.resume.as_ref().and_then(|r| r.previous.clone()) {
             info!(
@@ -185,7 +212,7 @@ fn walk(
     });
     let action = if opts.mode == Mode::Apply { Action::Walked } else { Action::Checked };
     let mut marker_after = None;
-    if let (Some(run), Some(root)) = (&run, root) {
+    if let (Some(run), Some(root), true) = (&run, root, marker_written) {
         marker_after = Some(settle_marker(root, ctx, run, &mut fixer));
     }
     let mut report = finish_report(fixer, ctx, action);
@@ -203,7 +230,7 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
     if errors > 0 {
         if let Some(r) = &fixer.resume {
             if let Err(e) = marker::write_checkpoint(root, &r.snapshot()) {
-                fixer.error_at(path, Op::Xattr, e);
+                debug!("{}: cannot write the checkpoint: {e}", Escaped(path.as_os_str()));
             }
         }
         return "in-progress".into();

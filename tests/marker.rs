@@ -175,7 +175,7 @@ fn assert_walked(r: &Run, decision: &str, why: &[&str]) {
         assert!(reason.contains(w), "report reason {reason:?} should contain {w:?}\n{}", r.describe());
     }
     assert!(
-        line.contains(&format!("reason={reason}")),
+        line.contains(&format!("reason={reason:?}")),
         "the startup line should give the report's reason\n{}",
         r.describe()
     );
