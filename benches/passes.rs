@@ -7,6 +7,24 @@
 //! subcommand of this binary), so `wait4` gives its own CPU time and peak RSS. Every run starts
 //! from a reset tree whose metadata digest is verified; methods that promise a result are
 //! checked against the expected digest afterwards.
+//!
+//! Methods (`--methods` ids): `floor` (`find ROOT -printf '%U\n'`), `check` (volprep check, a
+//! second floor), `kubelet` (`passes/kubelet.rs`), `kubelet-2nd` (the same on a tree it already
+//! fixed), `onrootmismatch` (the kubelet's root-only check, on a prepared tree), `chown`
+//! (`chown -R 1001:2000`), `chgrp` (`chgrp -R 2000 && chmod -R g+rwX`), and volprep `full` (every
+//! entry needs a change), `rescan` (tree already right, `--verify full` when the binary has it),
+//! `skip` (valid marker), `resume` (SIGKILL at half the measured `full` time, then a rerun;
+//! reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
+//! other volprep runs use `0`). `skip` and `resume` show n/a unless the report says "skipped".
+//!
+//! Cold: `syncfs`, unmount, mount, `echo 3 > /proc/sys/vm/drop_caches` (dropping caches alone
+//! leaves freshly written inode tables cached). Warm: `syncfs` only. The loop device uses direct
+//! I/O when the backing filesystem allows it; what the host below caches is out of reach.
+//!
+//! Needs root, util-linux (losetup, mount), e2fsprogs (xfsprogs for `--fs xfs`), findutils,
+//! coreutils, /dev/fuse for the slow-storage part (no libfuse: `fuser` mounts directly as root)
+//! and strace for `--syscalls`. Without root or a loop device it says so and exits 2; under CI
+//! (`CI=true` or `VOLPREP_PRIVILEGED_TESTS=1`) the `--smoke` run exits 1 instead.
 
 #[path = "passes/args.rs"]
 mod args;

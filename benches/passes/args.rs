@@ -18,7 +18,8 @@ options:
   --reps N             repetitions per method and temperature (default 3)
   --threads-list L     volprep --threads values, e.g. 1,2,4,8,16,32 (the default)
   --temps L            cold,warm (default both)
-  --methods L          only these methods (names as in the table; default all)
+  --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
+                       onrootmismatch,chown,chgrp,full,rescan,skip,resume,progress
   --seed N             tree generator seed (default 1)
   --smoke              10k entries, 1 repetition, every method, short thread list
   --out FILE           JSON with the raw figures (default target/bench-passes.json)
