@@ -1,15 +1,15 @@
-//! Command line and environment (clap): parses and validates flags, and builds the `Spec` and
-//! `RunOptions` the rest of volprep works from. Nothing below this module sees clap types.
+//! Command line and environment (clap): parses and validates flags, and turns them into a
+//! [`Job`]: one command's plain option values (`Spec`, `RunOptions`, ...). Nothing below this
+//! module sees clap types.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::marker::{self, Verify};
-use crate::pass::Mode;
-use crate::progress;
+use crate::options::{self, Mode, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
 use crate::spec::{self, Spec};
-use crate::volume::RunOptions;
+use crate::{apply, demo, inspect, merge, status};
 
 /// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
 /// change-only-what-differs and safe against symlink races.
@@ -103,16 +103,16 @@ pub struct PassArgs {
     pub verify: VerifyArg,
 
     /// Walk in verify mode when the marker is older than this (30s, 15m, 12h, 7d).
-    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, env = "VOLPREP_REVERIFY_AFTER")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, env = "VOLPREP_REVERIFY_AFTER")]
     pub reverify_after: Option<std::time::Duration>,
 
     /// Log a progress line this often while walking (0: never). On a terminal: a live bar.
-    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, default_value = "5s",
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "5s",
           env = "VOLPREP_PROGRESS_INTERVAL")]
     pub progress_interval: std::time::Duration,
 
     /// Rewrite the resume checkpoint on the root at most this often.
-    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, default_value = "3s",
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "3s",
           env = "VOLPREP_CHECKPOINT_INTERVAL")]
     pub checkpoint_interval: std::time::Duration,
 
@@ -121,7 +121,7 @@ pub struct PassArgs {
     pub force: bool,
 
     /// How long to wait for another volprep holding the volume's lock.
-    #[arg(long, value_name = "DURATION", value_parser = marker::parse_duration, default_value = "30m",
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30m",
           env = "VOLPREP_LOCK_TIMEOUT")]
     pub lock_timeout: std::time::Duration,
 
@@ -313,17 +313,17 @@ impl PassArgs {
     }
 
     /// `--shard`, resolved (JOB_COMPLETION_INDEX for `auto/N`).
-    pub fn shard_filter(&self) -> Result<Option<crate::shard::ShardFilter>, String> {
+    pub fn shard_filter(&self) -> Result<Option<ShardFilter>, String> {
         let Some(s) = &self.shard else { return Ok(None) };
         let job_index = std::env::var("JOB_COMPLETION_INDEX").ok();
-        let (index, count) = crate::shard::parse(s, job_index.as_deref())?;
-        Ok(Some(crate::shard::ShardFilter { index, count, depth: self.shard_depth }))
+        let (index, count) = options::parse_shard(s, job_index.as_deref())?;
+        Ok(Some(ShardFilter { index, count, depth: self.shard_depth }))
     }
 
     pub fn run_options(&self, mode: Mode, text_logs: bool) -> RunOptions {
         RunOptions {
             mode,
-            threads: resolve_threads(self.threads),
+            threads: options::resolve_threads(self.threads),
             cross_devices: self.cross_devices,
             force: self.force,
             verify: match self.verify {
@@ -332,20 +332,61 @@ impl PassArgs {
             },
             reverify_after: self.reverify_after,
             lock_timeout: self.lock_timeout,
-            progress: progress::Style::pick(self.progress_interval, text_logs),
+            progress: ProgressStyle::pick(self.progress_interval, text_logs, std::io::stderr().is_terminal()),
             checkpoint_interval: self.checkpoint_interval,
         }
     }
+
+    /// The plain options of `apply` (`mode` Apply) or `check`.
+    pub fn to_options(&self, mode: Mode, text_logs: bool) -> Result<apply::Options, String> {
+        let targets = self.targets()?;
+        let shard = self.shard_filter()?;
+        if shard.is_some() && mode == Mode::Check {
+            return Err("--shard is for apply; check a volume whole".into());
+        }
+        Ok(apply::Options {
+            targets,
+            sticky: self.sticky.clone(),
+            shard,
+            run: self.run_options(mode, text_logs),
+            max_errors: self.max_errors,
+            report: self.report.clone(),
+            termination_log: self.termination_log.clone(),
+        })
+    }
 }
 
-/// `0` means automatic: metadata I/O waits far more than it computes, so 4 threads per core
-/// (at least 8) keep the device busy; see README "Design".
-pub fn resolve_threads(n: usize) -> usize {
-    if n > 0 {
-        return n;
+/// One command, as the plain values it runs from.
+#[derive(Debug, Clone)]
+pub enum Job {
+    /// `apply` or `check` (by `run.mode`).
+    Pass(apply::Options),
+    Status(status::Options),
+    Inspect(inspect::Options),
+    Merge(merge::Options),
+    Demo(demo::Options),
+}
+
+impl Cli {
+    /// The command as plain values, or a usage error (flag combinations clap can't see).
+    pub fn job(self) -> Result<Job, String> {
+        let text_logs = self.log_format == LogFormat::Text;
+        Ok(match self.command {
+            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, text_logs)?),
+            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, text_logs)?),
+            Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
+            Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
+            Command::Inspect(a) => Job::Inspect(inspect::Options {
+                fs_group: a.fs_group,
+                read_only: a.read_only,
+                json: a.json,
+                threads: a.threads,
+                cross_devices: a.cross_devices,
+                path: a.path,
+            }),
+            Command::Demo(a) => Job::Demo(demo::Options { dir: a.dir, entries: a.entries, keep: a.keep }),
+        })
     }
-    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores * 4).clamp(8, 64)
 }
 
 #[cfg(test)]

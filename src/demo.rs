@@ -7,14 +7,24 @@ use std::path::{Path, PathBuf};
 
 use tracing::info;
 
-use crate::cli::{DemoArgs, resolve_threads};
 use crate::error::{Error, ExitCode, Op};
-use crate::pass::Mode;
+use crate::options::{Mode, RunOptions, resolve_threads};
 use crate::report::{self, Report};
 use crate::spec::Spec;
-use crate::volume::{self, RunOptions};
+use crate::volume;
 
-pub fn run(args: &DemoArgs) -> Result<ExitCode, Error> {
+/// What `demo` was asked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Where to make the demo volume (a new or empty directory); `None`: a temp dir.
+    pub dir: Option<PathBuf>,
+    /// Entries in the demo volume.
+    pub entries: u64,
+    /// Keep the demo volume afterwards.
+    pub keep: bool,
+}
+
+pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let (dir, made_temp) = match &args.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("volprep-demo-{}", std::process::id())), true),

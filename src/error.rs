@@ -34,6 +34,20 @@ impl ExitCode {
     }
 }
 
+impl ExitCode {
+    /// The code one volume's outcome stands for: failure when it could not be prepared or had more
+    /// per-entry errors than tolerated, "would change" when `check` found work, else success.
+    pub fn for_volume(fatal: bool, errors: u64, max_errors: u64, would_change: bool) -> ExitCode {
+        if fatal || errors > max_errors {
+            ExitCode::Failure
+        } else if would_change {
+            ExitCode::WouldChange
+        } else {
+            ExitCode::Success
+        }
+    }
+}
+
 impl From<ExitCode> for std::process::ExitCode {
     fn from(c: ExitCode) -> Self {
         std::process::ExitCode::from(c as u8)

@@ -14,10 +14,10 @@ use std::time::Instant;
 
 use rustix::io::Errno;
 
-use crate::cli::{self, InspectArgs};
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::Escaped;
 use crate::fix;
+use crate::options::resolve_threads;
 use crate::progress::Counters;
 use crate::report::{EntryError, MAX_LISTED_ERRORS};
 use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
@@ -36,12 +36,29 @@ pub const TOP_DIRS: usize = 5;
 /// `(uid, gid)`.
 pub type Owner = (u32, u32);
 
+/// What `inspect` was asked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do.
+    pub fs_group: Option<u32>,
+    /// The volume is mounted read-only: the kubelet's read-only mask (0440).
+    pub read_only: bool,
+    /// Print one JSON document instead of tables.
+    pub json: bool,
+    /// Worker threads (0: automatic).
+    pub threads: usize,
+    /// Enter directories on other filesystems (nested mounts); by default they are listed only.
+    pub cross_devices: bool,
+    /// The volume root (a directory).
+    pub path: PathBuf,
+}
+
 /// Inspects the volume at `args.path` and prints the diagnosis on stdout. Exit code 0 (it is a
 /// diagnosis, whatever it finds); an error only when the volume cannot be walked at all.
-pub fn run(args: &InspectArgs) -> Result<ExitCode, Error> {
+pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let started = Instant::now();
     let path = args.path.as_path();
-    let threads = cli::resolve_threads(args.threads);
+    let threads = resolve_threads(args.threads);
     let pool = rayon_core::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("volprep-{i}"))

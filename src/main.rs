@@ -1,24 +1,35 @@
 //! volprep: prepares Kubernetes volumes for a non-root app. `main` parses, sets up logging and
 //! maps the outcome to the documented exit code; the work is in `app`.
 
+// Layers, top to bottom: a module only imports modules below it (tests/layers.rs checks).
+// Process and command line:
 mod app;
 mod cli;
+// Commands:
+mod apply;
 mod demo;
-mod error;
-mod escape;
-mod fix;
 mod inspect;
-mod marker;
+mod merge;
+mod status;
+// One volume (or one shard of it, or one temp dir) from start to end:
+mod shard;
+mod sticky;
+mod volume;
+// The pass: the visitor and its resume state:
 mod pass;
+mod resume;
+// Walking, deciding and fixing, the marker, the report, progress:
+mod fix;
+mod marker;
 mod progress;
 mod report;
-mod shard;
-mod spec;
-mod status;
-mod sticky;
-mod sys;
-mod volume;
 mod walk;
+// Ground: syscalls, the spec, option values, errors, escaping:
+mod error;
+mod escape;
+mod options;
+mod spec;
+mod sys;
 
 use clap::Parser;
 

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
+use crate::options::Verify;
 use crate::sys;
 
 /// The root xattr holding the [`Marker`].
@@ -144,15 +145,6 @@ impl Found {
     }
 }
 
-/// `--verify`: when a valid marker is enough.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verify {
-    /// Trust a `done` marker for this spec when the root conforms.
-    Marker,
-    /// Always walk (changing only what differs).
-    Full,
-}
-
 /// Everything the skip-or-walk decision depends on.
 #[derive(Debug, Clone)]
 pub struct Inputs<'a> {
@@ -227,24 +219,6 @@ pub fn human_age(secs: u64) -> String {
         (0, _, _) => format!("{h}h{m}m"),
         _ => format!("{d}d{h}h"),
     }
-}
-
-/// Parses `500ms`, `30s`, `15m`, `12h`, `7d` (or plain seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a duration like 500ms, 30s, 15m, 12h or 7d"))?;
-    let millis = match unit {
-        "ms" => 1,
-        "" | "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => {
-            return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h or d)"));
-        }
-    };
-    Ok(Duration::from_millis(n.saturating_mul(millis)))
 }
 
 pub fn now() -> u64 {
@@ -411,13 +385,7 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
-        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        assert!(parse_duration("7w").is_err());
-        assert!(parse_duration("d").is_err());
+    fn ages_read_well() {
         assert_eq!(human_age(90061), "1d1h");
         assert_eq!(human_age(59), "59s");
     }

@@ -1,13 +1,11 @@
 //! The visitor of one pass: decides each entry, fixes it in `apply`, counts everything, and
-//! keeps the resume checkpoint (finished top-level subtrees, special bits in flight).
+//! feeds the resume state (finished top-level subtrees, special bits in flight).
 
-use std::collections::HashSet;
 use std::ffi::{CStr, OsStr};
-use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::io::Errno;
 use tracing::{debug, warn};
@@ -15,69 +13,14 @@ use tracing::{debug, warn};
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
 use crate::fix::{self, Change};
-use crate::marker::{self, Checkpoint};
+use crate::marker;
+use crate::options::{Mode, ShardFilter};
 use crate::progress::Counters;
-use crate::report::{EntryError, MAX_LISTED_ERRORS};
+use crate::report::{EntryError, MAX_LISTED_ERRORS, VolumeReport};
+use crate::resume::Resume;
 use crate::spec::Spec;
-use crate::sys::{self, Kind, Meta};
+use crate::sys::{Kind, Meta};
 use crate::walk::{self, Node, Visitor};
-
-/// `apply` changes entries; `check` only decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Apply,
-    Check,
-}
-
-/// Resume bookkeeping of an `apply` on a filesystem with xattrs.
-pub struct Resume<'a> {
-    root: BorrowedFd<'a>,
-    /// What the interrupted run had finished: these top-level subtrees are not read again.
-    pub previous: Option<Checkpoint>,
-    /// What this run has finished so far, written to the root now and then.
-    current: Mutex<(Checkpoint, Instant)>,
-    /// How often `current` is written to the root, at most.
-    every: Duration,
-    /// Top-level directories (by inode) with an error somewhere inside: not finished.
-    tainted: Mutex<HashSet<u64>>,
-}
-
-impl<'a> Resume<'a> {
-    pub fn new(root: BorrowedFd<'a>, previous: Option<Checkpoint>, run: &str, digest: &str, every: Duration) -> Self {
-        let mut current = Checkpoint::new(run, digest);
-        if let Some(p) = &previous {
-            current.done = p.done.clone();
-            current.pending = p.pending.clone();
-        }
-        Resume {
-            root,
-            previous,
-            current: Mutex::new((current, Instant::now())),
-            every,
-            tainted: Mutex::new(HashSet::new()),
-        }
-    }
-
-    /// The checkpoint as it stands (for the final write).
-    pub fn snapshot(&self) -> Checkpoint {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.clone()
-    }
-
-    /// Drops a pending record (written out with the next checkpoint).
-    fn forget_pending(&self, record: &(String, u64, u32)) {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.pending.retain(|p| p != record);
-    }
-
-    fn update(&self, force: bool, f: impl FnOnce(&mut Checkpoint)) -> Result<(), Errno> {
-        let mut guard = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut guard.0);
-        if force || guard.1.elapsed() >= self.every {
-            guard.1 = Instant::now();
-            return marker::write_checkpoint(self.root, &guard.0);
-        }
-        Ok(())
-    }
-}
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
 /// list, mount list and checkpoint take a lock only on their (rare) events.
@@ -90,7 +33,7 @@ pub struct Fixer<'a> {
     pub skipped_mounts: Mutex<Vec<PathBuf>>,
     pub resume: Option<Resume<'a>>,
     /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
-    pub shard: Option<crate::shard::ShardFilter>,
+    pub shard: Option<ShardFilter>,
 }
 
 impl<'a> Fixer<'a> {
@@ -140,7 +83,7 @@ impl<'a> Fixer<'a> {
     }
 
     /// Moves the counts, the error list and the skipped mounts into `r`.
-    pub fn fill(self, r: &mut crate::report::VolumeReport, elapsed: Duration) {
+    pub fn fill(self, r: &mut VolumeReport, elapsed: Duration) {
         let c = &self.counters;
         r.entries = Counters::get(&c.entries);
         r.dirs = Counters::get(&c.dirs);
@@ -186,9 +129,7 @@ impl<'a> Fixer<'a> {
         let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
         // Best effort: if the record can't be kept (too long a path, a full filesystem), the file
         // is fixed all the same, as the kubelet would, just without the crash-safety net.
-        let staged = record.clone();
-        if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.update(true, |c| c.pending.push(staged)).is_err()
-        {
+        if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.stage_pending(record.clone()).is_err() {
             resume.forget_pending(&record);
             debug!(path = %record.0, "cannot record the mode to restore on the root; fixing without it");
             return fix::fix_entry(dir.fd(), name, meta, self.spec);
@@ -225,14 +166,9 @@ impl Visitor for Fixer<'_> {
         let failed = outcome.as_ref().is_err_and(|(_, e)| *e != Errno::NOENT);
         self.record(dir, None, outcome);
         if let (Some(r), 1, false) = (&self.resume, dir.depth, failed) {
-            if !r.tainted.lock().unwrap_or_else(|e| e.into_inner()).contains(&dir.meta.ino) {
-                let name = escape_bytes(dir.name());
-                // A checkpoint that can't be written only costs a later resume some re-reading.
-                if let Err(e) = r.update(false, |c| {
-                    c.add_done(dir.meta.ino, name);
-                }) {
-                    debug!("cannot write the checkpoint: {e}");
-                }
+            // A checkpoint that can't be written only costs a later resume some re-reading.
+            if let Err(e) = r.finished_top(dir.meta.ino, escape_bytes(dir.name())) {
+                debug!("cannot write the checkpoint: {e}");
             }
         }
     }
@@ -251,10 +187,10 @@ impl Visitor for Fixer<'_> {
             let depth = parent.depth + 1;
             return depth != s.depth || s.owns(depth, || walk::rel_child(parent, name));
         }
-        let Some(prev) = self.resume.as_ref().and_then(|r| r.previous.as_ref()) else {
+        let Some(r) = &self.resume else {
             return true;
         };
-        if parent.depth != 0 || !prev.is_done(ino, &escape_bytes(name.to_bytes())) {
+        if parent.depth != 0 || !r.was_done(ino, &escape_bytes(name.to_bytes())) {
             return true;
         }
         Counters::add(&self.counters.skipped_subtrees);
@@ -268,7 +204,7 @@ impl Visitor for Fixer<'_> {
 
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
         if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
-            r.tainted.lock().unwrap_or_else(|e| e.into_inner()).insert(top.meta.ino);
+            r.taint(top.meta.ino);
         }
         self.error_at(&self.path_of(dir, name), op, errno);
     }
@@ -277,55 +213,4 @@ impl Visitor for Fixer<'_> {
 /// A regular file with setuid/setgid bits that a chown is about to clear.
 fn needs_special_care(meta: &Meta, spec: &Spec) -> bool {
     meta.kind() == Kind::File && meta.perm() & (libc::S_ISUID | libc::S_ISGID) != 0 && fix::decide(meta, spec).owner()
-}
-
-/// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`).
-///
-/// The record lives on the root, which the app may write, so it is not trusted to grant more
-/// than the app already has: setgid is restored (the file's group is the spec's group, which the
-/// app holds), setuid only when the file's owner is the spec's `--owner`. A setuid bit that can't
-/// be restored safely is reported as an error naming the file, for a person to decide.
-pub fn restore_pending(root: BorrowedFd<'_>, pending: &[(String, u64, u32)], spec: &Spec, fixer: &Fixer<'_>) {
-    for (rel, ino, mode) in pending {
-        let Some(rel_bytes) = crate::escape::unescape(rel) else {
-            continue;
-        };
-        let rel_path = PathBuf::from(OsStr::from_bytes(&rel_bytes));
-        let full = walk::full_path(fixer.root, &rel_path);
-        let pinned = match sys::pin_beneath(root, &rel_path) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => continue,
-            Err(e) => {
-                fixer.error_at(&full, Op::Open, e);
-                continue;
-            }
-        };
-        let Ok(now) = sys::stat_fd(sys::fd(&pinned)) else {
-            continue;
-        };
-        if now.ino != *ino || now.kind() != Kind::File {
-            continue;
-        }
-        let lost = mode & (libc::S_ISUID | libc::S_ISGID) & !now.perm();
-        let mut grant = 0;
-        if lost & libc::S_ISGID != 0 && spec.gid() == Some(now.gid) {
-            grant |= libc::S_ISGID;
-        }
-        if lost & libc::S_ISUID != 0 && spec.uid() == Some(now.uid) {
-            grant |= libc::S_ISUID;
-        }
-        if grant != 0 {
-            match sys::chmod_fd(sys::fd(&pinned), now.perm() | grant) {
-                Ok(()) => {
-                    warn!(path = %Escaped(full.as_os_str()), "restored special bits lost by an interrupted pass ({:04o})", now.perm() | grant)
-                }
-                Err(e) => fixer.error_at(&full, Op::Chmod, e),
-            }
-        }
-        if lost & !grant != 0 {
-            warn!(path = %Escaped(full.as_os_str()),
-                  "an interrupted pass cleared this file's setuid bit; not restored automatically (the record is writable by the app): restore it with chmod u+s if intended");
-            fixer.error_at(&full, Op::Chmod, Errno::PERM);
-        }
-    }
 }

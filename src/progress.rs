@@ -1,13 +1,13 @@
 //! Live counters of a pass (lock-free atomics shared by every walker thread) and the progress
 //! they drive: a log line every interval, or a live bar when stderr is a terminal.
 
-use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tracing::info;
 
+use crate::options::ProgressStyle as Style;
 use crate::sys::Kind;
 
 /// Counts for one volume. Every field only grows; read them at any time.
@@ -50,30 +50,6 @@ impl Counters {
 
     pub fn add(c: &AtomicU64) {
         c.fetch_add(1, Relaxed);
-    }
-}
-
-/// How progress is shown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    /// No progress output.
-    Off,
-    /// A log line every interval (containers, `kubectl logs`).
-    Lines(Duration),
-    /// A live bar on the terminal.
-    Bar,
-}
-
-impl Style {
-    /// A bar when stderr is a terminal and logs are text; lines otherwise; off for a zero interval.
-    pub fn pick(interval: Duration, text_logs: bool) -> Style {
-        if interval.is_zero() {
-            Style::Off
-        } else if text_logs && std::io::stderr().is_terminal() {
-            Style::Bar
-        } else {
-            Style::Lines(interval)
-        }
     }
 }
 
@@ -248,11 +224,5 @@ mod tests {
             .map(|&s| human_secs(s))
             .collect();
         assert_eq!(got, ["0.0s", "0.4s", "9.9s", "10s", "42s", "1m00s", "3m05s", "59m59s", "1h00m", "2h07m"]);
-    }
-
-    #[test]
-    fn zero_interval_is_off() {
-        assert_eq!(Style::pick(Duration::ZERO, true), Style::Off);
-        assert_eq!(Style::pick(Duration::ZERO, false), Style::Off);
     }
 }

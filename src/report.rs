@@ -150,6 +150,11 @@ impl VolumeReport {
         }
     }
 
+    /// `check` found entries that `apply` would change.
+    pub fn would_change(&self) -> bool {
+        self.action == Action::Checked && self.changed_owner + self.changed_mode > 0
+    }
+
     /// The one-line human summary.
     pub fn summary(&self) -> String {
         if let Some(f) = &self.fatal {
@@ -244,70 +249,37 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     res.map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
 }
 
-/// `volprep report merge`: reads reports (e.g. one per shard) and merges the volumes that share
-/// a path: counts add up, lists join, the elapsed time is the longest. Prints summary lines, or
-/// the merged report with `json`. The exit code is what the merged outcome stands for.
-pub fn merge_files(files: &[std::path::PathBuf], json: bool) -> Result<crate::error::ExitCode, Error> {
-    let mut merged: Vec<(VolumeReport, Vec<String>)> = Vec::new();
-    for f in files {
-        let text = std::fs::read(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("cannot read: {e}") })?;
-        let report: Report = serde_json::from_slice(&text)
-            .map_err(|e| Error::Other { path: f.clone(), msg: format!("not a volprep report: {e}") })?;
-        for v in report.volumes {
-            let label = v.shard.clone().unwrap_or_else(|| f.display().to_string());
-            match merged.iter_mut().find(|(m, _)| m.path == v.path) {
-                Some((m, parts)) => {
-                    merge_into(m, v);
-                    parts.push(label);
-                }
-                None => merged.push((v, vec![label])),
-            }
+impl VolumeReport {
+    /// Adds `v` (another part of the same volume, e.g. a shard) into this report: counts add up,
+    /// lists join, the elapsed time is the longest.
+    pub fn merge(&mut self, v: VolumeReport) {
+        let m = self;
+        for (a, b) in [
+            (&mut m.entries, v.entries),
+            (&mut m.dirs, v.dirs),
+            (&mut m.files, v.files),
+            (&mut m.symlinks, v.symlinks),
+            (&mut m.others, v.others),
+            (&mut m.changed_owner, v.changed_owner),
+            (&mut m.changed_mode, v.changed_mode),
+            (&mut m.errors, v.errors),
+            (&mut m.dirs_read, v.dirs_read),
+            (&mut m.skipped_subtrees, v.skipped_subtrees),
+        ] {
+            *a += b;
         }
-    }
-    let mut codes = Vec::new();
-    let mut volumes = Vec::new();
-    for (mut v, parts) in merged {
-        v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
-        let secs = v.elapsed_ms as f64 / 1000.0;
-        v.entries_per_s = if secs > 0.0 { (v.entries as f64 / secs) as u64 } else { v.entries };
-        codes.push(crate::app::volume_exit_code(&v, 0));
-        if !json {
-            println!("{} [{}, marker {}]", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
+        m.elapsed_ms = m.elapsed_ms.max(v.elapsed_ms);
+        m.error_list.extend(v.error_list);
+        m.error_list.truncate(MAX_LISTED_ERRORS);
+        m.skipped_mounts.extend(v.skipped_mounts);
+        if v.marker_after == "done" {
+            m.marker_after = v.marker_after;
         }
-        volumes.push(v);
+        if v.action == Action::Walked {
+            m.action = Action::Walked;
+        }
+        m.fatal = m.fatal.take().or(v.fatal);
     }
-    if json {
-        write(&Report { version: 1, volumes }, Path::new("-"))?;
-    }
-    Ok(crate::error::ExitCode::merge(codes))
-}
-
-fn merge_into(m: &mut VolumeReport, v: VolumeReport) {
-    for (a, b) in [
-        (&mut m.entries, v.entries),
-        (&mut m.dirs, v.dirs),
-        (&mut m.files, v.files),
-        (&mut m.symlinks, v.symlinks),
-        (&mut m.others, v.others),
-        (&mut m.changed_owner, v.changed_owner),
-        (&mut m.changed_mode, v.changed_mode),
-        (&mut m.errors, v.errors),
-        (&mut m.dirs_read, v.dirs_read),
-        (&mut m.skipped_subtrees, v.skipped_subtrees),
-    ] {
-        *a += b;
-    }
-    m.elapsed_ms = m.elapsed_ms.max(v.elapsed_ms);
-    m.error_list.extend(v.error_list);
-    m.error_list.truncate(MAX_LISTED_ERRORS);
-    m.skipped_mounts.extend(v.skipped_mounts);
-    if v.marker_after == "done" {
-        m.marker_after = v.marker_after;
-    }
-    if v.action == Action::Walked {
-        m.action = Action::Walked;
-    }
-    m.fatal = m.fatal.take().or(v.fatal);
 }
 
 #[cfg(test)]

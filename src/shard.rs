@@ -1,14 +1,9 @@
-//! `--shard I/N`: one of N processes (an Indexed Job's pods) prepares its part of a volume; the
-//! root marker is where they meet. Ownership is a pure function of an entry's depth and path.
-//!
-//! The tree is split at `--shard-depth D`: an entry at depth D (and its whole subtree) belongs to
-//! shard `fnv1a(relative path) % N`; entries between the root and depth D belong to shard 0;
-//! the root itself is changed, and the marker set `done`, by whichever run finds every shard done.
-//! No shard needs more than the first D levels of the tree to know its part.
+//! The sharded run (`apply --shard I/N`): one of N processes (an Indexed Job's pods) prepares its
+//! part of a volume; the root marker is where they meet, and the run that completes the set fixes
+//! the root and marks the volume done. Which entries a shard owns is [`ShardFilter`]'s rule.
 
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -18,70 +13,20 @@ use tracing::{info, warn};
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::fix;
-use crate::marker::{self, Found, Marker, Shards, State, Verify};
+use crate::marker::{self, Found, Marker, Shards, State};
+use crate::options::{RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::progress::{self, Counters};
 use crate::report::{Action, VolumeReport};
 use crate::spec::Spec;
 use crate::sys;
-use crate::volume::RunOptions;
+use crate::volume;
 use crate::walk::Walk;
 
 /// A running shard whose heartbeat is older than this is taken for dead.
 const STALE_AFTER: u64 = 30;
 /// How often a running shard renews its heartbeat.
 const HEARTBEAT: Duration = Duration::from_secs(10);
-
-/// Which part of the tree a sharded pass owns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardFilter {
-    pub index: u32,
-    pub count: u32,
-    pub depth: u32,
-}
-
-impl ShardFilter {
-    /// Whether the entry at `depth` (root = 0) with relative path `rel` is this shard's to fix.
-    /// `rel` is only built at the split depth. Deeper entries are reached only through an
-    /// owned anchor, so they are owned.
-    pub fn owns(&self, depth: u32, rel: impl FnOnce() -> PathBuf) -> bool {
-        match depth {
-            0 => false,
-            d if d < self.depth => self.index == 0,
-            d if d > self.depth => true,
-            _ => self.shard_of(rel().as_os_str().as_bytes()) == self.index,
-        }
-    }
-
-    /// The shard an anchor path goes to: FNV-1a (64 bit) of its bytes, modulo N. Stable across
-    /// runs, machines and versions (changing it would mix up shards of different versions).
-    pub fn shard_of(&self, rel: &[u8]) -> u32 {
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in rel {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        (h % u64::from(self.count)) as u32
-    }
-}
-
-/// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `JOB_COMPLETION_INDEX`.
-pub fn parse(s: &str, job_index: Option<&str>) -> Result<(u32, u32), String> {
-    let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4) or auto/N"))?;
-    let n: u32 = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("'{s}': N must be a number above 0"))?;
-    let i = match i {
-        "auto" => job_index
-            .ok_or("--shard auto/N needs JOB_COMPLETION_INDEX (set by Kubernetes in Indexed Jobs)")?
-            .trim()
-            .parse::<u32>()
-            .map_err(|_| "JOB_COMPLETION_INDEX is not a number".to_string())?,
-        i => i.parse().map_err(|_| format!("'{s}': I must be a number or 'auto'"))?,
-    };
-    if i >= n {
-        return Err(format!("shard {i} of {n} does not exist (shards are 0..{})", n - 1));
-    }
-    Ok((i, n))
-}
 
 /// What a shard does after looking at the marker.
 enum Step {
@@ -310,59 +255,6 @@ fn with_lock<T>(
     f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Error>,
 ) -> Result<T, Error> {
     let lock_fd = sys::open_subdir(root, c".").map_err(|e| Error::sys(path, Op::Open, e))?;
-    crate::volume::lock(lock_fd.as_fd(), path, timeout)?;
+    volume::lock(lock_fd.as_fd(), path, timeout)?;
     f(root)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Shards that fix the entry `path` (at depth = its number of components): an entry below
-    /// the split depth is reached only by the shard that entered its anchor.
-    fn fixers(n: u32, depth: u32, path: &[&str]) -> usize {
-        let d = path.len() as u32;
-        (0..n)
-            .filter(|&i| {
-                let f = ShardFilter { index: i, count: n, depth };
-                let reached = d <= depth || f.owns(depth, || path[..depth as usize].iter().collect());
-                reached && f.owns(d, || path.iter().collect())
-            })
-            .count()
-    }
-
-    #[test]
-    fn shards_are_disjoint_and_cover_everything() {
-        for n in [1, 2, 4, 7] {
-            for depth in 1..=3 {
-                assert_eq!(fixers(n, depth, &[]), 0, "the root is the finisher's");
-                for i in 0..300 {
-                    let (a, b, c, e) = (format!("repo-{}", i % 37), format!("d{}", i % 11), format!("{i}"), "f");
-                    for len in 1..=4 {
-                        let path = [a.as_str(), b.as_str(), c.as_str(), e][..len].to_vec();
-                        assert_eq!(fixers(n, depth, &path), 1, "n={n} depth={depth} {path:?}");
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn the_hash_is_pinned() {
-        // FNV-1a 64 test vectors: changing the hash would mix up shards across versions.
-        let f = ShardFilter { index: 0, count: u32::MAX, depth: 2 };
-        assert_eq!(f.shard_of(b""), (0xcbf2_9ce4_8422_2325u64 % u64::from(u32::MAX)) as u32);
-        assert_eq!(f.shard_of(b"a"), (0xaf63_dc4c_8601_ec8cu64 % u64::from(u32::MAX)) as u32);
-    }
-
-    #[test]
-    fn shard_specs_parse() {
-        assert_eq!(parse("1/4", None), Ok((1, 4)));
-        assert_eq!(parse("auto/4", Some("3")), Ok((3, 4)));
-        assert!(parse("auto/4", None).is_err());
-        assert!(parse("4/4", None).is_err());
-        assert!(parse("0/0", None).is_err());
-        assert!(parse("x/2", None).is_err());
-        assert!(parse("2", None).is_err());
-    }
 }

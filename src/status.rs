@@ -2,13 +2,23 @@
 
 use serde_json::json;
 
-use crate::cli::StatusArgs;
+use std::path::PathBuf;
+
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::Escaped;
 use crate::marker::{self, Found};
 use crate::sys;
 
-pub fn run(args: &StatusArgs) -> Result<ExitCode, Error> {
+/// What `status` was asked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Print JSON instead of text.
+    pub json: bool,
+    /// Volume roots.
+    pub paths: Vec<PathBuf>,
+}
+
+pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let mut out = Vec::new();
     for path in &args.paths {
         let root = sys::open_root(path).map_err(|e| Error::sys(path, Op::Open, e))?;

@@ -11,7 +11,7 @@ use tracing::info;
 
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
-use crate::pass::Mode;
+use crate::options::Mode;
 use crate::report::{Action, StickyOutcome, VolumeReport};
 use crate::spec::Spec;
 use crate::sys::{self, Kind};

@@ -12,44 +12,15 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::fix;
-use crate::marker::{self, Decision, Found, Marker, State, Verify};
-use crate::pass::{self, Fixer, Mode, Resume};
+use crate::marker::{self, Decision, Found, Marker, State};
+use crate::options::{Mode, RunOptions};
+use crate::pass::Fixer;
 use crate::progress::{self, Counters};
 use crate::report::{Action, VolumeReport};
+use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Meta};
 use crate::walk::Walk;
-
-/// How to run a pass (everything that is not the desired state).
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    pub mode: Mode,
-    pub threads: usize,
-    pub cross_devices: bool,
-    pub force: bool,
-    pub verify: Verify,
-    pub reverify_after: Option<Duration>,
-    pub lock_timeout: Duration,
-    pub progress: progress::Style,
-    /// How often the resume checkpoint on the root is rewritten, at most.
-    pub checkpoint_interval: Duration,
-}
-
-impl RunOptions {
-    pub fn new(mode: Mode, threads: usize) -> Self {
-        RunOptions {
-            mode,
-            threads,
-            cross_devices: false,
-            force: false,
-            verify: Verify::Marker,
-            reverify_after: None,
-            lock_timeout: Duration::from_secs(1800),
-            progress: progress::Style::Off,
-            checkpoint_interval: Duration::from_secs(3),
-        }
-    }
-}
 
 /// Prepares (or checks) the volume at `path`. Fatal problems at start (missing, not a
 /// directory, lock timeout) are errors; per-entry failures are counted in the report.
@@ -203,7 +174,9 @@ fn walk(
                 "resuming run {run}: {} finished top-level directories are not read again",
                 prev.done.len()
             );
-            pass::restore_pending(root, &prev.pending, spec, &fixer);
+            for (full, op, e) in resume::restore_pending(root, path, &prev.pending, spec) {
+                fixer.error_at(&full, op, e);
+            }
         }
     }
     let shown = Escaped(path.as_os_str()).to_string();

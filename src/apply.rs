@@ -1,0 +1,119 @@
+//! `volprep apply` / `volprep check`: makes the temp dirs, runs every volume (whole, or one shard
+//! of it) on one thread pool, then logs the summaries, writes the termination message and the
+//! report, and returns the exit code.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ExitCode};
+use crate::options::{Mode, RunOptions, ShardFilter};
+use crate::report::{self, Report, VolumeReport};
+use crate::spec::Spec;
+use crate::{shard, sticky, volume};
+
+/// What `apply` or `check` was asked, as plain values.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Every volume with its spec.
+    pub targets: Vec<(PathBuf, Spec)>,
+    /// Shared temp dirs to make (`--sticky`).
+    pub sticky: Vec<PathBuf>,
+    /// Prepare only this shard of the (single) volume.
+    pub shard: Option<ShardFilter>,
+    pub run: RunOptions,
+    /// Per-entry errors tolerated before the exit code becomes 1.
+    pub max_errors: u64,
+    /// Where the JSON report goes ('-': stdout).
+    pub report: Option<PathBuf>,
+    /// The Kubernetes termination message file (default: /dev/termination-log when it exists).
+    pub termination_log: Option<PathBuf>,
+}
+
+pub fn run(o: &Options) -> Result<ExitCode, Error> {
+    let opts = &o.run;
+    let pool = rayon_core::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .thread_name(|i| format!("volprep-{i}"))
+        .build()
+        .map_err(|e| Error::Usage(format!("cannot start {} threads: {e}", opts.threads)))?;
+    // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
+    let mut volumes: Vec<VolumeReport> = o.sticky.iter().map(|p| sticky_report(p, opts.mode)).collect();
+    let walked: Vec<VolumeReport> = std::thread::scope(|s| {
+        let handles: Vec<_> = o
+            .targets
+            .iter()
+            .map(|(path, spec)| {
+                let pool = &pool;
+                let run = move || match o.shard {
+                    Some(f) => shard::run(path, spec, opts, f),
+                    None => volume::run(path, spec, opts),
+                };
+                s.spawn(move || match pool.install(run) {
+                    Ok(v) => {
+                        log_summary(&v);
+                        v
+                    }
+                    Err(e) => {
+                        tracing::error!("{e}");
+                        VolumeReport::failed(path, spec, opts.threads, &e)
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    volumes.extend(walked);
+    let codes: Vec<ExitCode> = volumes
+        .iter()
+        .map(|v| ExitCode::for_volume(v.fatal.is_some(), v.errors, o.max_errors, v.would_change()))
+        .collect();
+    write_termination_log(o.termination_log.as_deref(), &volumes);
+    if let Some(dest) = &o.report {
+        report::write(&Report { version: 1, volumes }, dest)?;
+    }
+    Ok(ExitCode::merge(codes))
+}
+
+/// The summary line, with its figures as fields; a warning when an entry failed.
+fn log_summary(v: &VolumeReport) {
+    let action = format!("{:?}", v.action).to_lowercase();
+    macro_rules! summary {
+        ($level:expr) => {
+            tracing::event!(
+                $level,
+                path = v.path.as_str(),
+                action = action.as_str(),
+                entries = v.entries,
+                changed_owner = v.changed_owner,
+                changed_mode = v.changed_mode,
+                errors = v.errors,
+                elapsed_ms = v.elapsed_ms,
+                marker = v.marker_after.as_str(),
+                "{}",
+                v.summary()
+            )
+        };
+    }
+    if v.errors > 0 { summary!(tracing::Level::WARN) } else { summary!(tracing::Level::INFO) }
+}
+
+/// Writes the summaries where Kubernetes shows them as the container's termination message:
+/// `--termination-log PATH`, else /dev/termination-log when it exists. A failure is a warning.
+fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport]) {
+    let default = Path::new("/dev/termination-log");
+    let path = match path {
+        Some(p) => p,
+        None if default.exists() => default,
+        None => return,
+    };
+    if let Err(e) = std::fs::write(path, report::termination_message(volumes)) {
+        tracing::warn!("{}: cannot write the termination message: {e}", path.display());
+    }
+}
+
+fn sticky_report(path: &Path, mode: Mode) -> VolumeReport {
+    sticky::run(path, mode).unwrap_or_else(|e| {
+        tracing::error!("{e}");
+        let spec = Spec { fs_group: None, owner_uid: None, owner_gid: None, read_only: false };
+        VolumeReport { spec: "sticky".into(), ..VolumeReport::failed(path, &spec, 1, &e) }
+    })
+}

@@ -1,0 +1,52 @@
+//! `volprep report merge`: reads reports (e.g. one per shard) and merges the volumes that share a
+//! path; prints summary lines or the merged JSON report, and exits with what the merged outcome
+//! stands for.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ExitCode};
+use crate::report::{self, Report, VolumeReport};
+
+/// What `report merge` was asked.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Print the merged report as JSON instead of summary lines.
+    pub json: bool,
+    /// Reports written with `--report`.
+    pub files: Vec<PathBuf>,
+}
+
+pub fn run(opts: &Options) -> Result<ExitCode, Error> {
+    let mut merged: Vec<(VolumeReport, Vec<String>)> = Vec::new();
+    for f in &opts.files {
+        let text = std::fs::read(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("cannot read: {e}") })?;
+        let report: Report = serde_json::from_slice(&text)
+            .map_err(|e| Error::Other { path: f.clone(), msg: format!("not a volprep report: {e}") })?;
+        for v in report.volumes {
+            let label = v.shard.clone().unwrap_or_else(|| f.display().to_string());
+            match merged.iter_mut().find(|(m, _)| m.path == v.path) {
+                Some((m, parts)) => {
+                    m.merge(v);
+                    parts.push(label);
+                }
+                None => merged.push((v, vec![label])),
+            }
+        }
+    }
+    let mut codes = Vec::new();
+    let mut volumes = Vec::new();
+    for (mut v, parts) in merged {
+        v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
+        let secs = v.elapsed_ms as f64 / 1000.0;
+        v.entries_per_s = if secs > 0.0 { (v.entries as f64 / secs) as u64 } else { v.entries };
+        codes.push(ExitCode::for_volume(v.fatal.is_some(), v.errors, 0, v.would_change()));
+        if !opts.json {
+            println!("{} [{}, marker {}]", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
+        }
+        volumes.push(v);
+    }
+    if opts.json {
+        report::write(&Report { version: 1, volumes }, Path::new("-"))?;
+    }
+    Ok(ExitCode::merge(codes))
+}

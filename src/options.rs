@@ -1,0 +1,235 @@
+//! Plain option values shared by `cli` (which fills them) and the pass machinery (which reads
+//! them): the mode, when to trust the marker, the thread count, the shard a run owns, how
+//! progress shows, and [`RunOptions`], which carries them down. No clap, no I/O.
+
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `apply` changes entries; `check` only decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Apply,
+    Check,
+}
+
+/// `--verify`: when a valid marker is enough.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Trust a `done` marker for this spec when the root conforms.
+    Marker,
+    /// Always walk (changing only what differs).
+    Full,
+}
+
+/// How progress is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressStyle {
+    /// No progress output.
+    Off,
+    /// A log line every interval (containers, `kubectl logs`).
+    Lines(Duration),
+    /// A live bar on the terminal.
+    Bar,
+}
+
+impl ProgressStyle {
+    /// A bar when stderr is a terminal and logs are text; lines otherwise; off for a zero interval.
+    pub fn pick(interval: Duration, text_logs: bool, stderr_is_terminal: bool) -> ProgressStyle {
+        if interval.is_zero() {
+            ProgressStyle::Off
+        } else if text_logs && stderr_is_terminal {
+            ProgressStyle::Bar
+        } else {
+            ProgressStyle::Lines(interval)
+        }
+    }
+}
+
+/// How to run a pass over one volume (everything that is not the desired state).
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub mode: Mode,
+    pub threads: usize,
+    pub cross_devices: bool,
+    pub force: bool,
+    pub verify: Verify,
+    pub reverify_after: Option<Duration>,
+    pub lock_timeout: Duration,
+    pub progress: ProgressStyle,
+    /// How often the resume checkpoint on the root is rewritten, at most.
+    pub checkpoint_interval: Duration,
+}
+
+impl RunOptions {
+    pub fn new(mode: Mode, threads: usize) -> Self {
+        RunOptions {
+            mode,
+            threads,
+            cross_devices: false,
+            force: false,
+            verify: Verify::Marker,
+            reverify_after: None,
+            lock_timeout: Duration::from_secs(1800),
+            progress: ProgressStyle::Off,
+            checkpoint_interval: Duration::from_secs(3),
+        }
+    }
+}
+
+/// `0` means automatic: metadata I/O waits far more than it computes, so 4 threads per core
+/// (at least 8) keep the device busy; see README "Design".
+pub fn resolve_threads(n: usize) -> usize {
+    if n > 0 {
+        return n;
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    (cores * 4).clamp(8, 64)
+}
+
+/// Parses `500ms`, `30s`, `15m`, `12h`, `7d` (or plain seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a duration like 500ms, 30s, 15m, 12h or 7d"))?;
+    let millis = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => {
+            return Err(format!("'{s}': unknown unit '{unit}' (use ms, s, m, h or d)"));
+        }
+    };
+    Ok(Duration::from_millis(n.saturating_mul(millis)))
+}
+
+/// `--shard I/N`: which part of the tree a sharded pass owns. Ownership is a pure function of an
+/// entry's depth and path.
+///
+/// The tree is split at `--shard-depth D`: an entry at depth D (and its whole subtree) belongs to
+/// shard `fnv1a(relative path) % N`; entries between the root and depth D belong to shard 0;
+/// the root itself is changed, and the marker set `done`, by whichever run finds every shard done.
+/// No shard needs more than the first D levels of the tree to know its part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardFilter {
+    pub index: u32,
+    pub count: u32,
+    pub depth: u32,
+}
+
+impl ShardFilter {
+    /// Whether the entry at `depth` (root = 0) with relative path `rel` is this shard's to fix.
+    /// `rel` is only built at the split depth. Deeper entries are reached only through an
+    /// owned anchor, so they are owned.
+    pub fn owns(&self, depth: u32, rel: impl FnOnce() -> PathBuf) -> bool {
+        match depth {
+            0 => false,
+            d if d < self.depth => self.index == 0,
+            d if d > self.depth => true,
+            _ => self.shard_of(rel().as_os_str().as_bytes()) == self.index,
+        }
+    }
+
+    /// The shard an anchor path goes to: FNV-1a (64 bit) of its bytes, modulo N. Stable across
+    /// runs, machines and versions (changing it would mix up shards of different versions).
+    pub fn shard_of(&self, rel: &[u8]) -> u32 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in rel {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        (h % u64::from(self.count)) as u32
+    }
+}
+
+/// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `job_index` (`JOB_COMPLETION_INDEX`).
+pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), String> {
+    let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4) or auto/N"))?;
+    let n: u32 = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("'{s}': N must be a number above 0"))?;
+    let i = match i {
+        "auto" => job_index
+            .ok_or("--shard auto/N needs JOB_COMPLETION_INDEX (set by Kubernetes in Indexed Jobs)")?
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| "JOB_COMPLETION_INDEX is not a number".to_string())?,
+        i => i.parse().map_err(|_| format!("'{s}': I must be a number or 'auto'"))?,
+    };
+    if i >= n {
+        return Err(format!("shard {i} of {n} does not exist (shards are 0..{})", n - 1));
+    }
+    Ok((i, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shards that fix the entry `path` (at depth = its number of components): an entry below
+    /// the split depth is reached only by the shard that entered its anchor.
+    fn fixers(n: u32, depth: u32, path: &[&str]) -> usize {
+        let d = path.len() as u32;
+        (0..n)
+            .filter(|&i| {
+                let f = ShardFilter { index: i, count: n, depth };
+                let reached = d <= depth || f.owns(depth, || path[..depth as usize].iter().collect());
+                reached && f.owns(d, || path.iter().collect())
+            })
+            .count()
+    }
+
+    #[test]
+    fn shards_are_disjoint_and_cover_everything() {
+        for n in [1, 2, 4, 7] {
+            for depth in 1..=3 {
+                assert_eq!(fixers(n, depth, &[]), 0, "the root is the finisher's");
+                for i in 0..300 {
+                    let (a, b, c, e) = (format!("repo-{}", i % 37), format!("d{}", i % 11), format!("{i}"), "f");
+                    for len in 1..=4 {
+                        let path = [a.as_str(), b.as_str(), c.as_str(), e][..len].to_vec();
+                        assert_eq!(fixers(n, depth, &path), 1, "n={n} depth={depth} {path:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_hash_is_pinned() {
+        // FNV-1a 64 test vectors: changing the hash would mix up shards across versions.
+        let f = ShardFilter { index: 0, count: u32::MAX, depth: 2 };
+        assert_eq!(f.shard_of(b""), (0xcbf2_9ce4_8422_2325u64 % u64::from(u32::MAX)) as u32);
+        assert_eq!(f.shard_of(b"a"), (0xaf63_dc4c_8601_ec8cu64 % u64::from(u32::MAX)) as u32);
+    }
+
+    #[test]
+    fn shard_specs_parse() {
+        assert_eq!(parse_shard("1/4", None), Ok((1, 4)));
+        assert_eq!(parse_shard("auto/4", Some("3")), Ok((3, 4)));
+        assert!(parse_shard("auto/4", None).is_err());
+        assert!(parse_shard("4/4", None).is_err());
+        assert!(parse_shard("0/0", None).is_err());
+        assert!(parse_shard("x/2", None).is_err());
+        assert!(parse_shard("2", None).is_err());
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+        assert!(parse_duration("7w").is_err());
+        assert!(parse_duration("d").is_err());
+    }
+
+    #[test]
+    fn progress_style_follows_interval_and_terminal() {
+        let s = Duration::from_secs(5);
+        assert_eq!(ProgressStyle::pick(Duration::ZERO, true, true), ProgressStyle::Off);
+        assert_eq!(ProgressStyle::pick(s, true, true), ProgressStyle::Bar);
+        assert_eq!(ProgressStyle::pick(s, false, true), ProgressStyle::Lines(s));
+        assert_eq!(ProgressStyle::pick(s, true, false), ProgressStyle::Lines(s));
+    }
+}
