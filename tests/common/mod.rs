@@ -8,6 +8,7 @@ pub mod k8s;
 pub mod mounts;
 pub mod snap;
 pub mod tree;
+pub mod xattr;
 
 use std::ffi::OsStr;
 use std::io::Write as _;
