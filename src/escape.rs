@@ -1,8 +1,10 @@
 //! Lossless, terminal-safe rendering of file names that an app (maybe hostile) wrote.
 //!
 //! Valid UTF-8 without control characters is shown as is. Control characters become
-//! `\n`, `\t`, `\r` or `\u{NN}`, a backslash becomes `\\`, and each byte that is not
-//! valid UTF-8 becomes `\xNN`. The mapping is invertible, so reports keep every name exactly.
+//! `\n`, `\t`, `\r` or `\u{NN}`, so do the bidirectional controls (U+202E RIGHT-TO-LEFT
+//! OVERRIDE and its kin, which reorder what a terminal shows), a backslash becomes `\\`, and
+//! each byte that is not valid UTF-8 becomes `\xNN`. The mapping is invertible, so reports keep
+//! every name exactly.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -27,7 +29,7 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
                 '\n' => out.push_str("\\n"),
                 '\t' => out.push_str("\\t"),
                 '\r' => out.push_str("\\r"),
-                c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c if c.is_control() || is_bidi_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
                 c => out.push(c),
             }
         }
@@ -36,6 +38,13 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// The Unicode bidirectional formatting characters (marks, embeddings, overrides, isolates):
+/// invisible, yet they reorder the text around them on a terminal, so `a\u{202e}txt.exe` shows
+/// as `aexe.txt`.
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Inverse of [`escape_bytes`].
@@ -84,6 +93,18 @@ mod tests {
     #[test]
     fn control_backslash_and_invalid_bytes_are_escaped() {
         assert_eq!(escape_bytes(b"a\nb\\c\xff\x1b"), "a\\nb\\\\c\\xff\\u{1b}");
+    }
+
+    #[test]
+    fn bidi_controls_are_escaped() {
+        assert_eq!(escape_bytes("a\u{202e}fdp.exe".as_bytes()), "a\\u{202e}fdp.exe");
+        for c in ['\u{061c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}'] {
+            let s = format!("x{c}y");
+            let e = escape_bytes(s.as_bytes());
+            assert!(!e.contains(c), "{e}");
+            assert_eq!(unescape(&e).unwrap(), s.as_bytes());
+        }
+        assert_eq!(escape_bytes("\u{2070}".as_bytes()), "\u{2070}", "superscript zero is printable");
     }
 
     #[test]

@@ -9,8 +9,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
+use crate::escape::escape_bytes;
 use crate::options::Verify;
 use crate::sys;
+
+/// A string read from the root (the app may have written it), escaped for logs and messages.
+pub fn escape_str(s: &str) -> String {
+    escape_bytes(s.as_bytes())
+}
 
 /// The root xattr holding the [`Marker`].
 pub const MARKER_XATTR: &CStr = c"user.volprep";
@@ -190,10 +196,15 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         Found::Marker(m) => m,
     };
     if m.digest != i.digest {
-        return walk(format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec), false);
+        return walk(format!("spec changed: marker is for '{}', now '{}'", escape_str(&m.spec), i.spec), false);
+    }
+    if m.state == State::InProgress && i.verify == Verify::Full {
+        // Nothing is skipped on the checkpoint's word; its special-bit records are still honoured.
+        let run = escape_str(&m.run);
+        return walk(format!("previous pass (run {run}) was interrupted; --verify full: walking everything"), true);
     }
     if m.state == State::InProgress {
-        return walk(format!("previous pass (run {}) was interrupted: resuming", m.run), true);
+        return walk(format!("previous pass (run {}) was interrupted: resuming", escape_str(&m.run)), true);
     }
     if !i.root_conforms {
         return walk("marker says done, but the root does not conform".into(), false);
@@ -201,7 +212,17 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
     if i.verify == Verify::Full {
         return walk("--verify full".into(), false);
     }
-    let age = i.now.saturating_sub(m.finished.unwrap_or(m.started));
+    let when = m.finished.unwrap_or(m.started);
+    if i.reverify_after.is_some() {
+        // A time in the future (forged, or a skewed clock) would never grow old: it is stale.
+        if when > i.now {
+            return walk(
+                format!("marker's finish time is {} in the future: taken as stale", human_age(when - i.now)),
+                false,
+            );
+        }
+    }
+    let age = i.now.saturating_sub(when);
     if let Some(max) = i.reverify_after {
         if age > max.as_secs() {
             return walk(format!("marker is {} old, more than --reverify-after", human_age(age)), false);
@@ -367,6 +388,30 @@ mod tests {
         assert!(matches!(decide(&inputs(&u)), Decision::Skip(_)));
         assert!(matches!(decide(&Inputs { root_conforms: false, ..inputs(&u) }), Decision::Walk { .. }));
         assert!(matches!(decide(&Inputs { verify: Verify::Full, ..inputs(&u) }), Decision::Walk { .. }));
+    }
+
+    #[test]
+    fn a_finish_time_in_the_future_is_stale_for_reverify() {
+        let mut m = marker(State::Done, "d1");
+        m.finished = Some(1_000_000);
+        let f = Found::Marker(m);
+        let i = Inputs { reverify_after: Some(Duration::from_secs(3600)), ..inputs(&f) };
+        assert!(matches!(decide(&i), Decision::Walk { reason, .. } if reason.contains("future")));
+        assert!(matches!(decide(&inputs(&f)), Decision::Skip(_)), "without --reverify-after, age does not matter");
+    }
+
+    #[test]
+    fn verify_full_resumes_without_skipping_and_strings_are_escaped() {
+        let mut m = marker(State::InProgress, "d1");
+        m.run = "r\nFAKE".into();
+        let f = Found::Marker(m);
+        match decide(&Inputs { verify: Verify::Full, ..inputs(&f) }) {
+            Decision::Walk { reason, resume } => {
+                assert!(resume && reason.contains("--verify full"), "{reason}");
+                assert!(!reason.contains('\n'), "{reason}");
+            }
+            d => panic!("{d:?}"),
+        }
     }
 
     #[test]

@@ -64,8 +64,19 @@ impl Spec {
 
     /// A stable digest of the desired state: 16 hex digits of SHA-256 over [`Spec::canonical`].
     pub fn digest(&self) -> String {
-        let hash = Sha256::digest(self.canonical().as_bytes());
-        hash[..8].iter().map(|b| format!("{b:02x}")).collect()
+        hex16(&self.canonical())
+    }
+
+    /// The digest a marker keeps: the spec's, plus what the pass covers. With `--cross-devices`
+    /// a pass covers nested mounts too, so a marker of a pass without it must not let one with
+    /// it skip. Without it this is [`Spec::digest`], so existing markers stay valid.
+    pub fn coverage_digest(&self, cross_devices: bool) -> String {
+        if cross_devices { hex16(&format!("{} cross-devices", self.canonical())) } else { self.digest() }
+    }
+
+    /// The spec in words with what the pass covers (`fs-group=2000 cross-devices`).
+    pub fn coverage_text(&self, cross_devices: bool) -> String {
+        if cross_devices { format!("{self} cross-devices") } else { self.to_string() }
     }
 }
 
@@ -85,6 +96,12 @@ impl fmt::Display for Spec {
         }
         f.write_str(&parts.join(" "))
     }
+}
+
+/// 16 hex digits of SHA-256 over `text`.
+fn hex16(text: &str) -> String {
+    let hash = Sha256::digest(text.as_bytes());
+    hash[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Parses a uid or gid: a decimal number below 4294967295 (which means "-1", no change).
@@ -150,6 +167,14 @@ mod tests {
             Spec { owner_uid: Some(1), owner_gid: Some(5), ..fs(2000) }.digest(),
             Spec { owner_uid: Some(1), owner_gid: None, ..fs(2000) }.digest()
         );
+    }
+
+    #[test]
+    fn cross_devices_changes_the_coverage_digest_only() {
+        assert_eq!(fs(2000).coverage_digest(false), fs(2000).digest(), "markers of passes without it stay valid");
+        assert_ne!(fs(2000).coverage_digest(true), fs(2000).digest());
+        assert_ne!(fs(2000).coverage_digest(true), fs(1000).coverage_digest(true));
+        assert_eq!(fs(2000).coverage_text(true), "fs-group=2000 cross-devices");
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, RawDir, Uid};
 use rustix::io::Errno;
@@ -292,4 +292,88 @@ fn fs_name(magic: i64) -> String {
 /// `mkdirat(dir, name, mode)`: never follows a symlink at `name` (EEXIST instead).
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), Errno> {
     retry(|| rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode)))
+}
+
+/// Processes holding a lock on the inode `fd` refers to, from `/proc/locks`: their pid (0 when
+/// the holder is not visible from this pid namespace) and command name, when known. Empty when
+/// no holder is listed (on a network filesystem, a holder on another node never is).
+pub fn lock_holders(fd: BorrowedFd<'_>) -> Vec<(u32, Option<String>)> {
+    let Ok(st) = rustix::fs::fstat(fd) else { return Vec::new() };
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
+    let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let mut out: Vec<(u32, Option<String>)> = Vec::new();
+    for pid in locks.lines().filter_map(|l| lock_line_holder(l, major, minor, st.st_ino)) {
+        if !out.iter().any(|(p, _)| *p == pid) {
+            let name = (pid != 0)
+                .then(|| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+                .flatten()
+                .map(|c| c.trim().to_string());
+            out.push((pid, name));
+        }
+    }
+    out
+}
+
+/// The pid of a `/proc/locks` line (`1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`) when it
+/// holds (not waits for: `->`) a lock on inode `ino` of device `major:minor` (hex in the file).
+fn lock_line_holder(line: &str, major: u32, minor: u32, ino: u64) -> Option<u32> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(1) == Some(&"->") || fields.len() < 6 {
+        return None;
+    }
+    let mut id = fields[5].split(':');
+    let (ma, mi, i) = (id.next()?, id.next()?, id.next()?);
+    let same = u32::from_str_radix(ma, 16).ok()? == major
+        && u32::from_str_radix(mi, 16).ok()? == minor
+        && i.parse::<u64>().ok()? == ino;
+    same.then(|| fields[4].parse().ok()).flatten()
+}
+
+/// The signal (SIGTERM, SIGINT) that asked this process to stop, 0 while none did.
+static TERMINATION: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_termination(sig: libc::c_int) {
+    // Async-signal-safe: one atomic store.
+    TERMINATION.store(sig, Ordering::SeqCst);
+}
+
+/// Catches SIGTERM and SIGINT: the first one sets a flag that a pass polls to stop its walk and
+/// save its state (the kubelet's grace period); a second one ends the process as usual.
+pub fn catch_termination() {
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: a handler that only stores to an atomic; sigaction with a zeroed, filled-in struct.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_termination as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART | libc::SA_RESETHAND;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The name of the signal that asked this process to stop (`SIGTERM`, `SIGINT`), if one did.
+pub fn termination() -> Option<&'static str> {
+    match TERMINATION.load(Ordering::SeqCst) {
+        0 => None,
+        libc::SIGTERM => Some("SIGTERM"),
+        libc::SIGINT => Some("SIGINT"),
+        _ => Some("a signal"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_locks_lines() {
+        let held = "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF";
+        assert_eq!(lock_line_holder(held, 8, 1, 1234), Some(4242));
+        assert_eq!(lock_line_holder(held, 8, 1, 1235), None);
+        assert_eq!(lock_line_holder(held, 8, 2, 1234), None);
+        assert_eq!(lock_line_holder("2: POSIX  ADVISORY  WRITE 7 fd:1a:99 0 EOF", 0xfd, 0x1a, 99), Some(7));
+        assert_eq!(lock_line_holder("1: -> FLOCK  ADVISORY  WRITE 5 08:01:1234 0 EOF", 8, 1, 1234), None);
+        assert_eq!(lock_line_holder("garbage", 8, 1, 1234), None);
+    }
 }

@@ -92,6 +92,11 @@ pub trait Visitor: Sync {
     }
     /// A directory is about to be read (counts `getdents` work).
     fn dir_read(&self, _dir: &Node) {}
+    /// Whether the walk must stop (SIGTERM): no directory is read or entered and no batch goes
+    /// on once this is true, and no directory is reported done (its contents may be unvisited).
+    fn stopped(&self) -> bool {
+        false
+    }
     /// A per-entry failure; `name` is `None` when it concerns `dir` itself.
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno);
 }
@@ -123,6 +128,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
     }
 
     fn read<'s>(&'s self, s: &rayon_core::Scope<'s>, node: Arc<Node>) {
+        if self.visitor.stopped() {
+            return self.complete(node);
+        }
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
         self.visitor.dir_read(&node);
@@ -162,6 +170,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
 
     fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: &Batch) {
         for name in batch.iter() {
+            if self.visitor.stopped() {
+                return;
+            }
             match sys::stat_at(node.fd(), name) {
                 Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
                 Ok(meta) => self.visitor.entry(node, name, &meta),
@@ -174,7 +185,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Queues subdirectory `name` of `parent`. It is opened by the job that reads it, not here:
     /// a directory of a million subdirectories queues a million names, not a million open fds.
     fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64) {
-        if !self.visitor.enter(parent, name, ino) {
+        if self.visitor.stopped() || !self.visitor.enter(parent, name, ino) {
             return;
         }
         parent.pending.fetch_add(1, Ordering::Relaxed);
@@ -234,7 +245,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     fn complete(&self, node: Arc<Node>) {
         let mut cur = node;
         loop {
-            if cur.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+            if cur.pending.fetch_sub(1, Ordering::AcqRel) != 1 || self.visitor.stopped() {
                 return;
             }
             self.visitor.dir_done(&cur);
@@ -289,6 +300,8 @@ mod tests {
     struct Recorder {
         seen: Mutex<Vec<(PathBuf, bool)>>,
         panic_on: Option<&'static str>,
+        /// Stop after this many entries.
+        stop_after: Option<usize>,
     }
 
     impl Visitor for Recorder {
@@ -302,6 +315,9 @@ mod tests {
             self.seen.lock().unwrap().push((dir.rel_path(), true));
         }
         fn mount_skipped(&self, _: &Node, _: &CStr, _: &Meta) {}
+        fn stopped(&self) -> bool {
+            self.stop_after.is_some_and(|n| self.seen.lock().unwrap().len() >= n)
+        }
         fn error(&self, _: &Node, _: Option<&CStr>, op: Op, errno: Errno) {
             panic!("unexpected {op} error {errno}");
         }
@@ -349,6 +365,23 @@ mod tests {
         }
         assert_eq!(results[0].len(), 1 + 20 * 2 + 20 * 300 + 1);
         assert_eq!(results[0], results[1]);
+    }
+
+    #[test]
+    fn a_stopped_walk_reports_no_directory_done() {
+        let t = tree();
+        for threads in [1, 4] {
+            let v = Recorder { stop_after: Some(500), ..Default::default() };
+            walk(t.path(), threads, &v);
+            let seen = v.seen.into_inner().unwrap();
+            assert!(seen.len() < 1000, "stopped early: {}", seen.len());
+            // Whatever was reported done had every entry of it reported before.
+            for (dir, _) in seen.iter().filter(|(_, done)| *done) {
+                let files = seen.iter().filter(|(p, d)| !d && p.parent() == Some(dir.as_path())).count();
+                assert!(dir.ends_with("sub") && files == 300 || !dir.ends_with("sub"), "{} done early", dir.display());
+            }
+            assert!(!seen.contains(&(PathBuf::new(), true)), "the root is never done");
+        }
     }
 
     #[test]
