@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ExitCode};
+use crate::escape::Escaped;
 use crate::options::{Mode, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::{shard, sticky, volume};
+use crate::{shard, sticky, sys, volume};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
@@ -30,6 +31,10 @@ pub struct Options {
 
 pub fn run(o: &Options) -> Result<ExitCode, Error> {
     let opts = &o.run;
+    refuse_overlaps(&o.targets, opts.cross_devices)?;
+    // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
+    // the checkpoint, report and termination message are still written.
+    sys::catch_termination();
     let pool = rayon_core::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .thread_name(|i| format!("volprep-{i}"))
@@ -70,7 +75,44 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     if let Some(dest) = &o.report {
         report::write(&Report { version: 1, volumes }, dest)?;
     }
-    Ok(ExitCode::merge(codes))
+    Ok(match sys::termination() {
+        Some("SIGINT") => ExitCode::Interrupted,
+        Some(_) => ExitCode::Terminated,
+        None => ExitCode::merge(codes),
+    })
+}
+
+/// Refuses volumes that overlap (one inside another, or one directory twice, by any path:
+/// symlinks and bind mounts included) with different specs, before anything is changed: their
+/// passes would race, and each would leave its own `done` marker over the other's entries.
+fn refuse_overlaps(targets: &[(PathBuf, Spec)], cross_devices: bool) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    // Each volume's root and its ancestors up to `/`, by (device, inode). A volume that can't be
+    // resolved fails on its own later.
+    let chains: Vec<Option<Vec<(u64, u64)>>> = targets
+        .iter()
+        .map(|(p, _)| {
+            let canon = std::fs::canonicalize(p).ok()?;
+            canon.ancestors().map(|a| std::fs::metadata(a).ok().map(|m| (m.dev(), m.ino()))).collect()
+        })
+        .collect();
+    for (i, (pi, si)) in targets.iter().enumerate() {
+        for (j, (pj, sj)) in targets.iter().enumerate() {
+            let (Some(ci), Some(cj)) = (&chains[i], &chains[j]) else { continue };
+            if i == j || si.coverage_digest(cross_devices) == sj.coverage_digest(cross_devices) || !cj.contains(&ci[0])
+            {
+                continue;
+            }
+            // Volume j is volume i or inside it.
+            let (outer, inner) = (Escaped(pi.as_os_str()), Escaped(pj.as_os_str()));
+            let how = if ci[0] == cj[0] { "is the same directory as" } else { "is inside" };
+            return Err(Error::Usage(format!(
+                "volumes overlap with different specs: {inner} ({sj}) {how} {outer} ({si}); their passes would race \
+                 and leave entries with either spec: give a directory one spec"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The summary line, with its figures as fields; a warning when an entry failed.

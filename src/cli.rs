@@ -5,6 +5,7 @@
 use std::io::IsTerminal;
 use std::path::PathBuf;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::options::{self, Mode, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
@@ -66,7 +67,7 @@ pub struct SpecArgs {
     pub owner: Option<(u32, Option<u32>)>,
 
     /// Use the read-only mask (0440 instead of 0660), as the kubelet does for read-only volumes.
-    #[arg(long, env = "VOLPREP_READ_ONLY")]
+    #[arg(long, env = "VOLPREP_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
 }
 
@@ -81,7 +82,7 @@ pub struct PassArgs {
     pub threads: usize,
 
     /// Enter directories on other filesystems (nested mounts); by default they are skipped.
-    #[arg(long, env = "VOLPREP_CROSS_DEVICES")]
+    #[arg(long, env = "VOLPREP_CROSS_DEVICES", value_parser = BoolishValueParser::new())]
     pub cross_devices: bool,
 
     /// Per-entry errors tolerated before the exit code becomes 1 (they are always reported).
@@ -117,7 +118,7 @@ pub struct PassArgs {
     pub checkpoint_interval: std::time::Duration,
 
     /// Ignore the marker and any checkpoint: walk everything.
-    #[arg(long, env = "VOLPREP_FORCE")]
+    #[arg(long, env = "VOLPREP_FORCE", value_parser = BoolishValueParser::new())]
     pub force: bool,
 
     /// How long to wait for another volprep holding the volume's lock.
@@ -166,7 +167,7 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("fs-group", Some(v)) => spec.fs_group = Some(spec::parse_id(v)?),
             ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
             ("read-only", None) => spec.read_only = true,
-            ("read-only", Some(v)) => spec.read_only = matches!(v, "true" | "1" | "yes"),
+            ("read-only", Some(v)) => spec.read_only = parse_bool(v)?,
             _ => {
                 return Err(format!("'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only"));
             }
@@ -175,6 +176,17 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
     let path = path.ok_or_else(|| format!("'{s}' names no path"))?;
     spec.to_spec()?;
     Ok((path, spec))
+}
+
+/// A yes/no word as Kubernetes manifests write them: `true`/`false`, `1`/`0`, `yes`/`no`,
+/// `on`/`off`, `y`/`n`, `t`/`f`, any case (clap's `BoolishValueParser`, as the boolean flags'
+/// environment variables take).
+pub fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" | "y" | "t" => Ok(true),
+        "false" | "0" | "no" | "off" | "n" | "f" => Ok(false),
+        _ => Err(format!("'{v}' is not a yes/no value (true/false, 1/0, yes/no, on/off)")),
+    }
 }
 
 /// `VOLPREP_VOLUMES`: `--volume` values separated by ';' or newlines.
@@ -225,7 +237,7 @@ pub struct InspectArgs {
     pub fs_group: Option<u32>,
 
     /// The volume is mounted read-only: the kubelet's read-only mask (0440).
-    #[arg(long, env = "VOLPREP_READ_ONLY")]
+    #[arg(long, env = "VOLPREP_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
 
     /// Print one JSON document instead of tables.
@@ -237,7 +249,7 @@ pub struct InspectArgs {
     pub threads: usize,
 
     /// Enter directories on other filesystems (nested mounts); by default they are listed only.
-    #[arg(long, env = "VOLPREP_CROSS_DEVICES")]
+    #[arg(long, env = "VOLPREP_CROSS_DEVICES", value_parser = BoolishValueParser::new())]
     pub cross_devices: bool,
 
     /// The volume root (a directory).
@@ -454,8 +466,18 @@ mod tests {
     }
 
     #[test]
+    fn yes_no_words() {
+        assert!(parse_volume("/v,fs-group=1,read-only=on").unwrap().1.read_only);
+        assert!(!parse_volume("/v,fs-group=1,read-only=no").unwrap().1.read_only);
+        assert_eq!(parse_bool("Yes"), Ok(true));
+        assert!(parse_bool("maybe").is_err());
+    }
+
+    #[test]
     fn bad_volume_values_are_usage_errors() {
-        for bad in ["", "fs-group=1", "/v,fs-group=-1", "/v,color=red", "/v", "/v,read-only"] {
+        for bad in
+            ["", "fs-group=1", "/v,fs-group=-1", "/v,color=red", "/v", "/v,read-only", "/v,fs-group=1,read-only=maybe"]
+        {
             assert!(parse_volume(bad).is_err(), "{bad}");
         }
         assert!(parse(&["apply", "--sticky", "/t"]).is_ok());

@@ -16,8 +16,11 @@ pub enum ExitCode {
     Usage = 2,
     /// `check` found entries that `apply` would change.
     WouldChange = 3,
-    /// Interrupted by SIGINT/SIGTERM.
+    /// Stopped by SIGINT (128 + 2): the walk stopped, the checkpoint and report were written.
     Interrupted = 130,
+    /// Stopped by SIGTERM (128 + 15, what a shell reports for a process SIGTERM ended): the walk
+    /// stopped, the checkpoint, report and termination message were written.
+    Terminated = 143,
 }
 
 impl ExitCode {
@@ -25,6 +28,7 @@ impl ExitCode {
     /// (failure over "would change" over success).
     pub fn merge(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
         codes.into_iter().fold(ExitCode::Success, |acc, c| match (acc, c) {
+            (ExitCode::Terminated, _) | (_, ExitCode::Terminated) => ExitCode::Terminated,
             (ExitCode::Interrupted, _) | (_, ExitCode::Interrupted) => ExitCode::Interrupted,
             (ExitCode::Usage, _) | (_, ExitCode::Usage) => ExitCode::Usage,
             (ExitCode::Failure, _) | (_, ExitCode::Failure) => ExitCode::Failure,
@@ -66,6 +70,8 @@ pub enum Op {
     Xattr,
     Lock,
     Mkdir,
+    /// Restoring a special bit an interrupted pass cleared.
+    Restore,
 }
 
 impl fmt::Display for Op {
@@ -79,6 +85,7 @@ impl fmt::Display for Op {
             Op::Xattr => "xattr",
             Op::Lock => "lock",
             Op::Mkdir => "mkdir",
+            Op::Restore => "restore",
         };
         f.write_str(s)
     }
@@ -170,6 +177,7 @@ mod tests {
         assert_eq!(ExitCode::merge([WouldChange, Failure, Success]), Failure);
         assert_eq!(ExitCode::merge([Failure, Usage]), Usage);
         assert_eq!(ExitCode::merge([Failure, Interrupted]), Interrupted);
+        assert_eq!(ExitCode::merge([Interrupted, Terminated, Usage]), Terminated);
     }
 
     #[test]

@@ -75,11 +75,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     pool.install(|| Walk::new(&inspector, root.dev, args.cross_devices).run(root_fd, root));
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
-    use std::io::Write;
-    std::io::stdout()
-        .lock()
-        .write_all(out.as_bytes())
-        .map_err(|e| Error::Other { path: "-".into(), msg: format!("cannot write to stdout: {e}") })?;
+    crate::report::print(out.as_bytes())?;
     Ok(ExitCode::Success)
 }
 

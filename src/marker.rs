@@ -66,6 +66,32 @@ pub struct Shards {
     pub running: Vec<(u32, String, u64)>,
 }
 
+impl Shards {
+    /// Why this record does not fit the layout of `n` shards split at `depth`, if it does not:
+    /// another layout, an index past N, or a `done` list that is not a set in order. A record
+    /// that does not fit is not trusted at all (a forged `[1, 1]` must not pass for two shards).
+    pub fn misfit(&self, n: u32, depth: u32) -> Option<String> {
+        if (self.n, self.depth) != (n, depth) {
+            return Some(format!(
+                "it is for {} shards split at depth {}, not {n} at depth {depth}",
+                self.n, self.depth
+            ));
+        }
+        if let Some(i) = self.done.iter().chain(self.running.iter().map(|r| &r.0)).find(|&&i| i >= n) {
+            return Some(format!("it lists shard {i}, past the last of {n}"));
+        }
+        if self.done.windows(2).any(|w| w[0] >= w[1]) {
+            return Some(format!("its done list {:?} repeats a shard or is out of order", self.done));
+        }
+        None
+    }
+
+    /// Whether every shard is done (for a record that fits its layout).
+    pub fn complete(&self) -> bool {
+        self.done.len() as u32 == self.n
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum State {
@@ -297,6 +323,11 @@ pub fn write_checkpoint(root: BorrowedFd<'_>, c: &Checkpoint) -> Result<(), Errn
     sys::set_xattr(root, CHECKPOINT_XATTR, &c.encode())
 }
 
+/// Removes the marker (an absent one is no error).
+pub fn remove(root: BorrowedFd<'_>) -> Result<(), Errno> {
+    sys::remove_xattr(root, MARKER_XATTR)
+}
+
 pub fn remove_checkpoint(root: BorrowedFd<'_>) -> Result<(), Errno> {
     sys::remove_xattr(root, CHECKPOINT_XATTR)
 }
@@ -388,6 +419,20 @@ mod tests {
         assert!(matches!(decide(&inputs(&u)), Decision::Skip(_)));
         assert!(matches!(decide(&Inputs { root_conforms: false, ..inputs(&u) }), Decision::Walk { .. }));
         assert!(matches!(decide(&Inputs { verify: Verify::Full, ..inputs(&u) }), Decision::Walk { .. }));
+    }
+
+    #[test]
+    fn shard_records_must_fit_the_layout() {
+        let s = |done: Vec<u32>| Shards { n: 2, depth: 1, done, ..Default::default() };
+        assert_eq!(s(vec![0, 1]).misfit(2, 1), None);
+        assert!(s(vec![0, 1]).complete());
+        assert!(s(vec![1, 1]).misfit(2, 1).is_some());
+        assert!(s(vec![1, 0]).misfit(2, 1).is_some());
+        assert!(s(vec![0, 5]).misfit(2, 1).is_some());
+        assert!(s(vec![]).misfit(3, 1).is_some());
+        assert!(s(vec![]).misfit(2, 2).is_some());
+        let running = Shards { running: vec![(7, "r".into(), 1)], ..s(vec![]) };
+        assert!(running.misfit(2, 1).is_some());
     }
 
     #[test]

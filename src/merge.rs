@@ -41,7 +41,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
         v.entries_per_s = if secs > 0.0 { (v.entries as f64 / secs) as u64 } else { v.entries };
         codes.push(ExitCode::for_volume(v.fatal.is_some(), v.errors, 0, v.would_change()));
         if !opts.json {
-            println!("{} [{}, marker {}]", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
+            let line = format!("{} [{}, marker {}]\n", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
+            report::print(line.as_bytes())?;
         }
         volumes.push(v);
     }

@@ -17,9 +17,9 @@ use crate::marker;
 use crate::options::{Mode, ShardFilter};
 use crate::progress::Counters;
 use crate::report::{EntryError, MAX_LISTED_ERRORS, VolumeReport};
-use crate::resume::Resume;
+use crate::resume::{self, Resume};
 use crate::spec::Spec;
-use crate::sys::{Kind, Meta};
+use crate::sys::{self, Kind, Meta};
 use crate::walk::{self, Node, Visitor};
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
@@ -34,6 +34,8 @@ pub struct Fixer<'a> {
     pub resume: Option<Resume<'a>>,
     /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
     pub shard: Option<ShardFilter>,
+    /// The signal that stopped the walk early, once it is over.
+    pub interrupted: Option<&'static str>,
 }
 
 impl<'a> Fixer<'a> {
@@ -47,6 +49,7 @@ impl<'a> Fixer<'a> {
             skipped_mounts: Mutex::new(Vec::new()),
             resume,
             shard: None,
+            interrupted: None,
         }
     }
 
@@ -95,6 +98,7 @@ impl<'a> Fixer<'a> {
         r.errors = Counters::get(&c.errors);
         r.dirs_read = Counters::get(&c.dirs_read);
         r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
+        r.interrupted = self.interrupted.map(str::to_string);
         r.elapsed_ms = elapsed.as_millis() as u64;
         let secs = elapsed.as_secs_f64();
         r.entries_per_s = if secs > 0.0 { (r.entries as f64 / secs) as u64 } else { r.entries };
@@ -118,6 +122,31 @@ impl<'a> Fixer<'a> {
             list.push(err);
         } else {
             debug!("{}: {} failed: {}", err.path, op, err.error);
+        }
+    }
+
+    /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
+    pub fn error_note(&self, path: &Path, op: Op, text: String) {
+        Counters::add(&self.counters.errors);
+        let err = EntryError::note(path, op, text);
+        let mut list = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < MAX_LISTED_ERRORS {
+            warn!("{}: {}", err.path, err.error);
+            list.push(err);
+        }
+    }
+
+    /// Counts and lists what [`resume::restore_pending`] found (in `check`: what `apply` would
+    /// restore counts as a mode change).
+    pub fn record_restored(&self, r: &resume::Restored) {
+        if self.mode == Mode::Check {
+            (0..r.restored).for_each(|_| Counters::add(&self.counters.changed_mode));
+        }
+        for (full, op, e) in &r.failed {
+            self.error_at(full, *op, *e);
+        }
+        for (full, text) in &r.refused {
+            self.error_note(full, Op::Restore, text.clone());
         }
     }
 
@@ -200,6 +229,10 @@ impl Visitor for Fixer<'_> {
 
     fn dir_read(&self, _dir: &Node) {
         Counters::add(&self.counters.dirs_read);
+    }
+
+    fn stopped(&self) -> bool {
+        sys::termination().is_some()
     }
 
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {

@@ -56,6 +56,11 @@ impl EntryError {
             error: errno_text(errno),
         }
     }
+
+    /// A failure that is no failed syscall (`errno` is `-`): `error` says what and what to do.
+    pub fn note(path: &Path, op: Op, text: String) -> Self {
+        EntryError { path: Escaped(path.as_os_str()).to_string(), op, errno: "-".into(), error: text }
+    }
 }
 
 /// One volume's figures.
@@ -101,6 +106,9 @@ pub struct VolumeReport {
     /// The error that stopped this volume before or during its walk.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fatal: Option<String>,
+    /// The signal (`SIGTERM`, `SIGINT`) that stopped the walk early.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 impl VolumeReport {
@@ -147,6 +155,7 @@ impl VolumeReport {
             shard: None,
             sticky: None,
             fatal: None,
+            interrupted: None,
         }
     }
 
@@ -167,8 +176,14 @@ impl VolumeReport {
             return format!("{}: skipped ({}) in {}ms", self.path, self.reason, self.elapsed_ms);
         }
         // "prepared" only when every entry conforms: with any error (tolerated or not) some may not.
-        let (verb, changed) = match self.action {
-            Action::Checked => ("checked", "would change"),
+        let stopped;
+        let (verb, changed) = match (&self.interrupted, self.action) {
+            (Some(sig), action) => {
+                let mode = if action == Action::Checked { "would change" } else { "changed" };
+                stopped = format!("stopped by {sig} after");
+                (stopped.as_str(), mode)
+            }
+            (None, Action::Checked) => ("checked", "would change"),
             _ if self.errors > 0 => ("walked", "changed"),
             _ => ("prepared", "changed"),
         };
@@ -188,6 +203,9 @@ impl VolumeReport {
             s += &format!(", {} finished subtree(s) resumed past", self.skipped_subtrees);
         }
         s += &format!(", {} error(s)", self.errors);
+        if self.interrupted.is_some() && self.action == Action::Walked {
+            s += "; the next start resumes";
+        }
         s
     }
 }
@@ -244,9 +262,23 @@ pub fn termination_message(volumes: &[VolumeReport]) -> String {
 pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     let mut json = serde_json::to_vec_pretty(report).expect("report serializes");
     json.push(b'\n');
-    let res =
-        if dest == Path::new("-") { std::io::stdout().lock().write_all(&json) } else { std::fs::write(dest, &json) };
-    res.map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
+    if dest == Path::new("-") {
+        return print(&json);
+    }
+    std::fs::write(dest, &json)
+        .map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
+}
+
+/// Writes `bytes` to stdout. A reader that went away (`volprep status --json | grep -q ...`,
+/// EPIPE) is no error: nobody wants the rest.
+pub fn print(bytes: &[u8]) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Other { path: "-".into(), msg: format!("cannot write to stdout: {e}") })
+        }
+        _ => Ok(()),
+    }
 }
 
 impl VolumeReport {
@@ -266,7 +298,8 @@ impl VolumeReport {
             (&mut m.dirs_read, v.dirs_read),
             (&mut m.skipped_subtrees, v.skipped_subtrees),
         ] {
-            *a += b;
+            // Reports are files anyone may have edited: a sum past u64 stays at the maximum.
+            *a = a.saturating_add(b);
         }
         m.elapsed_ms = m.elapsed_ms.max(v.elapsed_ms);
         m.error_list.extend(v.error_list);

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use rustix::io::Errno;
 use tracing::warn;
 
-use crate::error::Op;
-use crate::escape::Escaped;
+use crate::error::{Op, errno_text};
+use crate::escape::{Escaped, escape_bytes};
 use crate::marker::{self, Checkpoint};
 use crate::spec::Spec;
 use crate::sys::{self, Kind};
@@ -80,6 +80,12 @@ impl<'a> Resume<'a> {
         self.update(true, |c| c.pending.push(record))
     }
 
+    /// Replaces the pending records taken over from the interrupted run with those still needed
+    /// (see [`Restored::kept`]); written out with the next checkpoint.
+    pub fn keep_pending(&self, kept: Vec<(String, u64, u32)>) {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.pending = kept;
+    }
+
     /// Drops a pending record (written out with the next checkpoint).
     pub fn forget_pending(&self, record: &(String, u64, u32)) {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).0.pending.retain(|p| p != record);
@@ -96,22 +102,43 @@ impl<'a> Resume<'a> {
     }
 }
 
-/// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`).
-/// Returns the failures, each with the file's full path under `root_path`.
+/// What became of the special-bit records of an interrupted run (see [`restore_pending`]).
+#[derive(Debug, Default)]
+pub struct Restored {
+    /// Failed syscalls: full path, operation, errno.
+    pub failed: Vec<(PathBuf, Op, Errno)>,
+    /// Bits not restored on the word of the record: full path, what to tell a person.
+    pub refused: Vec<(PathBuf, String)>,
+    /// Files whose bits were (or, in a dry run, would be) restored.
+    pub restored: u64,
+    /// The records still needed (refused or failed): kept in the checkpoint until settled.
+    pub kept: Vec<(String, u64, u32)>,
+}
+
+/// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`); a
+/// `dry_run` (`check`) changes nothing and only counts and reports. Paths are under `root_path`.
 ///
 /// The record lives on the root, which the app may write, so it is not trusted to grant more
 /// than the app already has: setgid is restored (the file's group is the spec's group, which the
-/// app holds), setuid only when the file's owner is the spec's `--owner`. A setuid bit that can't
-/// be restored safely is reported as an error naming the file, for a person to decide.
+/// app holds), setuid only when the file's owner is the spec's `--owner`. A bit that can't be
+/// restored safely is refused with the command that settles it, and its record kept until then.
+/// A record that names no regular file below the root (it does not parse, climbs out, crosses a
+/// mount or a symlink, or names another inode) is dropped with a warning naming it: never
+/// carried on into every checkpoint.
 pub fn restore_pending(
     root: BorrowedFd<'_>,
     root_path: &Path,
     pending: &[(String, u64, u32)],
     spec: &Spec,
-) -> Vec<(PathBuf, Op, Errno)> {
-    let mut failed = Vec::new();
-    for (rel, ino, mode) in pending {
+    dry_run: bool,
+) -> Restored {
+    let mut out = Restored::default();
+    for record in pending {
+        let (rel, ino, mode) = record;
+        let shown = escape_bytes(rel.as_bytes());
+        let dropped = |why: &str| warn!(record = %shown, "dropped a special-bit record of an interrupted pass: {why}");
         let Some(rel_bytes) = crate::escape::unescape(rel) else {
+            dropped("it does not parse");
             continue;
         };
         let rel_path = PathBuf::from(OsStr::from_bytes(&rel_bytes));
@@ -120,7 +147,10 @@ pub fn restore_pending(
             Ok(fd) => fd,
             Err(Errno::NOENT) => continue,
             Err(e) => {
-                failed.push((full, Op::Open, e));
+                dropped(&format!(
+                    "it names no entry below the volume root without crossing a symlink or mount: {}",
+                    errno_text(e.raw_os_error())
+                ));
                 continue;
             }
         };
@@ -128,6 +158,7 @@ pub fn restore_pending(
             continue;
         };
         if now.ino != *ino || now.kind() != Kind::File {
+            dropped("the entry there now is not the regular file (inode) it names");
             continue;
         }
         let lost = mode & (libc::S_ISUID | libc::S_ISGID) & !now.perm();
@@ -138,19 +169,60 @@ pub fn restore_pending(
         if lost & libc::S_ISUID != 0 && spec.uid() == Some(now.uid) {
             grant |= libc::S_ISUID;
         }
-        if grant != 0 {
+        let mut keep = false;
+        if grant != 0 && dry_run {
+            out.restored += 1;
+        } else if grant != 0 {
             match sys::chmod_fd(sys::fd(&pinned), now.perm() | grant) {
                 Ok(()) => {
+                    out.restored += 1;
                     warn!(path = %Escaped(full.as_os_str()), "restored special bits lost by an interrupted pass ({:04o})", now.perm() | grant)
                 }
-                Err(e) => failed.push((full.clone(), Op::Chmod, e)),
+                Err(e) => {
+                    out.failed.push((full.clone(), Op::Chmod, e));
+                    keep = true;
+                }
             }
         }
-        if lost & !grant != 0 {
-            warn!(path = %Escaped(full.as_os_str()),
-                  "an interrupted pass cleared this file's setuid bit; not restored automatically (the record is writable by the app): restore it with chmod u+s if intended");
-            failed.push((full, Op::Chmod, Errno::PERM));
+        let refused = lost & !grant;
+        if refused != 0 {
+            out.refused.push((full.clone(), refused_text(&full, refused)));
+            keep = true;
+        }
+        if keep {
+            out.kept.push(record.clone());
         }
     }
-    failed
+    out
+}
+
+/// What to tell a person about special bits an interrupted pass cleared that volprep does not
+/// restore on the word of a record the app could have written: the cause and the command.
+fn refused_text(full: &Path, refused: u32) -> String {
+    let (bits, who) = match (refused & libc::S_ISUID != 0, refused & libc::S_ISGID != 0) {
+        (true, true) => ("setuid and setgid bits", "ug+s"),
+        (true, false) => ("setuid bit", "u+s"),
+        _ => ("setgid bit", "g+s"),
+    };
+    let path = Escaped(full.as_os_str()).to_string();
+    let plain = path.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+,:@".contains(&b));
+    let word = if plain { path } else { format!("'{}'", path.replace('\'', "'\\''")) };
+    format!(
+        "{bits} cleared by an interrupted pass (killed between chown and chmod); not restored automatically, as the \
+         record of it lies on the app-writable volume root: run `chmod {who} {word}` if the file should have it, or \
+         `volprep apply --force` once to forget the record"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_bits_and_the_command() {
+        let t = refused_text(Path::new("/v/bin/tool"), libc::S_ISUID);
+        assert!(t.contains("setuid bit") && t.contains("`chmod u+s /v/bin/tool`"), "{t}");
+        let t = refused_text(Path::new("/v/it's here"), libc::S_ISUID | libc::S_ISGID);
+        assert!(t.contains("`chmod ug+s '/v/it'\\''s here'`"), "{t}");
+    }
 }

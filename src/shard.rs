@@ -50,6 +50,9 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
     let name = format!("{}/{}", filter.index, filter.count);
     let mut waited_log = Duration::ZERO;
     let step = loop {
+        if let Some(sig) = sys::termination() {
+            return Err(Error::Other { path: path.to_path_buf(), msg: format!("shard {name}: {sig} before walking") });
+        }
         match with_lock(root, path, opts.lock_timeout, |root| register(root, path, spec, opts, filter, &run_id))? {
             Step::Wait(why) if started.elapsed() < opts.lock_timeout => {
                 if started.elapsed() >= waited_log {
@@ -68,6 +71,8 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
         }
     };
     let mut report = VolumeReport::empty(path, spec, opts.threads, Action::Walked);
+    report.spec = spec.coverage_text(opts.cross_devices);
+    report.spec_digest = spec.coverage_digest(opts.cross_devices);
     report.shard = Some(name.clone());
     let walk_needed = !matches!(step, Step::Finish);
     let reason = match step {
@@ -99,7 +104,12 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
             drop(stop);
         });
     }
-    let after = with_lock(root, path, opts.lock_timeout, |root| finish(root, path, spec, filter, &run_id, &fixer))?;
+    fixer.interrupted = sys::termination();
+    if let Some(sig) = fixer.interrupted {
+        warn!(path = %shown, "shard {name}: {sig}: stopped walking; this shard is not done and is walked again at its next start");
+    }
+    let after =
+        with_lock(root, path, opts.lock_timeout, |root| finish(root, path, spec, opts, filter, &run_id, &fixer))?;
     report.reason = reason;
     report.fs_type = fs;
     report.estimated_entries = estimate;
@@ -118,7 +128,7 @@ fn register(
     f: ShardFilter,
     run: &str,
 ) -> Result<Step, Error> {
-    let digest = spec.digest();
+    let digest = spec.coverage_digest(opts.cross_devices);
     let found = marker::read(root);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let conforms = fix::decide(&root_meta, spec).is_none();
@@ -138,35 +148,35 @@ fn register(
         {
             return Ok(Step::Skip("marker says done for this spec and the root conforms".into()));
         }
-        Found::Marker(m)
-            if m.digest == digest
-                && m.state == State::InProgress
-                && m.shards.as_ref().is_some_and(|s| s.n == f.count && s.depth == f.depth) =>
-        {
-            m
+        Found::Marker(m) if m.digest == digest && m.state == State::InProgress && m.shards.is_some() => {
+            match m.shards.as_ref().and_then(|s| s.misfit(f.count, f.depth)) {
+                None => m,
+                Some(why) => {
+                    warn!(path = %Escaped(path.as_os_str()),
+                          "the shard record on the root does not fit --shard {}/{} --shard-depth {}: {why}; starting a new round",
+                          f.index, f.count, f.depth);
+                    new_round(spec, opts, f, run)
+                }
+            }
         }
-        _ => Marker {
-            v: marker::FORMAT,
-            state: State::InProgress,
-            digest: digest.clone(),
-            spec: spec.to_string(),
-            run: run.to_string(),
-            started: marker::now(),
-            finished: None,
-            entries: None,
-            shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
-        },
+        _ => new_round(spec, opts, f, run),
     };
     let shards = m.shards.as_mut().expect("sharded marker");
     let now = marker::now();
-    if shards.done.contains(&f.index) {
-        if shards.done.len() as u32 == f.count {
+    if shards.done.contains(&f.index) && opts.verify == Verify::Full {
+        // Nothing is skipped on the word of the root: this shard walks its part again.
+        shards.done.retain(|&i| i != f.index);
+    } else if shards.done.contains(&f.index) {
+        if shards.complete() {
             return Ok(Step::Finish);
         }
         return Ok(Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count)));
     }
     if let Some((_, other, beat)) = shards.running.iter().find(|(i, r, _)| *i == f.index && r != run) {
-        if now.saturating_sub(*beat) < STALE_AFTER && !marker::run_is_dead_here(other) {
+        let other = marker::escape_str(other);
+        // A heartbeat from the future (forged, or a clock far ahead) would hold the shard forever.
+        let fresh = now.saturating_sub(*beat) < STALE_AFTER && *beat <= now + STALE_AFTER;
+        if fresh && !marker::run_is_dead_here(&other) {
             return Ok(Step::Wait(format!("run {other} is walking this shard")));
         }
         warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
@@ -177,12 +187,28 @@ fn register(
     Ok(Step::Walk(format!("shard {}/{} of spec {}", f.index, f.count, spec)))
 }
 
+/// A new round of shards for this spec and layout, registered by `run`.
+fn new_round(spec: &Spec, opts: &RunOptions, f: ShardFilter, run: &str) -> Marker {
+    Marker {
+        v: marker::FORMAT,
+        state: State::InProgress,
+        digest: spec.coverage_digest(opts.cross_devices),
+        spec: spec.coverage_text(opts.cross_devices),
+        run: run.to_string(),
+        started: marker::now(),
+        finished: None,
+        entries: None,
+        shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
+    }
+}
+
 /// Under the root lock: record this shard's outcome; the run that completes the set fixes the
 /// root and marks the volume done. Returns the marker state it leaves.
 fn finish(
     root: BorrowedFd<'_>,
     path: &Path,
     spec: &Spec,
+    opts: &RunOptions,
     f: ShardFilter,
     run: &str,
     fixer: &Fixer<'_>,
@@ -190,7 +216,7 @@ fn finish(
     let Found::Marker(mut m) = marker::read(root) else {
         return Err(Error::Other { path: path.to_path_buf(), msg: "the shard marker vanished during the walk".into() });
     };
-    if m.digest != spec.digest() || m.shards.is_none() {
+    if m.digest != spec.coverage_digest(opts.cross_devices) || m.shards.is_none() {
         return Err(Error::Other {
             path: path.to_path_buf(),
             msg: "another spec took over the volume during the walk".into(),
@@ -198,13 +224,18 @@ fn finish(
     }
     let shards = m.shards.as_mut().expect("checked");
     shards.running.retain(|(i, r, _)| !(*i == f.index && r == run));
-    let clean = Counters::get(&fixer.counters.errors) == 0;
+    if let Some(why) = shards.misfit(f.count, f.depth) {
+        // Changed during the walk: the other shards' completions are not trusted.
+        warn!(path = %Escaped(path.as_os_str()), "the shard record on the root no longer fits the layout: {why}; starting a new round");
+        *shards = Shards { n: f.count, depth: f.depth, ..Default::default() };
+    }
+    let clean = Counters::get(&fixer.counters.errors) == 0 && fixer.interrupted.is_none();
     if clean && !shards.done.contains(&f.index) {
         shards.done.push(f.index);
         shards.done.sort_unstable();
-        shards.entries += Counters::get(&fixer.counters.entries);
+        shards.entries = shards.entries.saturating_add(Counters::get(&fixer.counters.entries));
     }
-    if shards.done.len() as u32 == f.count {
+    if clean && shards.complete() {
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
         match fix::fix_dir(root, &root_meta, spec) {

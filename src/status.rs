@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::Escaped;
-use crate::marker::{self, Found};
+use crate::marker::{self, Found, escape_str};
+use crate::report;
 use crate::sys;
 
 /// What `status` was asked.
@@ -20,6 +21,7 @@ pub struct Options {
 
 pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let mut out = Vec::new();
+    let mut text = String::new();
     for path in &args.paths {
         let root = sys::open_root(path).map_err(|e| Error::sys(path, Op::Open, e))?;
         let found = marker::read(sys::fd(&root));
@@ -35,26 +37,36 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
             }));
             continue;
         }
+        // Everything but the figures comes from the root, which the app may write: escaped.
         let line = match &found {
             Found::Marker(m) => {
                 let when = m.finished.unwrap_or(m.started);
+                let now = marker::now();
+                let age = if when > now {
+                    format!("{} in the future", marker::human_age(when - now))
+                } else {
+                    format!("{} ago", marker::human_age(now - when))
+                };
                 let mut s = format!(
-                    "{shown}: {} for {} (digest {}), run {}, {} ago",
+                    "{shown}: {} for {} (digest {}), run {}, {age}",
                     found.state_word(),
-                    m.spec,
-                    m.digest,
-                    m.run,
-                    marker::human_age(marker::now().saturating_sub(when))
+                    escape_str(&m.spec),
+                    escape_str(&m.digest),
+                    escape_str(&m.run),
                 );
                 if let Some(n) = m.entries {
                     s += &format!(", {n} entries");
                 }
                 if let Some(sh) = &m.shards {
-                    let running: Vec<String> = sh.running.iter().map(|(i, r, _)| format!("{i} (run {r})")).collect();
+                    let running: Vec<String> =
+                        sh.running.iter().map(|(i, r, _)| format!("{i} (run {})", escape_str(r))).collect();
                     s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
                 }
                 if let Some(c) = &checkpoint {
                     s += &format!(", checkpoint: {} finished top-level directories", c.done.len());
+                    if !c.pending.is_empty() {
+                        s += &format!(", {} special-bit record(s)", c.pending.len());
+                    }
                 }
                 s
             }
@@ -62,12 +74,15 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
             Found::Unsupported => {
                 format!("{shown}: no marker possible (the filesystem has no user xattrs)")
             }
-            Found::Unreadable(e) => format!("{shown}: {e}"),
+            Found::Unreadable(e) => format!("{shown}: {}", escape_str(e)),
         };
-        println!("{line}");
+        text += &line;
+        text.push('\n');
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out).expect("status serializes"));
+        text = serde_json::to_string_pretty(&out).expect("status serializes") + "\n";
     }
+    // `volprep status --json | grep -q done`: a reader that stops early is no error.
+    report::print(text.as_bytes())?;
     Ok(ExitCode::Success)
 }

@@ -10,10 +10,10 @@ use rustix::io::Errno;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
-use crate::escape::Escaped;
+use crate::escape::{Escaped, escape_bytes};
 use crate::fix;
 use crate::marker::{self, Decision, Found, Marker, State};
-use crate::options::{Mode, RunOptions};
+use crate::options::{Mode, RunOptions, Verify};
 use crate::pass::Fixer;
 use crate::progress::{self, Counters};
 use crate::report::{Action, VolumeReport};
@@ -37,8 +37,9 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
     // Read after the lock: a run that waited sees what the other run left.
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let found = marker::read(root);
-    let digest = spec.digest();
-    let spec_text = spec.to_string();
+    // What the marker keeps: the spec and what the pass covers (`--cross-devices`).
+    let digest = spec.coverage_digest(opts.cross_devices);
+    let spec_text = spec.coverage_text(opts.cross_devices);
     let decision = marker::decide(&marker::Inputs {
         found: &found,
         digest: &digest,
@@ -86,18 +87,40 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
             "{verb} {shown}"
         ),
     }
-    let ctx = Ctx { path, spec, opts, started, reason: reason.clone(), fs, estimate };
+    let ctx =
+        Ctx { path, spec, opts, started, reason: reason.clone(), fs, estimate, digest: digest.clone(), spec_text };
     let mut report = match (&decision, opts.mode) {
         (Decision::Skip(_), Mode::Apply) => {
             let fixer = Fixer::new(path, spec, opts.mode, None);
             finish_report(fixer, &ctx, Action::Skipped)
         }
         (Decision::Skip(_), Mode::Check) => walk(&ctx, root_fd, root_meta, None),
-        (Decision::Walk { resume, .. }, _) => {
-            let resume = (opts.mode == Mode::Apply && found != Found::Unsupported).then(|| {
+        (Decision::Walk { resume, .. }, Mode::Check) => {
+            // What `apply` would do with the special-bit records of the interrupted run.
+            let pending = match &found {
+                Found::Marker(m) if *resume => {
+                    marker::read_checkpoint(root).filter(|c| c.run == m.run && c.digest == digest).map(|c| c.pending)
+                }
+                _ => None,
+            };
+            walk(
+                &ctx,
+                root_fd,
+                root_meta,
+                pending.map(|p| (String::new(), Some(marker::Checkpoint { pending: p, ..Default::default() }))),
+            )
+        }
+        (Decision::Walk { resume, .. }, Mode::Apply) => {
+            let resume = (found != Found::Unsupported).then(|| {
                 let prev = match &found {
                     Found::Marker(m) if *resume => {
-                        marker::read_checkpoint(root).filter(|c| c.run == m.run && c.digest == digest)
+                        marker::read_checkpoint(root).filter(|c| c.run == m.run && c.digest == digest).map(|mut c| {
+                            if opts.verify == Verify::Full {
+                                // Nothing is skipped on the checkpoint's word.
+                                c.done.clear();
+                            }
+                            c
+                        })
                     }
                     _ => None,
                 };
@@ -111,6 +134,8 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
         }
     };
     report.marker_before = found.state_word().to_string();
+    report.spec = ctx.spec_text.clone();
+    report.spec_digest = ctx.digest.clone();
     if report.marker_after.is_empty() {
         // Nothing was written (a skip, `check`, no xattrs): the marker is as it was.
         report.marker_after = report.marker_before.clone();
@@ -127,6 +152,9 @@ struct Ctx<'a> {
     reason: String,
     fs: String,
     estimate: Option<u64>,
+    /// The marker's digest and spec text: the spec and what the pass covers.
+    digest: String,
+    spec_text: String,
 }
 
 fn walk(
@@ -136,12 +164,25 @@ fn walk(
     resume: Option<(String, Option<marker::Checkpoint>)>,
 ) -> VolumeReport {
     let (path, spec, opts) = (ctx.path, ctx.spec, ctx.opts);
+    if opts.mode == Mode::Check {
+        let mut fixer = Fixer::new(path, spec, opts.mode, None);
+        if let Some((_, Some(prev))) = &resume {
+            // `check` counts what apply would restore and reports what it would refuse.
+            fixer.record_restored(&resume::restore_pending(sys::fd(&root_fd), path, &prev.pending, spec, true));
+        }
+        let shown = Escaped(path.as_os_str()).to_string();
+        progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
+            Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
+        });
+        fixer.interrupted = sys::termination();
+        return finish_report(fixer, ctx, Action::Checked);
+    }
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
     let marker_fd = resume.as_ref().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
     let root = marker_fd.as_ref().map(sys::fd);
     let (run, resume) = match (resume, root) {
         (Some((run, prev)), Some(root)) => {
-            let r = Resume::new(root, prev, &run, &spec.digest(), opts.checkpoint_interval);
+            let r = Resume::new(root, prev, &run, &ctx.digest, opts.checkpoint_interval);
             (Some(run), Some(r))
         }
         _ => (None, None),
@@ -152,8 +193,8 @@ fn walk(
         let m = Marker {
             v: marker::FORMAT,
             state: State::InProgress,
-            digest: spec.digest(),
-            spec: spec.to_string(),
+            digest: ctx.digest.clone(),
+            spec: ctx.spec_text.clone(),
             run: run.clone(),
             started: marker::now() - ctx.started.elapsed().as_secs(),
             finished: None,
@@ -166,16 +207,26 @@ fn walk(
             Err(Errno::ROFS) => {
                 warn!(path = %Escaped(path.as_os_str()), "read-only filesystem: no marker can be written")
             }
-            Err(e) => fixer.error_at(path, Op::Xattr, e),
+            // A full filesystem (or quota, or anything else): the entries can still be fixed, and a
+            // volume that conforms must let its app start. No `done` marker may stay from before.
+            Err(e) => {
+                let _ = marker::remove(root);
+                warn!(path = %Escaped(path.as_os_str()),
+                      "cannot write the marker: {}; walking without it (no resume; the next start walks again)",
+                      crate::error::errno_text(e.raw_os_error()));
+            }
         }
         if let Some(prev) = fixer.resume.as_ref().and_then(|r| r.previous.clone()) {
             info!(
                 subtrees = prev.done.len(),
-                "resuming run {run}: {} finished top-level directories are not read again",
+                "resuming run {}: {} finished top-level directories are not read again",
+                marker::escape_str(run),
                 prev.done.len()
             );
-            for (full, op, e) in resume::restore_pending(root, path, &prev.pending, spec) {
-                fixer.error_at(&full, op, e);
+            let restored = resume::restore_pending(root, path, &prev.pending, spec, false);
+            fixer.record_restored(&restored);
+            if let Some(r) = &fixer.resume {
+                r.keep_pending(restored.kept);
             }
         }
     }
@@ -183,7 +234,8 @@ fn walk(
     progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
         Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
     });
-    let action = if opts.mode == Mode::Apply { Action::Walked } else { Action::Checked };
+    let action = Action::Walked;
+    fixer.interrupted = sys::termination();
     let mut marker_after = None;
     if let (Some(run), Some(root), true) = (&run, root, marker_written) {
         marker_after = Some(settle_marker(root, ctx, run, &mut fixer));
@@ -198,9 +250,12 @@ fn walk(
 /// After the walk: `done` (and the checkpoint removed) when no entry failed; otherwise the marker
 /// stays `in-progress` and the checkpoint is written out for the next run. Returns the state word.
 fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fixer<'_>) -> String {
-    let (path, spec) = (ctx.path, ctx.spec);
+    let path = ctx.path;
     let errors = Counters::get(&fixer.counters.errors);
-    if errors > 0 {
+    if let Some(sig) = fixer.interrupted {
+        warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the checkpoint is saved and the next start resumes");
+    }
+    if errors > 0 || fixer.interrupted.is_some() {
         if let Some(r) = &fixer.resume {
             if let Err(e) = marker::write_checkpoint(root, &r.snapshot()) {
                 debug!("{}: cannot write the checkpoint: {e}", Escaped(path.as_os_str()));
@@ -211,8 +266,8 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
     let m = Marker {
         v: marker::FORMAT,
         state: State::Done,
-        digest: spec.digest(),
-        spec: spec.to_string(),
+        digest: ctx.digest.clone(),
+        spec: ctx.spec_text.clone(),
         run: run.to_string(),
         started: marker::now() - ctx.started.elapsed().as_secs(),
         finished: Some(marker::now()),
@@ -221,14 +276,18 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
     };
     match marker::write(root, &m).and_then(|()| marker::remove_checkpoint(root)) {
         Ok(()) => "done".into(),
+        // Every entry conforms: the app may start. Only the next start's skip is lost.
         Err(e) => {
-            fixer.error_at(path, Op::Xattr, e);
+            warn!(path = %Escaped(path.as_os_str()),
+                  "every entry conforms, but cannot write the marker: {}; the next start walks again",
+                  crate::error::errno_text(e.raw_os_error()));
             "in-progress".into()
         }
     }
 }
 
-/// Takes the advisory lock on the root (`flock`), waiting up to `timeout` and saying so.
+/// Takes the advisory lock on the root (`flock`), waiting up to `timeout` and saying who holds
+/// it; gives up at once on SIGTERM.
 pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), Error> {
     let start = Instant::now();
     let mut next_log = Duration::ZERO;
@@ -241,20 +300,40 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
             Err(e) => return Err(Error::sys(path, Op::Lock, e)),
         }
         let waited = start.elapsed();
+        if let Some(sig) = sys::termination() {
+            return Err(Error::Other {
+                path: path.to_path_buf(),
+                msg: format!("{sig} while waiting for the volume lock ({})", lock_holder(root)),
+            });
+        }
         if waited >= timeout {
             return Err(Error::Other {
                 path: path.to_path_buf(),
-                msg: format!(
-                    "another volprep holds the volume lock; gave up after {}s (--lock-timeout)",
-                    waited.as_secs()
-                ),
+                msg: format!("{}; gave up after {}s (--lock-timeout)", lock_holder(root), waited.as_secs()),
             });
         }
         if waited >= next_log {
-            info!(path = %Escaped(path.as_os_str()), "another volprep is preparing this volume; waiting for its lock ({}s so far)", waited.as_secs());
+            info!(path = %Escaped(path.as_os_str()), "{}; waiting for the lock ({}s so far)", lock_holder(root), waited.as_secs());
             next_log += Duration::from_secs(10);
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Who holds the lock on the root, as far as this host can tell (`/proc/locks`).
+fn lock_holder(root: BorrowedFd<'_>) -> String {
+    let holders = sys::lock_holders(root);
+    let me = std::process::id();
+    match holders.iter().find(|(pid, _)| *pid != me).or(holders.first()) {
+        None => "a process not visible from here holds a lock on the volume root (another container's, or another \
+                 node's on a network filesystem; maybe another volprep)"
+            .into(),
+        Some((0, _)) => "a process in another pid namespace holds a lock on the volume root".into(),
+        Some((pid, Some(name))) if name == "volprep" => format!("another volprep (pid {pid}) is preparing this volume"),
+        Some((pid, Some(name))) => {
+            format!("a process (pid {pid}, {}) holds a lock on the volume root", escape_bytes(name.as_bytes()))
+        }
+        Some((pid, None)) => format!("a process (pid {pid}) holds a lock on the volume root"),
     }
 }
 
