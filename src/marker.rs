@@ -145,7 +145,8 @@ impl Marker {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Marker, String> {
-        let m: Marker = serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {e}"))?;
+        let m: Marker =
+            serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {}", escape_str(&e.to_string())))?;
         if m.v != FORMAT {
             return Err(format!("marker format {} is not {FORMAT}", m.v));
         }

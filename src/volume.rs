@@ -175,6 +175,9 @@ fn walk(
             Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
         });
         fixer.interrupted = sys::termination();
+        if let Some(sig) = fixer.interrupted {
+            warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the counts cover what was checked");
+        }
         return finish_report(fixer, ctx, Action::Checked);
     }
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
@@ -189,6 +192,7 @@ fn walk(
     };
     let mut fixer = Fixer::new(path, spec, opts.mode, resume);
     let mut marker_written = false;
+    let mut marker_removed = false;
     if let (Some(run), Some(root)) = (&run, root) {
         let m = Marker {
             v: marker::FORMAT,
@@ -210,7 +214,7 @@ fn walk(
             // A full filesystem (or quota, or anything else): the entries can still be fixed, and a
             // volume that conforms must let its app start. No `done` marker may stay from before.
             Err(e) => {
-                let _ = marker::remove(root);
+                marker_removed = marker::remove(root).is_ok();
                 warn!(path = %Escaped(path.as_os_str()),
                       "cannot write the marker: {}; walking without it (no resume; the next start walks again)",
                       crate::error::errno_text(e.raw_os_error()));
@@ -234,27 +238,27 @@ fn walk(
     progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
         Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
     });
-    let action = Action::Walked;
     fixer.interrupted = sys::termination();
-    let mut marker_after = None;
+    if let Some(sig) = fixer.interrupted {
+        warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the next start resumes");
+    }
+    let mut marker_after = marker_removed.then(|| "none".to_string());
     if let (Some(run), Some(root), true) = (&run, root, marker_written) {
         marker_after = Some(settle_marker(root, ctx, run, &mut fixer));
     }
-    let mut report = finish_report(fixer, ctx, action);
+    let mut report = finish_report(fixer, ctx, Action::Walked);
     if let Some(m) = marker_after {
         report.marker_after = m;
     }
     report
 }
 
-/// After the walk: `done` (and the checkpoint removed) when no entry failed; otherwise the marker
-/// stays `in-progress` and the checkpoint is written out for the next run. Returns the state word.
+/// After the walk: `done` (and the checkpoint removed) when no entry failed and no signal stopped
+/// the walk; otherwise the marker stays `in-progress` and the checkpoint is written out for the
+/// next run. A `done` that can't be written is a warning: every entry conforms. Returns the state.
 fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fixer<'_>) -> String {
     let path = ctx.path;
     let errors = Counters::get(&fixer.counters.errors);
-    if let Some(sig) = fixer.interrupted {
-        warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the checkpoint is saved and the next start resumes");
-    }
     if errors > 0 || fixer.interrupted.is_some() {
         if let Some(r) = &fixer.resume {
             if let Err(e) = marker::write_checkpoint(root, &r.snapshot()) {
@@ -313,7 +317,7 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
             });
         }
         if waited >= next_log {
-            info!(path = %Escaped(path.as_os_str()), "{}; waiting for the lock ({}s so far)", lock_holder(root), waited.as_secs());
+            info!(path = %Escaped(path.as_os_str()), "{}; waiting for its lock ({}s so far)", lock_holder(root), waited.as_secs());
             next_log += Duration::from_secs(10);
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -629,11 +629,23 @@ fn forged_marker_strings_are_escaped_in_logs_and_status() {
         &json!({"v": 1, "state": "done", "digest": "0000", "spec": spec, "run": run_id, "started": 1}),
     );
     let r2 = apply(&other, &["--log-format", "text"]).expect_code(0);
+    // A marker that does not parse: the parser's message quotes the forged text.
+    let (third, _) = volume(fs.path(), "third");
+    set_json(
+        &third,
+        MARKER,
+        &json!({"v": 1, "state": "x\nINJECTED state", "digest": "0", "spec": "", "run": "", "started": 1}),
+    );
+    let st3 = status_text(&third);
+    let r3 = apply(&third, &["--log-format", "text"]).expect_code(0);
+    assert!(!reason(&r3).contains('\n'), "{}", r3.describe());
     for (what, out) in [
         ("status", &st.stdout),
         ("apply", &r.stderr),
         ("status after", &st2.stdout),
         ("apply, spec changed", &r2.stderr),
+        ("status, unreadable", &st3.stdout),
+        ("apply, unreadable", &r3.stderr),
     ] {
         assert!(!out.lines().any(|l| l.starts_with("INJECTED")), "{what}: a fake line\n{out}");
         assert!(!out.contains('\u{202e}'), "{what}: a raw bidi control\n{out}");
