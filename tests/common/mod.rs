@@ -17,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::Command;
 
-pub use mounts::{FsKind, LoopFs, Tmpfs};
+pub use mounts::{Bind, FsKind, LoopFs, Tmpfs};
 pub use snap::{Kind, Meta, Mounts, Snapshot, assert_same, show, snapshot, snapshot_with};
 pub use tree::Tree;
 

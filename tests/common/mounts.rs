@@ -194,3 +194,27 @@ impl Drop for Tmpfs {
         unmount(&self.mnt);
     }
 }
+
+/// A bind mount of `src` (a directory or a file) on `dst` (which must exist and be of the same
+/// type), e.g. a directory of the test's own filesystem inside a volume on that filesystem: the
+/// same device, another mount. Unmounted on drop.
+pub struct Bind {
+    mnt: PathBuf,
+}
+
+impl Bind {
+    pub fn new(src: &Path, dst: &Path) -> Bind {
+        sh("mount", &[os("--bind"), src.as_os_str(), dst.as_os_str()]);
+        Bind { mnt: dst.to_path_buf() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.mnt
+    }
+}
+
+impl Drop for Bind {
+    fn drop(&mut self) {
+        unmount(&self.mnt);
+    }
+}
