@@ -79,6 +79,10 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
         // Swapped for a directory after it was read: its contents were not walked.
         return Err((Op::Stat, Errno::AGAIN));
     }
+    if now.other_mount(seen) {
+        // Another mount took the name's place: not the inode that was looked at.
+        return Err((Op::Stat, Errno::XDEV));
+    }
     let change = decide(&now, spec);
     apply(sys::fd(&pinned), &change)?;
     Ok(change)
@@ -110,7 +114,7 @@ mod tests {
     use super::*;
 
     fn meta(kind: u32, perm: u32, uid: u32, gid: u32) -> Meta {
-        Meta { dev: 1, ino: 2, mode: kind | perm, uid, gid }
+        Meta { dev: 1, ino: 2, mode: kind | perm, uid, gid, nlink: 1, mnt_id: 0 }
     }
 
     fn fs(g: u32) -> Spec {

@@ -72,7 +72,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let apply_spec =
         args.fs_group.map(|g| Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: args.read_only });
     let inspector = Inspector::new(apply_spec.as_ref(), args.read_only, threads);
-    pool.install(|| Walk::new(&inspector, root.dev, args.cross_devices).run(root_fd, root));
+    pool.install(|| Walk::new(&inspector, &root, args.cross_devices).run(root_fd, root));
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
     crate::report::print(out.as_bytes())?;
@@ -205,6 +205,7 @@ struct Inspector<'a> {
     no_setgid: Examples<String>,
     world_writable: Examples<String>,
     mounts: Examples<String>,
+    hardlinked: Examples<String>,
     links_out: Examples<LinkOut>,
     errors: Mutex<Vec<EntryError>>,
 }
@@ -221,6 +222,7 @@ impl<'a> Inspector<'a> {
             no_setgid: Examples::new(),
             world_writable: Examples::new(),
             mounts: Examples::new(),
+            hardlinked: Examples::new(),
             links_out: Examples::new(),
             errors: Mutex::new(Vec::new()),
         }
@@ -311,6 +313,7 @@ impl<'a> Inspector<'a> {
             dirs_without_setgid: self.no_setgid.finish(),
             world_writable_dirs_without_sticky: self.world_writable.finish(),
             nested_mounts: self.mounts.finish(),
+            hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
             errors: Counters::get(&c.errors),
             error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()),
@@ -323,6 +326,9 @@ impl<'a> Inspector<'a> {
 impl Visitor for Inspector<'_> {
     fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) {
         self.counters.seen(meta.kind());
+        if meta.kind() != Kind::Dir && meta.nlink > 1 {
+            self.hardlinked.add(|| show(&walk::rel_child(parent, name)));
+        }
         self.owners.add(parent, meta);
         self.check_mode(meta, || walk::rel_child(parent, name));
         if meta.kind() == Kind::Symlink {
@@ -358,7 +364,7 @@ mod tests {
     use super::*;
 
     fn dir(perm: u32, gid: u32) -> Meta {
-        Meta { dev: 1, ino: 2, mode: libc::S_IFDIR | perm, uid: 0, gid }
+        Meta { dev: 1, ino: 2, mode: libc::S_IFDIR | perm, uid: 0, gid, nlink: 1, mnt_id: 0 }
     }
 
     #[test]

@@ -99,6 +99,13 @@ impl<'a> Fixer<'a> {
         r.dirs_read = Counters::get(&c.dirs_read);
         r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
         r.interrupted = self.interrupted.map(str::to_string);
+        r.hardlinked = Counters::get(&c.hardlinked);
+        if r.hardlinked > 0 {
+            let verb = if self.mode == Mode::Apply { "were" } else { "would be" };
+            warn!(path = %Escaped(self.root.as_os_str()), hardlinked = r.hardlinked,
+                  "{} entries have more than one link: they {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume",
+                  r.hardlinked);
+        }
         r.elapsed_ms = elapsed.as_millis() as u64;
         let secs = elapsed.as_secs_f64();
         r.entries_per_s = if secs > 0.0 { (r.entries as f64 / secs) as u64 } else { r.entries };
@@ -174,7 +181,7 @@ impl Visitor for Fixer<'_> {
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return;
         }
-        self.counters.seen(meta.kind());
+        self.counters.seen_meta(meta);
         let outcome = match (self.mode, &self.resume) {
             (Mode::Check, _) => Ok(fix::decide(meta, self.spec)),
             (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => self.fix_special(r, parent, name, meta),

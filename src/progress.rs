@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use crate::options::ProgressStyle as Style;
-use crate::sys::Kind;
+use crate::sys::{Kind, Meta};
 
 /// Counts for one volume. Every field only grows; read them at any time.
 #[derive(Debug, Default)]
@@ -30,9 +30,19 @@ pub struct Counters {
     pub dirs_read: AtomicU64,
     /// Top-level subtrees not read again because an interrupted run had finished them.
     pub skipped_subtrees: AtomicU64,
+    /// Non-directories whose inode has more than one link (each name counted).
+    pub hardlinked: AtomicU64,
 }
 
 impl Counters {
+    /// Counts one entry of `meta`'s kind (and a hard-linked one).
+    pub fn seen_meta(&self, meta: &Meta) {
+        self.seen(meta.kind());
+        if meta.kind() != Kind::Dir && meta.nlink > 1 {
+            self.hardlinked.fetch_add(1, Relaxed);
+        }
+    }
+
     pub fn seen(&self, kind: Kind) {
         self.entries.fetch_add(1, Relaxed);
         let by_kind = match kind {

@@ -95,6 +95,9 @@ pub struct VolumeReport {
     pub dirs_read: u64,
     /// Top-level subtrees an interrupted run had finished, not read again.
     pub skipped_subtrees: u64,
+    /// Non-directory entries whose inode has more than one link (each name counted): changing
+    /// one changes every name of the inode, maybe outside the volume.
+    pub hardlinked: u64,
     pub elapsed_ms: u64,
     pub entries_per_s: u64,
     /// `I/N` for a sharded pass.
@@ -150,6 +153,7 @@ impl VolumeReport {
             skipped_mounts: Vec::new(),
             dirs_read: 0,
             skipped_subtrees: 0,
+            hardlinked: 0,
             elapsed_ms: 0,
             entries_per_s: 0,
             shard: None,
@@ -297,6 +301,7 @@ impl VolumeReport {
             (&mut m.errors, v.errors),
             (&mut m.dirs_read, v.dirs_read),
             (&mut m.skipped_subtrees, v.skipped_subtrees),
+            (&mut m.hardlinked, v.hardlinked),
         ] {
             // Reports are files anyone may have edited: a sum past u64 stays at the maximum.
             *a = a.saturating_add(b);

@@ -99,7 +99,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
             let (stop, stopped) = mpsc::channel::<()>();
             s.spawn(|| heartbeat(root, path, filter.index, &run_id, stopped));
             progress::watch(&fixer.counters, estimate, opts.progress, &shown, || {
-                Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(walk_fd, root_meta)
+                Walk::new(&fixer, &root_meta, opts.cross_devices).run(walk_fd, root_meta)
             });
             drop(stop);
         });

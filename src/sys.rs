@@ -7,7 +7,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, RawDir, Uid};
+use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, RawDir, Statx, StatxFlags, Uid};
 use rustix::io::Errno;
 
 /// The lstat data a decision needs.
@@ -19,6 +19,12 @@ pub struct Meta {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// Hard links to the inode.
+    pub nlink: u64,
+    /// The id of the mount the entry was reached through (`statx` `STATX_MNT_ID`), 0 where the
+    /// kernel does not tell (before Linux 5.8). A bind mount of a directory of the same
+    /// filesystem has the same `dev` but its own mount id.
+    pub mnt_id: u64,
 }
 
 /// The kind of an entry, from its mode.
@@ -52,7 +58,33 @@ impl Meta {
     }
 
     fn from_stat(st: &rustix::fs::Stat) -> Meta {
-        Meta { dev: st.st_dev, ino: st.st_ino, mode: st.st_mode, uid: st.st_uid, gid: st.st_gid }
+        Meta {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            nlink: u64::from(st.st_nlink),
+            mnt_id: 0,
+        }
+    }
+
+    fn from_statx(x: &Statx) -> Meta {
+        Meta {
+            dev: libc::makedev(x.stx_dev_major, x.stx_dev_minor),
+            ino: x.stx_ino,
+            mode: u32::from(x.stx_mode),
+            uid: x.stx_uid,
+            gid: x.stx_gid,
+            nlink: u64::from(x.stx_nlink),
+            mnt_id: if x.stx_mask & StatxFlags::MNT_ID.bits() != 0 { x.stx_mnt_id } else { 0 },
+        }
+    }
+
+    /// Whether this entry is on another mount than `root`: another mount id (where the kernel
+    /// tells) or another device (btrfs subvolumes, kernels without mount ids).
+    pub fn other_mount(&self, root: &Meta) -> bool {
+        self.dev != root.dev || (self.mnt_id != 0 && root.mnt_id != 0 && self.mnt_id != root.mnt_id)
     }
 }
 
@@ -79,14 +111,40 @@ pub fn pin_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
     retry(|| rustix::fs::openat(dir, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()))
 }
 
-/// `fstat(fd)`.
-pub fn stat_fd(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
-    retry(|| rustix::fs::fstat(fd)).map(|st| Meta::from_stat(&st))
+/// Remembers that `statx` is unavailable (Linux < 4.11, or a seccomp filter refusing it).
+static NO_STATX: AtomicBool = AtomicBool::new(false);
+
+/// What every stat asks `statx` for: the basic fields a decision needs, and the mount id.
+fn statx_mask() -> StatxFlags {
+    StatxFlags::TYPE
+        | StatxFlags::MODE
+        | StatxFlags::NLINK
+        | StatxFlags::UID
+        | StatxFlags::GID
+        | StatxFlags::INO
+        | StatxFlags::MNT_ID
 }
 
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: lstat relative to a directory fd.
+/// One stat: `statx(dir, name, flags, mask)` (one syscall, the mount id included), or
+/// `fstatat` where `statx` is missing (`mnt_id` then 0).
+fn stat(dir: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<Meta, Errno> {
+    if !NO_STATX.load(Ordering::Relaxed) {
+        match retry(|| rustix::fs::statx(dir, name, flags, statx_mask())) {
+            Err(Errno::NOSYS) => NO_STATX.store(true, Ordering::Relaxed),
+            other => return other.map(|x| Meta::from_statx(&x)),
+        }
+    }
+    retry(|| rustix::fs::statat(dir, name, flags)).map(|st| Meta::from_stat(&st))
+}
+
+/// `fstat(fd)` (as `statx(fd, "", AT_EMPTY_PATH)`).
+pub fn stat_fd(fd: BorrowedFd<'_>) -> Result<Meta, Errno> {
+    stat(fd, c"", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW)
+}
+
+/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)`: lstat relative to a directory fd (as `statx`).
 pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Meta, Errno> {
-    retry(|| rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)).map(|st| Meta::from_stat(&st))
+    stat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
 }
 
 /// `readlinkat(dir, name)`: the target of the symlink `name` in `dir`, as stored (never

@@ -172,7 +172,7 @@ fn walk(
         }
         let shown = Escaped(path.as_os_str()).to_string();
         progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
-            Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
+            Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta)
         });
         fixer.interrupted = sys::termination();
         if let Some(sig) = fixer.interrupted {
@@ -236,7 +236,7 @@ fn walk(
     }
     let shown = Escaped(path.as_os_str()).to_string();
     progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
-        Walk::new(&fixer, root_meta.dev, opts.cross_devices).run(root_fd, root_meta)
+        Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta)
     });
     fixer.interrupted = sys::termination();
     if let Some(sig) = fixer.interrupted {

@@ -83,7 +83,8 @@ pub trait Visitor: Sync {
     fn entry(&self, parent: &Node, name: &CStr, meta: &Meta);
     /// A directory all of whose contents were visited; called before its parent's.
     fn dir_done(&self, dir: &Node);
-    /// A directory on another filesystem, not entered.
+    /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
+    /// of the same filesystem or not): not entered, not handed to [`Visitor::entry`].
     fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
     /// Whether to enter the subdirectory `name` (inode `ino`) of `parent` (default: yes).
     /// A skipped subtree is neither read nor reported.
@@ -104,13 +105,29 @@ pub trait Visitor: Sync {
 /// One traversal of one volume.
 pub struct Walk<'v, V: Visitor> {
     visitor: &'v V,
-    root_dev: u64,
+    /// The root's metadata: its device and mount id tell what is a nested mount.
+    root: Meta,
     cross_devices: bool,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
-    pub fn new(visitor: &'v V, root_dev: u64, cross_devices: bool) -> Self {
-        Walk { visitor, root_dev, cross_devices }
+    pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
+        Walk { visitor, root: *root, cross_devices }
+    }
+
+    /// Whether an entry is on another mount than the root, and the walk stays on the root's.
+    /// Mount ids tell a bind mount of the same filesystem; devices tell the rest.
+    fn foreign(&self, meta: &Meta) -> bool {
+        !self.cross_devices && meta.other_mount(&self.root)
+    }
+
+    /// Hands a non-directory to the visitor, or reports it as a mount (a bind-mounted file).
+    fn leaf(&self, parent: &Node, name: &CStr, meta: &Meta) {
+        if self.foreign(meta) {
+            self.visitor.mount_skipped(parent, name, meta);
+        } else {
+            self.visitor.entry(parent, name, meta);
+        }
     }
 
     /// Walks the tree below `root_fd` on the current rayon pool and returns when every job
@@ -175,7 +192,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             }
             match sys::stat_at(node.fd(), name) {
                 Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
-                Ok(meta) => self.visitor.entry(node, name, &meta),
+                Ok(meta) => self.leaf(node, name, &meta),
                 Err(Errno::NOENT) => {}
                 Err(e) => self.visitor.error(node, Some(name), Op::Stat, e),
             }
@@ -207,7 +224,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             // entry it now is, by its own lstat.
             Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
                 match sys::stat_at(parent.fd(), name) {
-                    Ok(meta) if meta.kind() != Kind::Dir => self.visitor.entry(parent, name, &meta),
+                    Ok(meta) if meta.kind() != Kind::Dir => self.leaf(parent, name, &meta),
                     Ok(_) => self.visitor.error(parent, Some(name), Op::Open, Errno::AGAIN),
                     Err(Errno::NOENT) => {}
                     Err(e) => self.visitor.error(parent, Some(name), Op::Stat, e),
@@ -226,7 +243,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 return None;
             }
         };
-        if meta.dev != self.root_dev && !self.cross_devices {
+        if self.foreign(&meta) {
             self.visitor.mount_skipped(parent, name, &meta);
             return None;
         }
@@ -340,7 +357,7 @@ mod tests {
         let fd = sys::open_root(root).unwrap();
         let meta = sys::stat_fd(fd.as_fd()).unwrap();
         let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        pool.install(|| Walk::new(v, meta.dev, false).run(fd, meta));
+        pool.install(|| Walk::new(v, &meta, false).run(fd, meta));
     }
 
     #[test]

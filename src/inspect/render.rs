@@ -27,7 +27,11 @@ pub struct Inspection {
     pub lacking_group_bits: Finding<String>,
     pub dirs_without_setgid: Finding<String>,
     pub world_writable_dirs_without_sticky: Finding<String>,
+    /// Nested mounts: other filesystems, and bind mounts (of the same filesystem too).
     pub nested_mounts: Finding<String>,
+    /// Non-directories with more than one link: a change reaches every name of the inode,
+    /// maybe outside the volume.
+    pub hardlinked: Finding<String>,
     pub symlinks_outside: Finding<LinkOut>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
@@ -134,6 +138,7 @@ pub fn human(r: &Inspection) -> String {
         String::clone,
     );
     findings.finding("nested mounts (not entered)", &r.nested_mounts, String::clone);
+    findings.finding("files with more than one link", &r.hardlinked, String::clone);
     findings.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| {
         format!("{} -> {}", l.path, l.target)
     });
