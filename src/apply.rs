@@ -9,7 +9,7 @@ use crate::escape::Escaped;
 use crate::options::{Mode, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::{shard, sticky, sys, volume};
+use crate::{guard, shard, sticky, sys, volume};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
@@ -27,9 +27,29 @@ pub struct Options {
     pub report: Option<PathBuf>,
     /// The Kubernetes termination message file (default: /dev/termination-log when it exists).
     pub termination_log: Option<PathBuf>,
+    /// Prepare system directories (`/`, `/etc`, ...) too.
+    pub allow_system_path: bool,
+}
+
+/// Refusals before any change: system directories (unless allowed), and a report or
+/// termination message file at a symlink or inside a volume or temp dir being prepared.
+fn refuse_before_starting(o: &Options) -> Result<(), Error> {
+    let areas: Vec<&Path> =
+        o.targets.iter().map(|(p, _)| p.as_path()).chain(o.sticky.iter().map(PathBuf::as_path)).collect();
+    if !o.allow_system_path {
+        guard::no_system_dirs(areas.iter().copied())?;
+    }
+    if let Some(dest) = &o.report {
+        guard::output_file("--report", dest, &areas)?;
+    }
+    if let Some(dest) = &o.termination_log {
+        guard::output_file("--termination-log", dest, &areas)?;
+    }
+    Ok(())
 }
 
 pub fn run(o: &Options) -> Result<ExitCode, Error> {
+    refuse_before_starting(o)?;
     let opts = &o.run;
     refuse_overlaps(&o.targets, opts.cross_devices)?;
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
@@ -147,7 +167,10 @@ fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport]) {
         None if default.exists() => default,
         None => return,
     };
-    if let Err(e) = std::fs::write(path, report::termination_message(volumes)) {
+    let written = sys::create_output(path)
+        .map_err(std::io::Error::from)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, report::termination_message(volumes).as_bytes()));
+    if let Err(e) = written {
         tracing::warn!("{}: cannot write the termination message: {e}", path.display());
     }
 }

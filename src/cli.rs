@@ -77,9 +77,15 @@ pub struct PassArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
 
-    /// Worker threads (0: automatic, 4 per core, at least 8).
-    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS")]
+    /// Worker threads (0: automatic, 4 per core, at least 8; at most 1024).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
+          value_parser = threads_parser())]
     pub threads: usize,
+
+    /// Prepare a system directory too (/, /etc, /usr, /var, anything below /proc, /sys or /dev,
+    /// ...), which is refused otherwise.
+    #[arg(long, env = "VOLPREP_ALLOW_SYSTEM_PATH")]
+    pub allow_system_path: bool,
 
     /// Enter directories on other filesystems (nested mounts); by default they are skipped.
     #[arg(long, env = "VOLPREP_CROSS_DEVICES", value_parser = BoolishValueParser::new())]
@@ -150,6 +156,11 @@ pub struct PassArgs {
     /// Volume roots (directories) to prepare with the spec flags above.
     #[arg(value_name = "PATH", required_unless_present_any = ["volumes", "sticky"])]
     pub paths: Vec<PathBuf>,
+}
+
+/// `--threads`: 0 (automatic) to [`options::MAX_THREADS`]; more is a usage error, not an abort.
+fn threads_parser() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::new().range(0..=options::MAX_THREADS as u64)
 }
 
 /// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only`.
@@ -244,8 +255,9 @@ pub struct InspectArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Worker threads (0: automatic, 4 per core, at least 8).
-    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS")]
+    /// Worker threads (0: automatic, 4 per core, at least 8; at most 1024).
+    #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
+          value_parser = threads_parser())]
     pub threads: usize,
 
     /// Enter directories on other filesystems (nested mounts); by default they are listed only.
@@ -364,6 +376,7 @@ impl PassArgs {
             max_errors: self.max_errors,
             report: self.report.clone(),
             termination_log: self.termination_log.clone(),
+            allow_system_path: self.allow_system_path,
         })
     }
 }

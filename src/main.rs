@@ -18,8 +18,9 @@ mod volume;
 // The pass: the visitor and its resume state:
 mod pass;
 mod resume;
-// Walking, deciding and fixing, the marker, the report, progress:
+// Walking, deciding and fixing, the marker, the report, progress, refusals made up front:
 mod fix;
+mod guard;
 mod marker;
 mod progress;
 mod report;

@@ -77,11 +77,15 @@ impl RunOptions {
     }
 }
 
+/// The most worker threads a run starts (`--threads`): past this, threads only cost memory
+/// and start-up time (20000 took minutes), never speed.
+pub const MAX_THREADS: usize = 1024;
+
 /// `0` means automatic: metadata I/O waits far more than it computes, so 4 threads per core
 /// (at least 8) keep the device busy; see README "Design".
 pub fn resolve_threads(n: usize) -> usize {
     if n > 0 {
-        return n;
+        return n.min(MAX_THREADS);
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     (cores * 4).clamp(8, 64)

@@ -269,7 +269,9 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     if dest == Path::new("-") {
         return print(&json);
     }
-    std::fs::write(dest, &json)
+    crate::sys::create_output(dest)
+        .map_err(std::io::Error::from)
+        .and_then(|mut f| f.write_all(&json))
         .map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
 }
 

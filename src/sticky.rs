@@ -1,5 +1,5 @@
 //! `--sticky PATH`: makes PATH a shared temp directory like `/tmp` (mode 01777, created if
-//! missing, not recursive), refusing a PATH that is a symlink.
+//! missing, not recursive), refusing a PATH with a symlink anywhere in it.
 
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
@@ -19,14 +19,24 @@ use crate::sys::{self, Kind};
 /// The mode of a shared temp directory: everyone may create, only owners may remove (`/tmp`).
 pub const TMP_MODE: u32 = 0o1777;
 
-/// Prepares (or, in `check`, inspects) one sticky temp dir. Its parent must exist; PATH itself
-/// is created if missing, and its mode set to 01777 if it differs. Nothing below it is touched.
+/// Prepares (or, in `check`, inspects) one sticky temp dir. Its parent must exist and is
+/// reached without following any symlink; PATH itself is created if missing, and given the bits
+/// 01777 when it lacks some. Other bits stay: the setgid an fsGroup pass gives directories (or
+/// a setgid parent passes on) is kept, so a temp dir inside an `--fs-group` volume is 3777 and
+/// stays so, run after run. Nothing below it is touched.
 pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     let started = Instant::now();
     let (parent, name) = split(path)?;
-    let parent_fd = sys::open_root(parent).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory { path: parent.to_path_buf() },
-        e => Error::sys(parent, Op::Open, e),
+    let parent_fd = sys::open_dir_no_symlinks(parent).map_err(|(at, link, e)| match (link, e) {
+        (true, _) => Error::Other {
+            path: at,
+            msg: format!(
+                "is a symlink: --sticky {} is resolved without following links, so a link planted in a parent can't redirect it",
+                Escaped(path.as_os_str())
+            ),
+        },
+        (false, Errno::NOTDIR) => Error::NotADirectory { path: at },
+        (false, e) => Error::sys(at, Op::Open, e),
     })?;
     let parent_fd = sys::fd(&parent_fd);
     let mut outcome = StickyOutcome { created: false, mode_before: None, mode_after: format!("{TMP_MODE:04o}") };
@@ -35,7 +45,7 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
         Err(Errno::NOENT) => None,
         Err(e) => return Err(Error::sys(path, Op::Stat, e)),
     };
-    match meta {
+    let before = match meta {
         Some(m) if m.kind() == Kind::Symlink => {
             return Err(Error::Other {
                 path: path.to_path_buf(),
@@ -45,24 +55,37 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
         Some(m) if m.kind() != Kind::Dir => {
             return Err(Error::NotADirectory { path: path.to_path_buf() });
         }
-        Some(m) => outcome.mode_before = Some(format!("{:04o}", m.perm())),
-        None if mode == Mode::Check => outcome.created = true,
+        Some(m) => {
+            outcome.mode_before = Some(format!("{:04o}", m.perm()));
+            Some(m.perm())
+        }
+        None if mode == Mode::Check => {
+            outcome.created = true;
+            None
+        }
         None => {
             sys::mkdir_at(parent_fd, &name, TMP_MODE).map_err(|e| Error::sys(path, Op::Mkdir, e))?;
             outcome.created = true;
+            None
         }
-    }
-    let needs_chmod = outcome.mode_before.as_deref() != Some("1777");
+    };
+    let needs_chmod = before.is_none_or(|p| p & TMP_MODE != TMP_MODE);
+    let mut after = before.map_or(TMP_MODE, |p| p | TMP_MODE);
     if needs_chmod && mode == Mode::Apply {
         // Opened without following a symlink, then changed through the fd: the directory we
         // checked (or just made, whatever the umask did to its mode) is the one we change.
         let fd = sys::open_subdir(parent_fd, &name).map_err(|e| Error::sys(path, Op::Open, e))?;
-        sys::chmod_fd(sys::fd(&fd), TMP_MODE).map_err(|e| Error::sys(path, Op::Chmod, e))?;
+        let now = sys::stat_fd(sys::fd(&fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
+        after = now.perm() | TMP_MODE;
+        if after != now.perm() {
+            sys::chmod_fd(sys::fd(&fd), after).map_err(|e| Error::sys(path, Op::Chmod, e))?;
+        }
     }
+    outcome.mode_after = format!("{after:04o}");
     let what = match (outcome.created, needs_chmod) {
-        (true, _) => "created with mode 1777".to_string(),
-        (false, true) => format!("mode {} -> 1777", outcome.mode_before.as_deref().unwrap_or("?")),
-        (false, false) => "already 1777: no change".to_string(),
+        (true, _) => format!("created with mode {after:04o}"),
+        (false, true) => format!("mode {} -> {after:04o}", outcome.mode_before.as_deref().unwrap_or("?")),
+        (false, false) => format!("mode {after:04o} has 1777 already: no change"),
     };
     let verb = if mode == Mode::Check && needs_chmod { "would be " } else { "" };
     info!(path = %Escaped(path.as_os_str()), "sticky temp dir {}: {verb}{what}", Escaped(path.as_os_str()));

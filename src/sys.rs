@@ -2,9 +2,11 @@
 //! directory fd and never following a symlink. Flag choices (NOFOLLOW, CLOEXEC, O_PATH) live here once.
 
 use std::ffi::CStr;
+use std::ffi::OsStr;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, RawDir, Statx, StatxFlags, Uid};
@@ -99,6 +101,62 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, Errno> {
 /// sure nothing else could ever block or become a terminal.
 pub fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
     retry(|| rustix::fs::openat(dir, name, dir_flags() | OFlags::NOFOLLOW, Mode::empty()))
+}
+
+/// Opens the directory `path` resolving every component without following a symlink (`..` is
+/// taken as it is, after symlink-free components). On failure: the component's path (the prefix
+/// of `path` that failed), whether it is a symlink, and the errno.
+pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, (PathBuf, bool, Errno)> {
+    let start = if path.has_root() { "/" } else { "." };
+    let mut so_far = PathBuf::from(start);
+    let mut fd = open_root(Path::new(start)).map_err(|e| (so_far.clone(), false, e))?;
+    for c in path.components() {
+        let name = match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
+            Component::ParentDir => OsStr::new(".."),
+            Component::Normal(n) => n,
+        };
+        so_far.push(name);
+        let cname = std::ffi::CString::new(name.as_bytes()).map_err(|_| (so_far.clone(), false, Errno::INVAL))?;
+        fd = match open_subdir(fd.as_fd(), &cname) {
+            Ok(next) => next,
+            Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
+                let link = stat_at(fd.as_fd(), &cname).is_ok_and(|m| m.kind() == Kind::Symlink);
+                return Err((so_far, link, e));
+            }
+            Err(e) => return Err((so_far, false, e)),
+        };
+    }
+    Ok(fd)
+}
+
+/// `stat(path)`, following symlinks: for paths the operator names (volume roots, system
+/// directories), never for entries inside a volume.
+pub fn stat_path(path: &Path) -> Result<Meta, Errno> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::INVAL)?;
+    stat(rustix::fs::CWD, &c, AtFlags::empty())
+}
+
+/// `openat(dir, "..", O_PATH|O_DIRECTORY)`: the parent of an open directory (itself at `/`).
+pub fn open_parent(dir: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    retry(|| rustix::fs::openat(dir, c"..", OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()))
+}
+
+/// Opens an output file (report, termination message) for writing: created 0644 if missing,
+/// never through a symlink at `path` (`O_NOFOLLOW`: ELOOP), never a regular file with other
+/// hard links (EMLINK: it could be any file of that filesystem). A regular file is truncated.
+/// `O_NOCTTY`: a terminal named here never becomes the controlling one.
+pub fn create_output(path: &Path) -> Result<std::fs::File, Errno> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = retry(|| rustix::fs::open(path, flags, Mode::from_raw_mode(0o644)))?;
+    let meta = stat_fd(fd.as_fd())?;
+    if meta.kind() == Kind::File {
+        if meta.nlink > 1 {
+            return Err(Errno::MLINK);
+        }
+        retry(|| rustix::fs::ftruncate(&fd, 0))?;
+    }
+    Ok(std::fs::File::from(fd))
 }
 
 fn dir_flags() -> OFlags {
@@ -307,13 +365,18 @@ pub fn pin_beneath(root: BorrowedFd<'_>, rel: &Path) -> Result<OwnedFd, Errno> {
     retry(|| rustix::fs::openat2(root, rel, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty(), how))
 }
 
+/// The filesystem's name, from `fstatfs`'s magic number ("0x..." when unknown).
+pub fn fs_type(fd: BorrowedFd<'_>) -> String {
+    match rustix::fs::fstatfs(fd) {
+        Ok(st) => fs_name(st.f_type),
+        Err(_) => "unknown".to_string(),
+    }
+}
+
 /// The filesystem's name (from `fstatfs`'s magic number) and, when `fd` is the root of its
 /// mount, the inodes in use (`fstatvfs`): an estimate of the entries a walk will meet.
 pub fn fs_info(fd: BorrowedFd<'_>) -> (String, Option<u64>) {
-    let name = match rustix::fs::fstatfs(fd) {
-        Ok(st) => fs_name(st.f_type),
-        Err(_) => "unknown".to_string(),
-    };
+    let name = fs_type(fd);
     let is_mount_root = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::empty())
         .ok()
         .filter(|x| x.stx_attributes_mask.contains(rustix::fs::StatxAttributes::MOUNT_ROOT))
@@ -342,6 +405,21 @@ fn fs_name(magic: i64) -> String {
         0x0102_1997 => "v9fs",
         0x7366_7173 => "squashfs",
         0x4244 => "hfs",
+        0x9FA0 => "proc",
+        0x6265_6572 => "sysfs",
+        0x0027_E0EB => "cgroup",
+        0x6367_7270 => "cgroup2",
+        0x1CD1 => "devpts",
+        0x6462_6720 => "debugfs",
+        0x7472_6163 => "tracefs",
+        0x7363_6673 => "securityfs",
+        0xCAFE_4A11 => "bpf",
+        0x6165_676C => "pstore",
+        0xDE5E_81E4 => "efivarfs",
+        0x6265_6570 => "configfs",
+        0x4249_4E4D => "binfmt_misc",
+        0x6573_5543 => "fusectl",
+        0x1980_0202 => "mqueue",
         _ => return format!("0x{magic:x}"),
     }
     .to_string()

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["pass"],
     &["resume"],
-    &["fix", "marker", "progress", "report", "walk"],
+    &["fix", "guard", "marker", "progress", "report", "walk"],
     &["error", "options", "spec", "sys"],
     &["escape"],
 ];
