@@ -59,6 +59,8 @@ impl Meta {
         self.mode & 0o7777
     }
 
+    // `nlink_t` is u64 here but u32 on some targets.
+    #[allow(clippy::useless_conversion)]
     fn from_stat(st: &rustix::fs::Stat) -> Meta {
         Meta {
             dev: st.st_dev,
