@@ -167,10 +167,7 @@ fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport]) {
         None if default.exists() => default,
         None => return,
     };
-    let written = sys::create_output(path)
-        .map_err(std::io::Error::from)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, report::termination_message(volumes).as_bytes()));
-    if let Err(e) = written {
+    if let Err(e) = report::write_file(path, report::termination_message(volumes).as_bytes()) {
         tracing::warn!("{}: cannot write the termination message: {e}", path.display());
     }
 }

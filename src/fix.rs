@@ -2,6 +2,7 @@
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
+use std::sync::Mutex;
 
 use rustix::io::Errno;
 
@@ -63,6 +64,9 @@ pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), (Op, Errno)> {
     Ok(())
 }
 
+/// Held while an inode with more than one link is re-read and changed (rare: no contention).
+static MULTI_LINK: Mutex<()> = Mutex::new(());
+
 /// Fixes the non-directory entry `name` in `dir`, which was seen with `seen`.
 ///
 /// Conforming entries cost nothing more. Otherwise the entry is pinned with O_PATH|O_NOFOLLOW
@@ -73,6 +77,10 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
     if decide(seen, spec).is_none() {
         return Ok(Change::default());
     }
+    // An inode with several names may be fixed by several threads: each re-reads and changes it
+    // under this lock, so none decides from the state between another's chown (which clears
+    // setuid/setgid) and its chmod (which sets them back), and then chmods them away.
+    let _one_at_a_time = (seen.nlink > 1).then(|| MULTI_LINK.lock().unwrap_or_else(|e| e.into_inner()));
     let pinned = sys::pin_at(dir, name).map_err(|e| (Op::Open, e))?;
     let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| (Op::Stat, e))?;
     if now.kind() == Kind::Dir {

@@ -269,10 +269,8 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     if dest == Path::new("-") {
         return print(&json);
     }
-    crate::sys::create_output(dest)
-        .map_err(std::io::Error::from)
-        .and_then(|mut f| f.write_all(&json))
-        .map_err(|e| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {e}") })
+    write_file(dest, &json)
+        .map_err(|why| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {why}") })
 }
 
 /// Writes `bytes` to stdout. A reader that went away (`volprep status --json | grep -q ...`,
@@ -285,6 +283,17 @@ pub fn print(bytes: &[u8]) -> Result<(), Error> {
         }
         _ => Ok(()),
     }
+}
+
+/// Writes an output file (the report, the termination message) through
+/// [`crate::sys::create_output`]: never through a symlink, never over a file with other links.
+pub fn write_file(dest: &Path, bytes: &[u8]) -> Result<(), String> {
+    let mut f = crate::sys::create_output(dest).map_err(|e| match e {
+        rustix::io::Errno::LOOP => "it is a symlink; refusing to follow it".to_string(),
+        rustix::io::Errno::MLINK => "it has other hard links; refusing to overwrite it".to_string(),
+        e => errno_text(e.raw_os_error()),
+    })?;
+    f.write_all(bytes).map_err(|e| e.to_string())
 }
 
 impl VolumeReport {

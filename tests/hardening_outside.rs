@@ -180,10 +180,22 @@ fn report_and_termination_log_never_follow_a_symlink() {
         assert!(!b.join("outside/nothing-yet").exists(), "{flag} {name}: a dangling link's target was created");
         assert_same(&vol_before, &snapshot(&b.join("vol")), Meta::attrs_ctime, "nothing half-done");
     }
+    // A regular file with other hard links (it could be any file of that filesystem) is not
+    // written: the report fails (exit 1), the termination message is a warning.
+    std::fs::hard_link(b.join("outside/victim"), b.join("outside/logs/linked")).unwrap();
+    for flag in ["--report", "--termination-log"] {
+        let r = run(volprep()
+            .args(["apply", "--fs-group", "2000", "--force", flag])
+            .arg(b.join("outside/logs/linked"))
+            .arg(b.join("vol")));
+        assert_eq!(r.code, if flag == "--report" { 1 } else { 0 }, "{flag}\n{}", r.describe());
+        assert!(r.stderr.contains("other hard links"), "{flag}\n{}", r.describe());
+        assert_eq!(std::fs::read(b.join("outside/victim")).unwrap(), victim, "{flag}: the other name's file");
+    }
     // A regular file is overwritten; a missing one is made.
     std::fs::write(b.join("outside/logs/report.json"), b"old").unwrap();
     run(volprep()
-        .args(["apply", "--fs-group", "2000", "--report"])
+        .args(["apply", "--fs-group", "2000", "--force", "--report"])
         .arg(b.join("outside/logs/report.json"))
         .arg("--termination-log")
         .arg(b.join("outside/logs/term"))
@@ -285,6 +297,42 @@ fn hardlinked_files_are_changed_like_the_kubelet_and_counted() {
     let plain = b.join("plain-vol");
     Tree::new().root(0, 0, 0o755).file("f", 0, 0, 0o600).build(&plain);
     assert_eq!(apply_fs_group(&plain, GID, &[]).count("hardlinked"), 0);
+}
+
+/// Item 4: the names of one hard-linked setgid file, fixed by parallel threads, end as the
+/// kubelet leaves the file. (A thread that saw the inode between another's chown, which clears
+/// setgid, and its chmod, which restores it, used to chmod it back without setgid.)
+#[test]
+fn hardlinked_setgid_files_keep_their_bits_under_parallel_fixes() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let b = base(fs.path());
+    const INODES: usize = 2000;
+    const NAMES: usize = 8;
+    for round in 0..5 {
+        let vol = b.join(format!("vol{round}"));
+        let mut t = Tree::new();
+        t.root(0, 0, 0o755);
+        for d in 0..NAMES {
+            t.dir(format!("d{d}"), 0, 0, 0o755);
+        }
+        for i in 0..INODES {
+            t.file(format!("d0/f{i}"), 0, 0, if i % 2 == 0 { 0o2755 } else { 0o6755 });
+            for d in 1..NAMES {
+                t.hardlink(format!("d{d}/f{i}"), format!("d0/f{i}"));
+            }
+        }
+        t.build(&vol);
+        let r = apply_fs_group(&vol, GID, &["-j", "64"]);
+        assert_eq!(r.count("hardlinked"), (INODES * NAMES) as u64);
+        for i in 0..INODES {
+            let want = if i % 2 == 0 { 0o2775 } else { 0o6775 };
+            let m = std::fs::metadata(vol.join(format!("d0/f{i}"))).unwrap();
+            assert_eq!((m.gid(), m.mode() & 0o7777), (GID, want), "round {round}: d0/f{i}\n{}", r.describe());
+        }
+    }
 }
 
 /// Item 14: a `--sticky` dir inside an `--fs-group` volume settles on 3777 (the fsGroup pass's
