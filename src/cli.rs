@@ -84,10 +84,11 @@ pub struct PassArgs {
 
     /// Prepare a system directory too (/, /etc, /usr, /var, anything below /proc, /sys or /dev,
     /// ...), which is refused otherwise.
-    #[arg(long, env = "VOLPREP_ALLOW_SYSTEM_PATH")]
+    #[arg(long, env = "VOLPREP_ALLOW_SYSTEM_PATH", value_parser = BoolishValueParser::new())]
     pub allow_system_path: bool,
 
-    /// Enter directories on other filesystems (nested mounts); by default they are skipped.
+    /// Enter nested mounts (other filesystems, and bind mounts of the same one); by default they
+    /// are skipped.
     #[arg(long, env = "VOLPREP_CROSS_DEVICES", value_parser = BoolishValueParser::new())]
     pub cross_devices: bool,
 
@@ -260,7 +261,8 @@ pub struct InspectArgs {
           value_parser = threads_parser())]
     pub threads: usize,
 
-    /// Enter directories on other filesystems (nested mounts); by default they are listed only.
+    /// Enter nested mounts (other filesystems, and bind mounts of the same one); by default they
+    /// are listed only.
     #[arg(long, env = "VOLPREP_CROSS_DEVICES", value_parser = BoolishValueParser::new())]
     pub cross_devices: bool,
 
