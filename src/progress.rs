@@ -30,6 +30,10 @@ pub struct Counters {
     pub dirs_read: AtomicU64,
     /// Top-level subtrees not read again because an interrupted run had finished them.
     pub skipped_subtrees: AtomicU64,
+    /// Unprivileged: entries of other users that do not conform, left as they are.
+    pub foreign_owned: AtomicU64,
+    /// Unprivileged: directories of other users this user may not read (contents not checked).
+    pub foreign_unread: AtomicU64,
 }
 
 impl Counters {
