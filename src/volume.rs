@@ -277,13 +277,14 @@ fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
         path = r.path.as_str(),
         foreign_owned = r.foreign_owned,
         foreign_unread_dirs = r.foreign_unread_dirs,
-        "{}: {} entries owned by other users do not conform and {verb}{unread}; first: {}. A privileged run would give them group {} and the mode bits of spec '{}' (see foreign_owned_list in the report): run `volprep apply {}` once as root, e.g. the standalone Job of examples/fleet or the migrate chart",
+        "{}: {} entries owned by other users do not conform and {verb}{unread}; first: {}. A privileged run would give them group {} and the mode bits of spec '{}' (see foreign_owned_list in the report): run `volprep apply {} {}` once as root, e.g. the standalone Job of examples/fleet or the migrate chart",
         r.path,
         r.foreign_owned,
         first.join(" "),
         ctx.spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
         ctx.spec,
         ctx.spec.to_string().split(' ').map(|w| format!("--{w}")).collect::<Vec<_>>().join(" "),
+        r.path,
     );
 }
 
