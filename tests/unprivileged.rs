@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use common::kill;
 use common::snap::{self, ROOT, kubelet_target};
 use common::*;
 
@@ -84,9 +85,9 @@ fn listed(r: &Run, vol: &Path) -> BTreeSet<(String, bool)> {
         .collect()
 }
 
-/// A loop ext4 whose mount point the app can reach (the temp dir above it is 0700).
-fn ext4() -> LoopFs {
-    let fs = LoopFs::new(FsKind::Ext4, 64);
+/// A loop ext4 of `mib` MiB whose mount point the app can reach (the temp dir above it is 0700).
+fn ext4(mib: u64) -> LoopFs {
+    let fs = LoopFs::new(FsKind::Ext4, mib);
     let parent = fs.path().parent().expect("mount point has a parent");
     std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).expect("chmod mount parent");
     fs
@@ -97,7 +98,7 @@ fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
     if !privileged(&["mkfs.ext4"]) {
         return;
     }
-    let fs = ext4();
+    let fs = ext4(64);
     let vol = fs.path();
     let t = mixed_tree();
     t.build(vol);
@@ -286,6 +287,60 @@ fn a_root_the_app_may_not_write_gets_no_marker_but_its_entries_are_fixed() {
     for (path, m) in snapshot(&vol) {
         if m.uid == APP {
             assert!(snap::conforms(&m, GROUP, false), "{}: {m:?}", snap::show(&path));
+        }
+    }
+}
+
+/// An unprivileged pass killed midway resumes like a root one (top-level subtrees it finished
+/// are not read again; one holding an entry of another user is never "finished") and ends the
+/// same: the app's entries conform, the others are untouched and listed, exit 4.
+#[test]
+fn a_killed_unprivileged_pass_resumes_and_ends_the_same() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    // Every file holds its path: one 4 KiB block each.
+    let fs = ext4(512);
+    let vol = fs.path().join("vol");
+    let (tops, per_top) = (40, 1000);
+    let mut t = Tree::new();
+    t.root(APP, APP, 0o755);
+    for i in 0..tops {
+        t.dir(format!("top{i:02}"), APP, APP, 0o755);
+        for f in 0..per_top {
+            t.file(format!("top{i:02}/f{f}"), APP, APP, 0o644);
+        }
+        if i % 4 == 0 {
+            t.file(format!("top{i:02}/root-owned"), 0, 0, 0o644);
+        }
+    }
+    t.build(&vol);
+    let before = snapshot(&vol);
+    let args = ["--fs-group", "2000", "--threads", "2", "--checkpoint-interval", "10ms"];
+
+    let mut cmd = volprep();
+    cmd.arg("apply").args(args).arg(&vol);
+    as_user(&mut cmd, APP, APP, &[GROUP]);
+    let log = kill::killed_at(cmd, before.len() as u64 / 2);
+    assert!(log.contains("decision=\"walk\"") || log.contains("decision=walk"), "{log}");
+
+    let r = as_app("apply", &args, &[GROUP], &vol);
+    assert_eq!(r.code, 4, "{}", r.describe());
+    let reason = r.volume()["reason"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("interrupted: resuming"), "{reason}");
+    let skipped = r.count("skipped_subtrees");
+    assert!(skipped > 0, "finished subtrees are not read again\n{}", r.describe());
+    assert!(skipped <= (tops - tops / 4) as u64, "a subtree with a root-owned file is never finished: {skipped}");
+    let want: BTreeSet<(String, bool)> =
+        (0..tops).step_by(4).map(|i| (format!("top{i:02}/root-owned"), false)).collect();
+    assert_eq!(listed(&r, &vol), want, "{}", r.describe());
+    assert_eq!(r.volume()["marker_after"], "in-progress");
+    for (path, a) in snapshot(&vol) {
+        let b = before[&path];
+        if b.uid == APP {
+            assert!(snap::conforms(&a, GROUP, false), "{}: {a:?}", snap::show(&path));
+        } else {
+            assert_eq!(a.attrs_ctime(), b.attrs_ctime(), "{}", snap::show(&path));
         }
     }
 }

@@ -1,10 +1,12 @@
 //! Shared helpers of the integration tests: the privileged-test gate, running the real binary,
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
-//! (`snap`), the Kubernetes examples' tools and checks (`k8s`). Each test file uses a part of it.
+//! (`snap`), the Kubernetes examples' tools and checks (`k8s`), a pass killed midway (`kill`).
+//! Each test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod fd;
 pub mod k8s;
+pub mod kill;
 pub mod mounts;
 pub mod snap;
 pub mod tree;
