@@ -238,7 +238,7 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         return walk(
             format!(
                 "previous pass (run {}) finished unprivileged and left {n} entries of other users that do not conform: walking again (a privileged run fixes them)",
-                m.run
+                escape_str(&m.run)
             ),
             false,
         );
