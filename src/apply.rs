@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ExitCode};
 use crate::escape::Escaped;
-use crate::options::{Mode, RunOptions, ShardFilter};
+use crate::options::{Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::{guard, shard, sticky, sys, volume};
@@ -52,6 +52,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
     let opts = &o.run;
     refuse_overlaps(&o.targets, opts.cross_devices)?;
+    check_groups(o, &sys::groups())?;
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
     // the checkpoint, report and termination message are still written.
     sys::catch_termination();
@@ -89,7 +90,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     volumes.extend(walked);
     let codes: Vec<ExitCode> = volumes
         .iter()
-        .map(|v| ExitCode::for_volume(v.fatal.is_some(), v.errors, o.max_errors, v.would_change()))
+        .map(|v| ExitCode::for_volume(v.fatal.is_some(), v.errors, o.max_errors, v.left_foreign(), v.would_change()))
         .collect();
     write_termination_log(o.termination_log.as_deref(), &volumes);
     if let Some(dest) = &o.report {
@@ -135,7 +136,26 @@ fn refuse_overlaps(targets: &[(PathBuf, Spec)], cross_devices: bool) -> Result<(
     Ok(())
 }
 
-/// The summary line, with its figures as fields; a warning when an entry failed.
+/// Unprivileged: the kernel lets an owner give its entries only a group it is in, so every
+/// volume's group must be one of `groups` (this process's). Checked for every volume before any
+/// is touched; a usage error, since no retry can help.
+fn check_groups(o: &Options, groups: &[u32]) -> Result<(), Error> {
+    let Privilege::Unprivileged { uid } = o.run.privilege else {
+        return Ok(());
+    };
+    for (path, spec) in &o.targets {
+        if let Some(gid) = spec.gid().filter(|g| !groups.contains(g)) {
+            let list = groups.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            return Err(Error::Usage(format!(
+                "{}: group {gid} is not one of this process's groups (uid {uid}, groups {list}), and an unprivileged volprep can only give its files a group it is in: run the init container with supplementalGroups: [{gid}]",
+                Escaped(path.as_os_str())
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The summary line, with its figures as fields; a warning when an entry failed or was left.
 fn log_summary(v: &VolumeReport) {
     let action = format!("{:?}", v.action).to_lowercase();
     macro_rules! summary {
@@ -148,6 +168,7 @@ fn log_summary(v: &VolumeReport) {
                 changed_owner = v.changed_owner,
                 changed_mode = v.changed_mode,
                 errors = v.errors,
+                foreign_owned = v.foreign_owned,
                 elapsed_ms = v.elapsed_ms,
                 marker = v.marker_after.as_str(),
                 "{}",
@@ -155,7 +176,7 @@ fn log_summary(v: &VolumeReport) {
             )
         };
     }
-    if v.errors > 0 { summary!(tracing::Level::WARN) } else { summary!(tracing::Level::INFO) }
+    if v.errors > 0 || v.foreign_owned > 0 { summary!(tracing::Level::WARN) } else { summary!(tracing::Level::INFO) }
 }
 
 /// Writes the summaries where Kubernetes shows them as the container's termination message:
@@ -178,4 +199,35 @@ fn sticky_report(path: &Path, mode: Mode) -> VolumeReport {
         let spec = Spec { fs_group: None, owner_uid: None, owner_gid: None, read_only: false };
         VolumeReport { spec: "sticky".into(), ..VolumeReport::failed(path, &spec, 1, &e) }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(privilege: Privilege, gids: &[u32]) -> Options {
+        let spec = |g| Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: false };
+        Options {
+            targets: gids.iter().map(|&g| (PathBuf::from(format!("/v{g}")), spec(g))).collect(),
+            sticky: Vec::new(),
+            shard: None,
+            run: RunOptions { privilege, ..RunOptions::new(Mode::Apply, 1) },
+            max_errors: 0,
+            report: None,
+            termination_log: None,
+            allow_system_path: false,
+        }
+    }
+
+    #[test]
+    fn an_unprivileged_run_needs_every_group_among_its_own() {
+        let me = Privilege::Unprivileged { uid: 1000 };
+        assert!(check_groups(&options(me, &[2000, 1000]), &[1000, 2000]).is_ok());
+        let e = check_groups(&options(me, &[1000, 3000]), &[1000, 2000]).unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage);
+        let text = e.to_string();
+        assert!(text.starts_with("/v3000: group 3000 is not one of"), "{text}");
+        assert!(text.contains("supplementalGroups: [3000]"), "{text}");
+        assert!(check_groups(&options(Privilege::Full, &[3000]), &[0]).is_ok(), "root may give any group");
+    }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::options::{self, Mode, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
+use crate::options::{self, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
 use crate::spec::{self, Spec};
 use crate::{apply, demo, inspect, merge, status};
 
@@ -127,6 +127,11 @@ pub struct PassArgs {
     /// Ignore the marker and any checkpoint: walk everything.
     #[arg(long, env = "VOLPREP_FORCE", value_parser = BoolishValueParser::new())]
     pub force: bool,
+
+    /// Change only the entries this user owns (their group to one of its groups, and their mode
+    /// bits) and list the others for a privileged run; what a non-root volprep always does.
+    #[arg(long, env = "VOLPREP_UNPRIVILEGED", value_parser = BoolishValueParser::new())]
+    pub unprivileged: bool,
 
     /// How long to wait for another volprep holding the volume's lock.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30m",
@@ -346,7 +351,7 @@ impl PassArgs {
         Ok(Some(ShardFilter { index, count, depth: self.shard_depth }))
     }
 
-    pub fn run_options(&self, mode: Mode, text_logs: bool) -> RunOptions {
+    pub fn run_options(&self, mode: Mode, text_logs: bool, privilege: Privilege) -> RunOptions {
         RunOptions {
             mode,
             threads: options::resolve_threads(self.threads),
@@ -360,13 +365,26 @@ impl PassArgs {
             lock_timeout: self.lock_timeout,
             progress: ProgressStyle::pick(self.progress_interval, text_logs, std::io::stderr().is_terminal()),
             checkpoint_interval: self.checkpoint_interval,
+            privilege,
         }
     }
 
-    /// The plain options of `apply` (`mode` Apply) or `check`.
-    pub fn to_options(&self, mode: Mode, text_logs: bool) -> Result<apply::Options, String> {
+    /// The plain options of `apply` (`mode` Apply) or `check`, for a process whose effective
+    /// uid is `euid`.
+    pub fn to_options(&self, mode: Mode, text_logs: bool, euid: u32) -> Result<apply::Options, String> {
         let targets = self.targets()?;
         let shard = self.shard_filter()?;
+        let privilege = Privilege::pick(self.unprivileged, euid);
+        if let Privilege::Unprivileged { uid } = privilege {
+            if let Some((path, _)) = targets.iter().find(|(_, s)| s.uid().is_some()) {
+                let why =
+                    if self.unprivileged { "--unprivileged".to_string() } else { format!("running as uid {uid}") };
+                return Err(format!(
+                    "{}: --owner needs root (only root may give files away), and this run is unprivileged ({why}): use --fs-group alone, or run as root",
+                    crate::escape::Escaped(path.as_os_str())
+                ));
+            }
+        }
         if shard.is_some() && mode == Mode::Check {
             return Err("--shard is for apply; check a volume whole".into());
         }
@@ -374,7 +392,7 @@ impl PassArgs {
             targets,
             sticky: self.sticky.clone(),
             shard,
-            run: self.run_options(mode, text_logs),
+            run: self.run_options(mode, text_logs, privilege),
             max_errors: self.max_errors,
             report: self.report.clone(),
             termination_log: self.termination_log.clone(),
@@ -399,8 +417,8 @@ impl Cli {
     pub fn job(self) -> Result<Job, String> {
         let text_logs = self.log_format == LogFormat::Text;
         Ok(match self.command {
-            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, text_logs)?),
-            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, text_logs)?),
+            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, text_logs, crate::sys::euid())?),
+            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, text_logs, crate::sys::euid())?),
             Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
             Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
             Command::Inspect(a) => Job::Inspect(inspect::Options {
@@ -486,6 +504,25 @@ mod tests {
         assert!(!parse_volume("/v,fs-group=1,read-only=no").unwrap().1.read_only);
         assert_eq!(parse_bool("Yes"), Ok(true));
         assert!(parse_bool("maybe").is_err());
+    }
+
+    #[test]
+    fn owner_is_refused_when_unprivileged() {
+        let opts = |args: &[&str], euid: u32| {
+            let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
+            a.to_options(Mode::Apply, true, euid)
+        };
+        let o = opts(&["apply", "--fs-group", "2000", "/v"], 1000).unwrap();
+        assert_eq!(o.run.privilege, Privilege::Unprivileged { uid: 1000 });
+        assert_eq!(opts(&["apply", "--fs-group", "2000", "/v"], 0).unwrap().run.privilege, Privilege::Full);
+        assert_eq!(
+            opts(&["apply", "--unprivileged", "--fs-group", "2000", "/v"], 0).unwrap().run.privilege,
+            Privilege::Unprivileged { uid: 0 }
+        );
+        let e = opts(&["apply", "--owner", "1000", "/v"], 1000).unwrap_err();
+        assert!(e.contains("--owner needs root") && e.contains("uid 1000"), "{e}");
+        assert!(opts(&["apply", "--unprivileged", "--fs-group", "1", "--volume", "/w,owner=5:5", "/v"], 0).is_err());
+        assert!(opts(&["apply", "--owner", "1000", "/v"], 0).is_ok());
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub enum ExitCode {
     Usage = 2,
     /// `check` found entries that `apply` would change.
     WouldChange = 3,
+    /// Unprivileged mode: every entry this user owns conforms (or would), but entries owned by
+    /// other users do not and were left as they are: a privileged run is needed.
+    Partial = 4,
     /// Stopped by SIGINT (128 + 2): the walk stopped, the checkpoint and report were written.
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15, what a shell reports for a process SIGTERM ended): the walk
@@ -25,13 +28,14 @@ pub enum ExitCode {
 
 impl ExitCode {
     /// The code of a run made of several outcomes: the most severe wins
-    /// (failure over "would change" over success).
+    /// (failure over partial over "would change" over success).
     pub fn merge(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
         codes.into_iter().fold(ExitCode::Success, |acc, c| match (acc, c) {
             (ExitCode::Terminated, _) | (_, ExitCode::Terminated) => ExitCode::Terminated,
             (ExitCode::Interrupted, _) | (_, ExitCode::Interrupted) => ExitCode::Interrupted,
             (ExitCode::Usage, _) | (_, ExitCode::Usage) => ExitCode::Usage,
             (ExitCode::Failure, _) | (_, ExitCode::Failure) => ExitCode::Failure,
+            (ExitCode::Partial, _) | (_, ExitCode::Partial) => ExitCode::Partial,
             (ExitCode::WouldChange, _) | (_, ExitCode::WouldChange) => ExitCode::WouldChange,
             _ => ExitCode::Success,
         })
@@ -40,10 +44,13 @@ impl ExitCode {
 
 impl ExitCode {
     /// The code one volume's outcome stands for: failure when it could not be prepared or had more
-    /// per-entry errors than tolerated, "would change" when `check` found work, else success.
-    pub fn for_volume(fatal: bool, errors: u64, max_errors: u64, would_change: bool) -> ExitCode {
+    /// per-entry errors than tolerated, partial when entries of other users were left (or would
+    /// be) for a privileged run, "would change" when `check` found work, else success.
+    pub fn for_volume(fatal: bool, errors: u64, max_errors: u64, left_foreign: bool, would_change: bool) -> ExitCode {
         if fatal || errors > max_errors {
             ExitCode::Failure
+        } else if left_foreign {
+            ExitCode::Partial
         } else if would_change {
             ExitCode::WouldChange
         } else {
@@ -176,6 +183,9 @@ mod tests {
         assert_eq!(ExitCode::merge([Success, WouldChange]), WouldChange);
         assert_eq!(ExitCode::merge([WouldChange, Failure, Success]), Failure);
         assert_eq!(ExitCode::merge([Failure, Usage]), Usage);
+        assert_eq!(ExitCode::merge([WouldChange, Partial, Success]), Partial);
+        assert_eq!(ExitCode::merge([Partial, Failure]), Failure);
+        assert_eq!(Partial as u8, 4);
         assert_eq!(ExitCode::merge([Failure, Interrupted]), Interrupted);
         assert_eq!(ExitCode::merge([Interrupted, Terminated, Usage]), Terminated);
     }

@@ -1,4 +1,5 @@
-//! One entry's fix: `decide` (pure: metadata + spec → the change) and `apply` (the syscalls).
+//! One entry's fix: `decide` (pure: metadata + spec → the change), `judge` (pure: whether this
+//! pass may make it) and `apply` (the syscalls).
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
@@ -7,6 +8,7 @@ use std::sync::Mutex;
 use rustix::io::Errno;
 
 use crate::error::Op;
+use crate::options::Privilege;
 use crate::spec::Spec;
 use crate::sys::{self, Kind, Meta};
 
@@ -50,6 +52,27 @@ pub fn decide(meta: &Meta, spec: &Spec) -> Change {
         _ => None,
     };
     Change { uid, gid, mode }
+}
+
+/// What a pass with a given [`Privilege`] does with one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The entry needs this change (none when it conforms), and the pass may make it.
+    Fix(Change),
+    /// The entry does not conform but belongs to another user, and the pass is unprivileged: it
+    /// is left as it is and listed. The change is what a privileged run would make.
+    NotOurs(Change),
+}
+
+/// The decision, given who runs the pass. An unprivileged process may change the group (to one
+/// of its groups) and the mode of the entries it owns, and nothing of any other entry; an entry
+/// of another user that already conforms needs nothing.
+pub fn judge(meta: &Meta, spec: &Spec, privilege: Privilege) -> Verdict {
+    let change = decide(meta, spec);
+    match privilege {
+        Privilege::Unprivileged { uid } if meta.uid != uid && !change.is_none() => Verdict::NotOurs(change),
+        _ => Verdict::Fix(change),
+    }
 }
 
 /// Applies `change` to the inode `fd` refers to: chown first, then chmod (the chown may have
@@ -175,6 +198,26 @@ mod tests {
         assert_eq!(c, Change { uid: Some(1001), gid: Some(1001), mode: None });
         let s = Spec { owner_gid: None, ..s };
         assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 999, 999), &s).gid, None);
+    }
+
+    #[test]
+    fn unprivileged_fixes_its_own_entries_and_leaves_the_others() {
+        let me = Privilege::Unprivileged { uid: 1000 };
+        // Its own entry, whatever its group: group and mode are the owner's to change.
+        let own = meta(libc::S_IFREG, 0o600, 1000, 0);
+        assert_eq!(judge(&own, &fs(2000), me), Verdict::Fix(decide(&own, &fs(2000))));
+        assert!(matches!(judge(&own, &fs(2000), me), Verdict::Fix(c) if c.gid == Some(2000) && c.mode == Some(0o660)));
+        // Another user's entry that conforms needs nothing.
+        let theirs_ok = meta(libc::S_IFDIR, 0o2770, 0, 2000);
+        assert_eq!(judge(&theirs_ok, &fs(2000), me), Verdict::Fix(Change::default()));
+        // Another user's entry that does not conform is left, with what root would change.
+        for theirs in [meta(libc::S_IFREG, 0o644, 0, 0), meta(libc::S_IFLNK, 0o777, 1001, 1001)] {
+            let v = judge(&theirs, &fs(2000), me);
+            assert_eq!(v, Verdict::NotOurs(decide(&theirs, &fs(2000))), "{theirs:?}");
+        }
+        // Root changes everything.
+        let theirs = meta(libc::S_IFREG, 0o644, 0, 0);
+        assert_eq!(judge(&theirs, &fs(2000), Privilege::Full), Verdict::Fix(decide(&theirs, &fs(2000))));
     }
 
     #[test]

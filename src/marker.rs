@@ -49,6 +49,10 @@ pub struct Marker {
     /// The state of a sharded pass (`--shard I/N`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shards: Option<Shards>,
+    /// An unprivileged pass that finished but left this many entries of other users that do not
+    /// conform (the state stays `in-progress`: only a privileged run can finish the volume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<u64>,
 }
 
 /// Where the shards of one sharded pass stand: the meeting point of their Jobs.
@@ -230,6 +234,15 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         let run = escape_str(&m.run);
         return walk(format!("previous pass (run {run}) was interrupted; --verify full: walking everything"), true);
     }
+    if let (State::InProgress, Some(n)) = (m.state, m.left) {
+        return walk(
+            format!(
+                "previous pass (run {}) finished unprivileged and left {n} entries of other users that do not conform: walking again (a privileged run fixes them)",
+                escape_str(&m.run)
+            ),
+            false,
+        );
+    }
     if m.state == State::InProgress {
         return walk(format!("previous pass (run {}) was interrupted: resuming", escape_str(&m.run)), true);
     }
@@ -348,6 +361,7 @@ mod tests {
             finished: Some(1100),
             entries: Some(5),
             shards: None,
+            left: None,
         }
     }
 
@@ -412,6 +426,21 @@ mod tests {
         let ip_other = Found::Marker(marker(State::InProgress, "d0"));
         assert!(matches!(decide(&inputs(&ip_other)), Decision::Walk { resume: false, .. }));
         assert!(matches!(decide(&Inputs { force: true, ..inputs(&ip) }), Decision::Walk { resume: false, .. }));
+    }
+
+    #[test]
+    fn a_partial_unprivileged_pass_is_walked_again_not_resumed() {
+        let partial = Found::Marker(Marker { left: Some(3), ..marker(State::InProgress, "d1") });
+        match decide(&inputs(&partial)) {
+            Decision::Walk { resume, reason } => {
+                assert!(!resume, "a finished pass has nothing to resume");
+                assert!(reason.contains("left 3 entries of other users"), "{reason}");
+            }
+            d => panic!("{d:?}"),
+        }
+        // The field is optional: markers without it read as before.
+        let m = marker(State::Done, "d1");
+        assert!(!String::from_utf8(m.encode()).unwrap().contains("left"));
     }
 
     #[test]

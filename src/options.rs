@@ -1,6 +1,7 @@
 //! Plain option values shared by `cli` (which fills them) and the pass machinery (which reads
 //! them): the mode, when to trust the marker, the thread count, the shard a run owns, how
-//! progress shows, and [`RunOptions`], which carries them down. No clap, no I/O.
+//! progress shows, who the pass runs as, and [`RunOptions`], which carries them down. No clap,
+//! no I/O.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
@@ -46,6 +47,25 @@ impl ProgressStyle {
     }
 }
 
+/// What the pass may change. Root with the capabilities the README lists changes any entry; a
+/// non-root process (a `restricted` pod), or `--unprivileged`, only the entries it owns: their
+/// group (to one of its own groups) and their mode bits, which needs no capability at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Privilege {
+    /// Every entry may be changed.
+    Full,
+    /// Only entries owned by `uid` are changed; the others that do not conform are listed for
+    /// a privileged run.
+    Unprivileged { uid: u32 },
+}
+
+impl Privilege {
+    /// Unprivileged when asked (`--unprivileged`) or when the effective uid is not 0.
+    pub fn pick(asked: bool, euid: u32) -> Privilege {
+        if asked || euid != 0 { Privilege::Unprivileged { uid: euid } } else { Privilege::Full }
+    }
+}
+
 /// How to run a pass over one volume (everything that is not the desired state).
 #[derive(Debug, Clone)]
 pub struct RunOptions {
@@ -59,6 +79,8 @@ pub struct RunOptions {
     pub progress: ProgressStyle,
     /// How often the resume checkpoint on the root is rewritten, at most.
     pub checkpoint_interval: Duration,
+    /// Which entries the pass may change.
+    pub privilege: Privilege,
 }
 
 impl RunOptions {
@@ -73,6 +95,7 @@ impl RunOptions {
             lock_timeout: Duration::from_secs(1800),
             progress: ProgressStyle::Off,
             checkpoint_interval: Duration::from_secs(3),
+            privilege: Privilege::Full,
         }
     }
 }
@@ -226,6 +249,13 @@ mod tests {
         assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
         assert!(parse_duration("7w").is_err());
         assert!(parse_duration("d").is_err());
+    }
+
+    #[test]
+    fn privilege_is_unprivileged_when_asked_or_not_root() {
+        assert_eq!(Privilege::pick(false, 0), Privilege::Full);
+        assert_eq!(Privilege::pick(true, 0), Privilege::Unprivileged { uid: 0 });
+        assert_eq!(Privilege::pick(false, 1000), Privilege::Unprivileged { uid: 1000 });
     }
 
     #[test]

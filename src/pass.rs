@@ -1,4 +1,5 @@
-//! The visitor of one pass: decides each entry, fixes it in `apply`, counts everything, and
+//! The visitor of one pass: decides each entry, fixes it in `apply` (unprivileged: only the
+//! entries this user owns; the others that do not conform are listed), counts everything, and
 //! feeds the resume state (finished top-level subtrees, special bits in flight).
 
 use std::ffi::{CStr, OsStr};
@@ -12,11 +13,11 @@ use tracing::{debug, warn};
 
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Change};
+use crate::fix::{self, Change, Verdict};
 use crate::marker;
-use crate::options::{Mode, ShardFilter};
+use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
-use crate::report::{EntryError, MAX_LISTED_ERRORS, VolumeReport};
+use crate::report::{EntryError, ForeignEntry, MAX_LISTED_ERRORS, MAX_LISTED_FOREIGN, VolumeReport};
 use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Kind, Meta};
@@ -36,6 +37,10 @@ pub struct Fixer<'a> {
     pub shard: Option<ShardFilter>,
     /// The signal that stopped the walk early, once it is over.
     pub interrupted: Option<&'static str>,
+    /// Unprivileged: only entries this user owns are changed.
+    pub privilege: Privilege,
+    /// The first entries of other users left as they are (unprivileged).
+    pub foreign: Mutex<Vec<ForeignEntry>>,
 }
 
 impl<'a> Fixer<'a> {
@@ -50,6 +55,8 @@ impl<'a> Fixer<'a> {
             resume,
             shard: None,
             interrupted: None,
+            privilege: Privilege::Full,
+            foreign: Mutex::new(Vec::new()),
         }
     }
 
@@ -85,6 +92,52 @@ impl<'a> Fixer<'a> {
         }
     }
 
+    /// An entry of another user that does not conform: left as it is, counted and listed (with
+    /// what a privileged run would change), and its top-level subtree is not finished.
+    fn left(&self, dir: &Node, name: Option<&CStr>, meta: &Meta, change: Change, unread: bool) {
+        Counters::add(&self.counters.foreign_owned);
+        if unread {
+            Counters::add(&self.counters.foreign_unread);
+        }
+        if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
+            r.taint(top.meta.ino);
+        }
+        let mut list = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < MAX_LISTED_FOREIGN || tracing::enabled!(tracing::Level::DEBUG) {
+            let path = Escaped(self.path_of(dir, name).as_os_str()).to_string();
+            debug!(path = %path, uid = meta.uid, gid = meta.gid, mode = format!("{:04o}", meta.perm()).as_str(),
+                   unread, "owned by another user and does not conform: left as it is");
+            if list.len() < MAX_LISTED_FOREIGN {
+                list.push(ForeignEntry {
+                    path,
+                    uid: meta.uid,
+                    gid: meta.gid,
+                    mode: format!("{:04o}", meta.perm()),
+                    want_gid: change.gid,
+                    want_mode: change.mode.map(|m| format!("{m:04o}")),
+                    unread,
+                });
+            }
+        }
+    }
+
+    /// Unprivileged: a subdirectory of another user that this user may not open. It does not
+    /// conform (a conforming one is open to its group, which this user is in): it is left and
+    /// listed, its contents unchecked. Returns false when that does not apply (a real error).
+    fn unreadable(&self, parent: &Node, name: &CStr) -> bool {
+        let Ok(meta) = crate::sys::stat_at(parent.fd(), name) else {
+            return false;
+        };
+        match fix::judge(&meta, self.spec, self.privilege) {
+            Verdict::NotOurs(change) => {
+                self.counters.seen(meta.kind());
+                self.left(parent, Some(name), &meta, change, true);
+                true
+            }
+            Verdict::Fix(_) => false,
+        }
+    }
+
     /// Moves the counts, the error list and the skipped mounts into `r`.
     pub fn fill(self, r: &mut VolumeReport, elapsed: Duration) {
         let c = &self.counters;
@@ -106,6 +159,10 @@ impl<'a> Fixer<'a> {
                   "{} entries have more than one link: they {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume",
                   r.hardlinked);
         }
+        r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
+        r.foreign_owned = Counters::get(&c.foreign_owned);
+        r.foreign_unread_dirs = Counters::get(&c.foreign_unread);
+        r.foreign_owned_list = self.foreign.into_inner().unwrap_or_else(|e| e.into_inner());
         r.elapsed_ms = elapsed.as_millis() as u64;
         let secs = elapsed.as_secs_f64();
         r.entries_per_s = if secs > 0.0 { (r.entries as f64 / secs) as u64 } else { r.entries };
@@ -182,6 +239,9 @@ impl Visitor for Fixer<'_> {
             return;
         }
         self.counters.seen_meta(meta);
+        if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, self.privilege) {
+            return self.left(parent, Some(name), meta, change, false);
+        }
         let outcome = match (self.mode, &self.resume) {
             (Mode::Check, _) => Ok(fix::decide(meta, self.spec)),
             (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => self.fix_special(r, parent, name, meta),
@@ -195,6 +255,9 @@ impl Visitor for Fixer<'_> {
             return;
         }
         self.counters.seen(Kind::Dir);
+        if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, self.privilege) {
+            return self.left(dir, None, &dir.meta, change, false);
+        }
         let outcome = match self.mode {
             Mode::Check => Ok(fix::decide(&dir.meta, self.spec)),
             Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
@@ -243,6 +306,12 @@ impl Visitor for Fixer<'_> {
     }
 
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
+        if let (Privilege::Unprivileged { .. }, Op::Open, Errno::ACCESS, Some(name)) = (self.privilege, op, errno, name)
+        {
+            if self.unreadable(dir, name) {
+                return;
+            }
+        }
         if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
             r.taint(top.meta.ino);
         }

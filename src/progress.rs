@@ -32,6 +32,10 @@ pub struct Counters {
     pub skipped_subtrees: AtomicU64,
     /// Non-directories whose inode has more than one link (each name counted).
     pub hardlinked: AtomicU64,
+    /// Unprivileged: entries of other users that do not conform, left as they are.
+    pub foreign_owned: AtomicU64,
+    /// Unprivileged: directories of other users this user may not read (contents not checked).
+    pub foreign_unread: AtomicU64,
 }
 
 impl Counters {

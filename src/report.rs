@@ -11,6 +11,9 @@ use crate::escape::Escaped;
 /// At most this many per-entry errors are listed (all are counted).
 pub const MAX_LISTED_ERRORS: usize = 100;
 
+/// At most this many entries of other users are listed (all are counted).
+pub const MAX_LISTED_FOREIGN: usize = 100;
+
 /// The JSON report: `{"version":1,"volumes":[...]}`. Key names are a stable interface.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
@@ -63,6 +66,24 @@ impl EntryError {
     }
 }
 
+/// An entry of another user that an unprivileged pass left as it is (it does not conform).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForeignEntry {
+    /// The entry's path, escaped (see `escape`).
+    pub path: String,
+    pub uid: u32,
+    pub gid: u32,
+    /// Its permission bits, octal (`0644`).
+    pub mode: String,
+    /// What a privileged run would give it: the group (null: kept) ...
+    pub want_gid: Option<u32>,
+    /// ... and the mode (null: kept).
+    pub want_mode: Option<String>,
+    /// A directory this user may not read: what is inside was not checked either.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unread: bool,
+}
+
 /// One volume's figures.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -91,6 +112,16 @@ pub struct VolumeReport {
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     pub skipped_mounts: Vec<String>,
+    /// Unprivileged mode (not root, or `--unprivileged`): only the entries this user owns are
+    /// changed.
+    pub unprivileged: bool,
+    /// Unprivileged mode: entries of other users that do not conform, left as they are for a
+    /// privileged run (in `check`: that would be left).
+    pub foreign_owned: u64,
+    /// The first [`MAX_LISTED_FOREIGN`] of them.
+    pub foreign_owned_list: Vec<ForeignEntry>,
+    /// Of those, directories this user may not read: their contents were not checked.
+    pub foreign_unread_dirs: u64,
     /// Directories read with `getdents` (0 when the walk was skipped).
     pub dirs_read: u64,
     /// Top-level subtrees an interrupted run had finished, not read again.
@@ -151,6 +182,10 @@ impl VolumeReport {
             errors: 0,
             error_list: Vec::new(),
             skipped_mounts: Vec::new(),
+            unprivileged: false,
+            foreign_owned: 0,
+            foreign_owned_list: Vec::new(),
+            foreign_unread_dirs: 0,
             dirs_read: 0,
             skipped_subtrees: 0,
             hardlinked: 0,
@@ -166,6 +201,12 @@ impl VolumeReport {
     /// `check` found entries that `apply` would change.
     pub fn would_change(&self) -> bool {
         self.action == Action::Checked && self.changed_owner + self.changed_mode > 0
+    }
+
+    /// An unprivileged pass left (or, in `check`, would leave) entries of other users that do not
+    /// conform: a privileged run is needed.
+    pub fn left_foreign(&self) -> bool {
+        matches!(self.action, Action::Walked | Action::Checked) && self.foreign_owned > 0
     }
 
     /// The one-line human summary.
@@ -188,7 +229,7 @@ impl VolumeReport {
                 (stopped.as_str(), mode)
             }
             (None, Action::Checked) => ("checked", "would change"),
-            _ if self.errors > 0 => ("walked", "changed"),
+            _ if self.errors > 0 || self.foreign_owned > 0 => ("walked", "changed"),
             _ => ("prepared", "changed"),
         };
         let mut s = format!(
@@ -205,6 +246,13 @@ impl VolumeReport {
         }
         if self.skipped_subtrees > 0 {
             s += &format!(", {} finished subtree(s) resumed past", self.skipped_subtrees);
+        }
+        if self.foreign_owned > 0 {
+            let verb = if self.action == Action::Checked { "would leave" } else { "left" };
+            s += &format!(
+                ", {verb} {} entries of other users that do not conform (a privileged run fixes them)",
+                self.foreign_owned
+            );
         }
         s += &format!(", {} error(s)", self.errors);
         if self.interrupted.is_some() && self.action == Action::Walked {
@@ -313,6 +361,8 @@ impl VolumeReport {
             (&mut m.dirs_read, v.dirs_read),
             (&mut m.skipped_subtrees, v.skipped_subtrees),
             (&mut m.hardlinked, v.hardlinked),
+            (&mut m.foreign_owned, v.foreign_owned),
+            (&mut m.foreign_unread_dirs, v.foreign_unread_dirs),
         ] {
             // Reports are files anyone may have edited: a sum past u64 stays at the maximum.
             *a = a.saturating_add(b);
@@ -321,6 +371,9 @@ impl VolumeReport {
         m.error_list.extend(v.error_list);
         m.error_list.truncate(MAX_LISTED_ERRORS);
         m.skipped_mounts.extend(v.skipped_mounts);
+        m.foreign_owned_list.extend(v.foreign_owned_list);
+        m.foreign_owned_list.truncate(MAX_LISTED_FOREIGN);
+        m.unprivileged |= v.unprivileged;
         if v.marker_after == "done" {
             m.marker_after = v.marker_after;
         }
@@ -342,6 +395,19 @@ mod tests {
         assert!(m.lines().next().unwrap().starts_with("/a: prepared 0 entries"));
         assert!(m.contains("2 error(s)"));
         assert!(m.lines().nth(1).unwrap().starts_with("/b: walked 0 entries"), "not 'prepared' with errors: {m}");
+    }
+
+    #[test]
+    fn entries_left_for_a_privileged_run_show_in_the_summary() {
+        let mut v = VolumeReport::sample("/a", 0);
+        assert!(!v.left_foreign());
+        v.foreign_owned = 3;
+        assert!(v.left_foreign());
+        let s = v.summary();
+        assert!(s.starts_with("/a: walked 0 entries"), "not 'prepared' with entries left: {s}");
+        assert!(s.contains("left 3 entries of other users"), "{s}");
+        v.action = Action::Skipped;
+        assert!(!v.left_foreign(), "a skip walked nothing");
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
     info!(path = %shown, shard = %name, fs = %fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {shown}");
     let mut fixer = Fixer::new(path, spec, opts.mode, None);
     fixer.shard = Some(filter);
+    fixer.privilege = opts.privilege;
     if walk_needed {
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(path, Op::Open, e))?;
@@ -199,6 +200,7 @@ fn new_round(spec: &Spec, opts: &RunOptions, f: ShardFilter, run: &str) -> Marke
         finished: None,
         entries: None,
         shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
+        left: None,
     }
 }
 
@@ -229,7 +231,10 @@ fn finish(
         warn!(path = %Escaped(path.as_os_str()), "the shard record on the root no longer fits the layout: {why}; starting a new round");
         *shards = Shards { n: f.count, depth: f.depth, ..Default::default() };
     }
-    let clean = Counters::get(&fixer.counters.errors) == 0 && fixer.interrupted.is_none();
+    // A shard that left entries of other users (unprivileged) is not done: a privileged run is.
+    let clean = Counters::get(&fixer.counters.errors) == 0
+        && fixer.interrupted.is_none()
+        && Counters::get(&fixer.counters.foreign_owned) == 0;
     if clean && !shards.done.contains(&f.index) {
         shards.done.push(f.index);
         shards.done.sort_unstable();

@@ -57,6 +57,9 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
                 if let Some(n) = m.entries {
                     s += &format!(", {n} entries");
                 }
+                if let Some(n) = m.left {
+                    s += &format!(", finished unprivileged: {n} entries of other users left for a privileged run");
+                }
                 if let Some(sh) = &m.shards {
                     let running: Vec<String> =
                         sh.running.iter().map(|(i, r, _)| format!("{i} (run {})", escape_str(r))).collect();

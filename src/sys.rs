@@ -306,6 +306,20 @@ pub fn raise_fd_limit() {
     }
 }
 
+/// `geteuid()`: the user whose entries an unprivileged pass may change.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// `getegid()` and `getgroups()`: the groups this process may give its own entries, sorted.
+pub fn groups() -> Vec<u32> {
+    let mut out: Vec<u32> = rustix::process::getgroups().unwrap_or_default().iter().map(|g| g.as_raw()).collect();
+    out.push(rustix::process::getegid().as_raw());
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Borrow helper so callers can pass `&OwnedFd` or a borrowed fd alike.
 pub fn fd<F: AsFd>(f: &F) -> BorrowedFd<'_> {
     f.as_fd()

@@ -1,6 +1,6 @@
 //! One volume from start to end: open the root, take the lock, read the marker, decide to skip
 //! or walk (and why), walk with the [`Fixer`], then leave the marker `done` only if every entry
-//! conforms.
+//! conforms (an unprivileged pass that left other users' entries says so, and what would fix them).
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -13,7 +13,7 @@ use crate::error::{Error, Op};
 use crate::escape::{Escaped, escape_bytes};
 use crate::fix;
 use crate::marker::{self, Decision, Found, Marker, State};
-use crate::options::{Mode, RunOptions, Verify};
+use crate::options::{Mode, Privilege, RunOptions, Verify};
 use crate::pass::Fixer;
 use crate::progress::{self, Counters};
 use crate::report::{Action, VolumeReport};
@@ -191,6 +191,7 @@ fn walk(
         _ => (None, None),
     };
     let mut fixer = Fixer::new(path, spec, opts.mode, resume);
+    fixer.privilege = opts.privilege;
     let mut marker_written = false;
     let mut marker_removed = false;
     if let (Some(run), Some(root)) = (&run, root) {
@@ -204,12 +205,19 @@ fn walk(
             finished: None,
             entries: None,
             shards: None,
+            left: None,
         };
         match marker::write(root, &m) {
             Ok(()) => marker_written = true,
             // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
             Err(Errno::ROFS) => {
                 warn!(path = %Escaped(path.as_os_str()), "read-only filesystem: no marker can be written")
+            }
+            // Unprivileged, on a root of another user that this user may not write: the entries
+            // can still be fixed; only the O(1) restart and resume are lost.
+            Err(Errno::ACCESS | Errno::PERM) if matches!(opts.privilege, Privilege::Unprivileged { .. }) => {
+                warn!(path = %Escaped(path.as_os_str()), root_uid = root_meta.uid, root_mode = format!("{:04o}", root_meta.perm()).as_str(),
+                      "the root is not writable by this user: no marker (every start walks), no resume")
             }
             // A full filesystem (or quota, or anything else): the entries can still be fixed, and a
             // volume that conforms must let its app start. No `done` marker may stay from before.
@@ -250,12 +258,41 @@ fn walk(
     if let Some(m) = marker_after {
         report.marker_after = m;
     }
+    if report.foreign_owned > 0 {
+        log_left(ctx, &report);
+    }
     report
+}
+
+/// Says what an unprivileged pass left: how many entries, the first few, what a privileged run
+/// would change on them, and how to get one.
+fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
+    let first: Vec<&str> = r.foreign_owned_list.iter().take(5).map(|e| e.path.as_str()).collect();
+    let unread = match r.foreign_unread_dirs {
+        0 => String::new(),
+        n => format!(" ({n} of them directories this user may not read: their contents were not checked)"),
+    };
+    let verb = if ctx.opts.mode == Mode::Check { "would be left" } else { "were left as they are" };
+    warn!(
+        path = r.path.as_str(),
+        foreign_owned = r.foreign_owned,
+        foreign_unread_dirs = r.foreign_unread_dirs,
+        "{}: {} entries owned by other users do not conform and {verb}{unread}; first: {}. A privileged run would give them group {} and the mode bits of spec '{}' (see foreign_owned_list in the report): run `volprep apply {} {}` once as root, e.g. the standalone Job of examples/fleet or the migrate chart",
+        r.path,
+        r.foreign_owned,
+        first.join(" "),
+        ctx.spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
+        ctx.spec,
+        ctx.spec.to_string().split(' ').map(|w| format!("--{w}")).collect::<Vec<_>>().join(" "),
+        r.path,
+    );
 }
 
 /// After the walk: `done` (and the checkpoint removed) when no entry failed and no signal stopped
 /// the walk; otherwise the marker stays `in-progress` and the checkpoint is written out for the
-/// next run. A `done` that can't be written is a warning: every entry conforms. Returns the state.
+/// next run. An unprivileged pass that left other users' entries marks the marker with how many
+/// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
+/// that can't be written is a warning. Returns the state.
 fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fixer<'_>) -> String {
     let path = ctx.path;
     let errors = Counters::get(&fixer.counters.errors);
@@ -267,9 +304,10 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
         }
         return "in-progress".into();
     }
+    let left = Counters::get(&fixer.counters.foreign_owned);
     let m = Marker {
         v: marker::FORMAT,
-        state: State::Done,
+        state: if left > 0 { State::InProgress } else { State::Done },
         digest: ctx.digest.clone(),
         spec: ctx.spec_text.clone(),
         run: run.to_string(),
@@ -277,13 +315,16 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
         finished: Some(marker::now()),
         entries: Some(Counters::get(&fixer.counters.entries)),
         shards: None,
+        left: (left > 0).then_some(left),
     };
     match marker::write(root, &m).and_then(|()| marker::remove_checkpoint(root)) {
+        Ok(()) if left > 0 => "in-progress".into(),
         Ok(()) => "done".into(),
         // Every entry conforms: the app may start. Only the next start's skip is lost.
         Err(e) => {
+            let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %Escaped(path.as_os_str()),
-                  "every entry conforms, but cannot write the marker: {}; the next start walks again",
+                  "{what}, but cannot write the marker: {}; the next start walks again",
                   crate::error::errno_text(e.raw_os_error()));
             "in-progress".into()
         }

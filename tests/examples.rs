@@ -199,6 +199,43 @@ volumePermissions:
         caps: VOLPREP_CAPS,
     },
     RenderCase {
+        name: "unprivileged",
+        values: "volumePermissions:\n  mode: unprivileged\n",
+        args: Some(&[
+            "apply",
+            "--unprivileged",
+            "--fs-group=1000",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "/data",
+        ]),
+        image: DEFAULT_IMAGE,
+        caps: &[],
+    },
+    RenderCase {
+        name: "unprivileged-other-ids",
+        values: r#"
+podSecurityContext:
+  runAsUser: 1500
+  runAsGroup: 1500
+  fsGroup: 2500
+volumePermissions:
+  mode: unprivileged
+  readOnly: true
+"#,
+        args: Some(&[
+            "apply",
+            "--unprivileged",
+            "--fs-group=2500",
+            "--read-only",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "/data",
+        ]),
+        image: DEFAULT_IMAGE,
+        caps: &[],
+    },
+    RenderCase {
         name: "own-security-context",
         values: r#"
 volumePermissions:
@@ -280,7 +317,23 @@ fn demo_chart_renders_volume_permissions_values() {
                 let mut caps = strs(&c["securityContext"]["capabilities"]["add"]);
                 caps.sort();
                 assert_eq!(caps, case.caps, "{at}: capabilities");
-                if case.caps == VOLPREP_CAPS {
+                if case.caps.is_empty() {
+                    // Unprivileged: Pod Security Standard restricted, as the app's own user.
+                    let args = check_volprep_pod(spec, &at);
+                    assert!(args.unprivileged, "{at}");
+                    let sc = &c["securityContext"];
+                    let psc = &spec["securityContext"];
+                    assert_eq!(sc["runAsUser"], psc["runAsUser"], "{at}: the app's uid");
+                    assert_eq!(sc["runAsGroup"], psc["runAsGroup"], "{at}: the app's gid");
+                    assert!(strs(&psc["supplementalGroups"]).contains(&args.fs_group.unwrap().to_string()), "{at}");
+                    let mounts: Vec<&str> = c["volumeMounts"]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .filter_map(|m| m["mountPath"].as_str())
+                        .collect();
+                    assert_eq!(mounts, ["/data"], "{at}: /tmp (an emptyDir only root may chmod) is not mounted");
+                } else if case.caps == VOLPREP_CAPS {
                     check_volprep_pod(spec, &at);
                 } else {
                     // DAC_READ_SEARCH is narrower than DAC_OVERRIDE but not in baseline's list.
@@ -318,6 +371,23 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "readOnly changes the fsGroup mode policy",
         ),
         ("no-group", "podSecurityContext:\n  fsGroup: null\n", "set fsGroup"),
+        ("bad-mode", "volumePermissions:\n  mode: rootless\n", "\"rootless\" is neither root nor unprivileged"),
+        ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
+        (
+            "unprivileged-sticky",
+            "volumePermissions:\n  mode: unprivileged\n  sticky: [/var/tmp]\n",
+            "sticky needs mode root",
+        ),
+        (
+            "unprivileged-as-root",
+            "podSecurityContext:\n  runAsUser: 0\nvolumePermissions:\n  mode: unprivileged\n",
+            "one non-root uid",
+        ),
+        (
+            "unprivileged-no-uid",
+            "podSecurityContext:\n  runAsUser: null\nvolumePermissions:\n  mode: unprivileged\n",
+            "set runAsUser",
+        ),
         (
             "nothing-mounted",
             "volumePermissions:\n  volumeMounts: [{name: tmp, mountPath: /tmp}]\n  sticky: []\n  paths: []\n",
@@ -403,6 +473,43 @@ fn kustomize_overlay_adds_volprep_first() {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("overlay.rendered.yaml");
+    fs::write(&file, &text).expect("write");
+    if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
+        k8s_validate(&kv, std::slice::from_ref(&file));
+    }
+    if let Some(yl) = tool("VOLPREP_YAMLLINT", test) {
+        yamllint(&yl, &[file]);
+    }
+}
+
+/// The unprivileged overlay: volprep first, as the app's user with no capability, and the
+/// whole pod meets Pod Security Standard restricted (every control checked explicitly).
+#[test]
+fn kustomize_unprivileged_overlay_meets_restricted() {
+    let test = "kustomize_unprivileged_overlay_meets_restricted";
+    let Some(kubectl) = tool("VOLPREP_KUBECTL", test) else {
+        return;
+    };
+    let overlay = Path::new(ROOT).join("examples/kustomize/overlay-unprivileged");
+    let text = run_ok(Command::new(kubectl).arg("kustomize").arg(overlay));
+    let all = docs(&text);
+    let sts = workloads(&all);
+    assert_eq!(sts.len(), 1, "one StatefulSet:\n{text}");
+    let at = "kustomize overlay-unprivileged";
+    check_mount_refs(sts[0], at);
+    let spec = pod_spec(sts[0]);
+    let args = check_volprep_pod(spec, at);
+    assert!(args.unprivileged, "{at}: {args:?}");
+    assert_eq!((args.fs_group, args.paths.as_slice(), args.sticky.len()), (Some(1000), &["/data".to_string()][..], 0));
+    let sc = &spec["initContainers"][0]["securityContext"];
+    assert_eq!((sc["runAsUser"].as_u64(), sc["runAsGroup"].as_u64()), (Some(1000), Some(1000)), "{at}");
+    assert_eq!(strs(&spec["securityContext"]["supplementalGroups"]), ["1000"], "{at}");
+    let names: Vec<&str> =
+        spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["volprep", "migrate-schema"], "{at}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("overlay-unprivileged.rendered.yaml");
     fs::write(&file, &text).expect("write");
     if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
         k8s_validate(&kv, std::slice::from_ref(&file));

@@ -55,10 +55,15 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--log-format",
     "--termination-log",
     "--shard",
+    "--unprivileged",
 ];
 
 /// The flags of APPLY_FLAGS that take no value; the others are written `--name=VALUE`, one arg.
-pub const SWITCHES: &[&str] = &["--read-only"];
+pub const SWITCHES: &[&str] = &["--read-only", "--unprivileged"];
+
+/// Pod Security Standards, restricted: the only volume types a pod may use.
+pub const RESTRICTED_VOLUME_TYPES: &[&str] =
+    &["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
 
 // ---------------------------------------------------------------------------------------------
 // Tools and processes
@@ -208,21 +213,33 @@ pub struct VolprepArgs {
     pub report: Option<String>,
     pub sticky: Vec<String>,
     pub paths: Vec<String>,
+    /// `--unprivileged`: the container runs as the app's user with no capability.
+    pub unprivileged: bool,
 }
 
 /// Checks one volprep container (least privilege, resources, mounts of every path it names,
-/// flags of the CLI contract) and returns its parsed args.
+/// flags of the CLI contract) and returns its parsed args. Root with four capabilities, or with
+/// `--unprivileged` the app's user with none.
 pub fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
     let sc = &c["securityContext"];
-    assert_eq!(sc["runAsUser"].as_u64(), Some(0), "{at}: volprep runs as root");
-    assert_eq!(sc["runAsNonRoot"].as_bool(), Some(false), "{at}: runAsNonRoot: false (overrides a pod-level true)");
+    let unprivileged = strs(&c["args"]).iter().any(|a| a == "--unprivileged");
+    if unprivileged {
+        // Every field of the "restricted" standard that a container sets, explicitly.
+        let uid = sc["runAsUser"].as_u64();
+        assert!(uid.is_some_and(|u| u != 0), "{at}: unprivileged volprep runs as the app's uid, not 0: {uid:?}");
+        assert_eq!(sc["runAsNonRoot"].as_bool(), Some(true), "{at}: runAsNonRoot: true");
+        assert!(sc["capabilities"]["add"].is_null(), "{at}: unprivileged volprep adds no capability");
+    } else {
+        assert_eq!(sc["runAsUser"].as_u64(), Some(0), "{at}: volprep runs as root");
+        assert_eq!(sc["runAsNonRoot"].as_bool(), Some(false), "{at}: runAsNonRoot: false (overrides a pod-level true)");
+        let mut add = strs(&sc["capabilities"]["add"]);
+        add.sort();
+        assert_eq!(add, VOLPREP_CAPS, "{at}: capabilities.add");
+    }
     assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false), "{at}: allowPrivilegeEscalation");
     assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{at}: readOnlyRootFilesystem");
     assert_ne!(sc["privileged"].as_bool(), Some(true), "{at}: privileged");
     assert_eq!(strs(&sc["capabilities"]["drop"]), ["ALL"], "{at}: capabilities.drop");
-    let mut add = strs(&sc["capabilities"]["add"]);
-    add.sort();
-    assert_eq!(add, VOLPREP_CAPS, "{at}: capabilities.add");
     assert_eq!(sc["seccompProfile"]["type"].as_str(), Some("RuntimeDefault"), "{at}: seccompProfile");
     for kind in ["requests", "limits"] {
         for res in ["cpu", "memory"] {
@@ -233,7 +250,7 @@ pub fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
 
     let args = strs(&c["args"]);
     assert_eq!(args.first().map(String::as_str), Some("apply"), "{at}: args start with the subcommand: {args:?}");
-    let mut parsed = VolprepArgs::default();
+    let mut parsed = VolprepArgs { unprivileged, ..VolprepArgs::default() };
     for arg in &args[1..] {
         if let Some(flag) = arg.strip_prefix("--") {
             let (name, value) = flag.split_once('=').map_or((flag, None), |(n, v)| (n, Some(v)));
@@ -253,6 +270,11 @@ pub fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
         }
     }
     assert!(!parsed.paths.is_empty(), "{at}: no volume path in {args:?}");
+    if unprivileged {
+        assert!(parsed.owner.is_none(), "{at}: --owner needs root");
+        assert!(parsed.sticky.is_empty(), "{at}: --sticky of an emptyDir needs root");
+        assert!(parsed.fs_group.is_some(), "{at}: unprivileged volprep needs --fs-group");
+    }
     let mounts: Vec<String> = c["volumeMounts"]
         .as_sequence()
         .map(|m| m.iter().filter_map(|m| m["mountPath"].as_str().map(str::to_owned)).collect())
@@ -287,10 +309,27 @@ pub fn check_volprep_pod(spec: &Value, at: &str) -> VolprepArgs {
             "{at}: the app must get group {gid} (supplementalGroups or runAsGroup): {psc:?}"
         );
     }
+    if args.unprivileged {
+        check_restricted_pod(spec, &inits[0], at);
+        return args;
+    }
     let baseline = baseline_violations(spec);
     assert!(baseline.is_empty(), "{at}: violates Pod Security Standard baseline: {baseline:?}");
     assert!(!restricted_violations(spec).is_empty(), "{at}: meets restricted? then the docs saying baseline are wrong");
     args
+}
+
+/// A pod with unprivileged volprep meets Pod Security Standard **restricted**, and volprep runs
+/// as the user of the app's containers (the owner of the files it may fix), holding the group.
+pub fn check_restricted_pod(spec: &Value, volprep: &Value, at: &str) {
+    let restricted = restricted_violations(spec);
+    assert!(restricted.is_empty(), "{at}: violates Pod Security Standard restricted: {restricted:?}");
+    let psc = &spec["securityContext"];
+    let uid = volprep["securityContext"]["runAsUser"].as_u64();
+    for c in spec["containers"].as_sequence().into_iter().flatten() {
+        let app_uid = c["securityContext"]["runAsUser"].as_u64().or(psc["runAsUser"].as_u64());
+        assert_eq!(uid, app_uid, "{at}: volprep runs as the app's uid (container {:?})", c["name"]);
+    }
 }
 
 /// Checks a pod whose own container is volprep (a Job's, examples/fleet): volprep the only
@@ -401,10 +440,21 @@ pub fn baseline_violations(spec: &Value) -> Vec<String> {
     v
 }
 
-/// Pod Security Standards, restricted level: the controls beyond baseline that matter here.
+/// Pod Security Standards, restricted level: baseline and every control restricted adds
+/// (volume types, privilege escalation, running as non-root, a non-root user, seccomp,
+/// capabilities).
 pub fn restricted_violations(spec: &Value) -> Vec<String> {
     let mut v = baseline_violations(spec);
     let psc = &spec["securityContext"];
+    if psc["runAsUser"].as_u64() == Some(0) {
+        v.push("pod: runAsUser 0".to_string());
+    }
+    for vol in spec["volumes"].as_sequence().into_iter().flatten() {
+        let kinds: Vec<&str> = vol.as_mapping().into_iter().flatten().filter_map(|(k, _)| k.as_str()).collect();
+        if let Some(kind) = kinds.iter().find(|k| **k != "name" && !RESTRICTED_VOLUME_TYPES.contains(k)) {
+            v.push(format!("volume {:?}: type {kind}", vol["name"]));
+        }
+    }
     for c in all_containers(spec) {
         let name = c["name"].as_str().unwrap_or("?");
         let sc = &c["securityContext"];

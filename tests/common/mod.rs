@@ -1,10 +1,12 @@
 //! Shared helpers of the integration tests: the privileged-test gate, running the real binary,
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
-//! (`snap`), the Kubernetes examples' tools and checks (`k8s`). Each test file uses a part of it.
+//! (`snap`), the Kubernetes examples' tools and checks (`k8s`), a pass killed midway (`kill`).
+//! Each test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod fd;
 pub mod k8s;
+pub mod kill;
 pub mod mounts;
 pub mod snap;
 pub mod tree;
@@ -13,7 +15,7 @@ pub mod xattr;
 use std::ffi::OsStr;
 use std::io::Write as _;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt as _, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 
@@ -67,6 +69,28 @@ pub fn volprep() -> Command {
         }
     }
     c
+}
+
+/// Makes `cmd` run as `uid`/`gid` with the supplementary `groups`, no capabilities and
+/// no_new_privs: what a pod's `runAsUser`, `runAsGroup`, `supplementalGroups`,
+/// `capabilities: drop: [ALL]` and `allowPrivilegeEscalation: false` give a process. The test
+/// must run as root.
+pub fn as_user<'c>(cmd: &'c mut Command, uid: u32, gid: u32, groups: &[u32]) -> &'c mut Command {
+    let groups: Vec<libc::gid_t> = groups.to_vec();
+    // SAFETY: only async-signal-safe calls between fork and exec; `groups` was allocated before.
+    unsafe {
+        cmd.pre_exec(move || {
+            // setuid from root to another uid clears the permitted and effective capabilities.
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                || libc::setgid(gid) != 0
+                || libc::setuid(uid) != 0
+                || libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
 }
 
 /// A finished run of the binary.

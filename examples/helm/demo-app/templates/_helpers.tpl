@@ -18,13 +18,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/*
-The volumePermissions values completed with what this chart knows: its volume mounts, and
-the group from podSecurityContext.fsGroup when neither fsGroup nor owner is given.
+The volumePermissions values completed with what this chart knows: its volume mounts, the
+group from podSecurityContext.fsGroup when neither fsGroup nor owner is given, and in mode
+unprivileged the app's uid and gid from podSecurityContext (and no sticky /tmp).
 */}}
 {{- define "demo-app.volumePermissions" -}}
 {{- $vp := deepCopy (.Values.volumePermissions | default dict) -}}
+{{- $unprivileged := eq (toString $vp.mode) "unprivileged" -}}
+{{- if $unprivileged -}}
+{{- /* The app's own user; /tmp stays as the kubelet makes it (only root may chmod an emptyDir). */ -}}
+{{- if not (hasKey $vp "runAsUser") -}}{{- $_ := set $vp "runAsUser" .Values.podSecurityContext.runAsUser -}}{{- end -}}
+{{- if not (hasKey $vp "runAsGroup") -}}{{- $_ := set $vp "runAsGroup" .Values.podSecurityContext.runAsGroup -}}{{- end -}}
+{{- if eq (toJson ($vp.sticky | default list)) "[\"/tmp\"]" -}}{{- $_ := set $vp "sticky" list -}}{{- end -}}
+{{- end -}}
 {{- if not $vp.volumeMounts -}}
-{{- $_ := set $vp "volumeMounts" (list (dict "name" "data" "mountPath" .Values.persistence.mountPath) (dict "name" "tmp" "mountPath" "/tmp")) -}}
+{{- $mounts := list (dict "name" "data" "mountPath" .Values.persistence.mountPath) -}}
+{{- if not $unprivileged -}}{{- $mounts = append $mounts (dict "name" "tmp" "mountPath" "/tmp") -}}{{- end -}}
+{{- $_ := set $vp "volumeMounts" $mounts -}}
 {{- end -}}
 {{- if and (not (include "volprep.isSet" $vp.fsGroup)) (not (include "volprep.isSet" $vp.owner)) -}}
 {{- $_ := set $vp "fsGroup" .Values.podSecurityContext.fsGroup -}}

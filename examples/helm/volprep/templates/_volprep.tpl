@@ -16,6 +16,16 @@ Keys missing from values take the defaults below. Unknown keys are an error, so 
 {{- define "volprep.defaults" -}}
 enabled: false
 name: volprep
+# root: a root init container with four capabilities (securityContext below); it fixes every
+# entry. unprivileged: it runs as the app's user (runAsUser) with no capability at all and
+# meets the "restricted" Pod Security Standard; it fixes the entries that user owns and lists
+# the others (exit 4 until a privileged run, e.g. "volprep.jobs", fixes them). The pod must
+# give the app fsGroup through supplementalGroups ("volprep.supplementalGroups"); owner and
+# sticky need root.
+mode: root
+# mode unprivileged: the app's uid (required, not 0) and gid (default: runAsUser).
+runAsUser: null
+runAsGroup: null
 image:
   registry: registry.example.com
   repository: volprep
@@ -54,7 +64,9 @@ resources:
   limits:
     cpu: "1"
     memory: 128Mi
-# Replaces this default as a whole. Root with four capabilities: CHOWN (change the group),
+# Replaces this default as a whole (in both modes; mode unprivileged without it gets runAsUser,
+# runAsGroup, runAsNonRoot, drop ALL, no privilege escalation, seccomp RuntimeDefault and a
+# read-only root filesystem). Root with four capabilities: CHOWN (change the group),
 # FOWNER (chmod/chown other users' entries), FSETID (keep setgid on directories whose group
 # the caller is not in), DAC_OVERRIDE (enter 0700 directories of other users, write the marker
 # xattr on the root; DAC_READ_SEARCH misses the latter and is outside the "baseline" Pod
@@ -175,6 +187,18 @@ float or a string). Anything else fails the render.
 {{- fail "volumePermissions: nothing to prepare: set volumeMounts (or paths)" -}}
 {{- end -}}
 {{- $args := list "apply" -}}
+{{- if include "volprep.unprivileged" . -}}
+{{- if $owner -}}
+{{- fail "volumePermissions.owner needs mode root: only root may give files away" -}}
+{{- end -}}
+{{- if $v.sticky -}}
+{{- fail "volumePermissions.sticky needs mode root: the kubelet makes emptyDirs root's, and only their owner may chmod them" -}}
+{{- end -}}
+{{- if not $fsGroup -}}
+{{- fail "volumePermissions.mode unprivileged: set fsGroup (the app's group, also in the pod's supplementalGroups)" -}}
+{{- end -}}
+{{- $args = append $args "--unprivileged" -}}
+{{- end -}}
 {{- if $fsGroup -}}
 {{- $gid := include "volprep.id" $v.fsGroup -}}
 {{- if contains ":" $gid -}}
@@ -215,10 +239,46 @@ float or a string). Anything else fails the render.
 {{- toYaml $args -}}
 {{- end -}}
 
-{{/* The container's securityContext. */}}
+{{/* "true" when mode is unprivileged; fails on a mode that is neither root nor unprivileged. */}}
+{{- define "volprep.unprivileged" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- $mode := toString $v.mode -}}
+{{- if not (has $mode (list "root" "unprivileged")) -}}
+{{- fail (printf "volumePermissions.mode: %q is neither root nor unprivileged" $mode) -}}
+{{- end -}}
+{{- if eq $mode "unprivileged" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The container's securityContext: values.securityContext when given; else, for mode root, its
+default; for mode unprivileged, the "restricted" Pod Security Standard's: the app's uid and gid,
+runAsNonRoot, no capability, no privilege escalation, seccomp RuntimeDefault.
+*/}}
 {{- define "volprep.securityContext" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
+{{- if and (include "volprep.unprivileged" .) (not (hasKey (.values | default dict) "securityContext")) -}}
+{{- if not (include "volprep.isSet" $v.runAsUser) -}}
+{{- fail "volumePermissions.mode unprivileged: set runAsUser (the app's uid)" -}}
+{{- end -}}
+{{- $uid := include "volprep.id" $v.runAsUser -}}
+{{- $gid := $uid -}}
+{{- if include "volprep.isSet" $v.runAsGroup -}}{{- $gid = include "volprep.id" $v.runAsGroup -}}{{- end -}}
+{{- if or (contains ":" $uid) (contains ":" $gid) (eq $uid "0") -}}
+{{- fail (printf "volumePermissions.runAsUser/runAsGroup: %s/%s: one non-root uid and one gid" $uid $gid) -}}
+{{- end -}}
+runAsUser: {{ $uid }}
+runAsGroup: {{ $gid }}
+runAsNonRoot: true
+privileged: false
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- else -}}
 {{- toYaml $v.securityContext -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
