@@ -3,9 +3,11 @@
 //! (`snap`), the Kubernetes examples' tools and checks (`k8s`). Each test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod containers;
 pub mod fd;
 pub mod k8s;
 pub mod mounts;
+pub mod play;
 pub mod snap;
 pub mod tree;
 pub mod xattr;
