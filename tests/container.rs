@@ -18,13 +18,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::containers::{self, NEEDS, ok, podman};
+use common::containers::{self, ok, podman};
 use common::k8s::{self, ROOT};
 use common::play::{self, PlayOpts};
-use common::snap::{Kind, ROOT as SNAP_ROOT, conforms, kubelet_mode};
+use common::snap::{Kind, conforms, kubelet_mode};
 use common::tree::{self, GenOpts};
 use common::{FsKind, LoopFs, Snapshot, snapshot};
-use serde_norway::Value;
 
 /// The examples' volprep init container: args and added capabilities (examples/statefulset.yaml).
 struct InitContainer {
@@ -510,7 +509,6 @@ fn play_and_check(what: &str, rendered: &str, data_mount: &str) {
             }
         }
         assert_eq!(marker_state(v.path()).as_deref(), Some("done"));
-        let _ = SNAP_ROOT;
     }
 }
 
@@ -679,9 +677,4 @@ fn air_gapped_mirror_by_digest() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_prepared(&before, &snapshot(fs.path()), 1000, "pulled image");
     eprintln!("mirror {reg}: pushed and pulled volprep@{} and charts volprep, demo-app 0.1.0", image.digest);
-}
-
-#[allow(dead_code)]
-fn unused(_: Value) {
-    let _ = NEEDS;
 }

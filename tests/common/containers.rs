@@ -8,9 +8,6 @@ use std::sync::OnceLock;
 
 use super::k8s::{ROOT, describe};
 
-/// Why a container test is ignored by a plain `cargo test` (`.ci/run` runs it).
-pub const NEEDS: &str = "needs podman, buildah, skopeo, runc and the static binary: source .ci/containers.sh and .ci/static.sh, then --include-ignored";
-
 /// Panics with how to get the tools unless `.ci/containers.sh` configured this environment.
 pub fn require() {
     assert!(
