@@ -149,9 +149,9 @@ fn image_builds_reproducibly_small_and_labelled() {
     containers::require();
     let first = containers::image();
     let again = containers::build_image(&containers::scratch_dir("image-b"), "localhost/volprep:rebuild");
-    println!("first build:  {}", first.line);
-    println!("second build: {}", again.line);
-    eprintln!("image digest {} (twice), {} bytes compressed", first.digest, first.compressed);
+    k8s::say(&format!("first build:  {}", first.line));
+    k8s::say(&format!("second build: {}", again.line));
+    k8s::say(&format!("image digest {} (twice), {} bytes compressed", first.digest, first.compressed));
     assert_eq!(first.digest, again.digest, "two builds of one commit, two digests");
     assert!(first.compressed <= 5_000_000, "image is {} bytes, over 5 MB", first.compressed);
 
@@ -201,7 +201,7 @@ fn image_builds_reproducibly_small_and_labelled() {
             entry.1
         );
     }
-    eprintln!("SBOM (cargo auditable, in the binary): {} packages", deps.len());
+    k8s::say(&format!("SBOM (cargo auditable, in the binary): {} packages", deps.len()));
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -259,7 +259,12 @@ fn image_prepares_a_volume_under_the_manifest_security_context() {
     let out = containers::run_as_init_container(&image.tag, &caps, &mounts, &args);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "podman run {args:?}:\n{stderr}");
-    eprintln!("init container run: {:.2}s (image {} from {})", started.elapsed().as_secs_f64(), image.tag, init.image);
+    k8s::say(&format!(
+        "init container run: {:.2}s (image {} from {})",
+        started.elapsed().as_secs_f64(),
+        image.tag,
+        init.image
+    ));
 
     let after = snapshot(fs.path());
     assert_prepared(&before, &after, init.gid, "after the init container");
@@ -353,7 +358,7 @@ fn image_without_each_capability_fails_naming_it() {
         ));
     }
     for r in &results {
-        eprintln!("{r}");
+        k8s::say(&format!("{r}"));
     }
 }
 
@@ -489,7 +494,7 @@ fn play_and_check(what: &str, rendered: &str, data_mount: &str) {
             }
         }
     }
-    eprintln!("{what}: played {} pod(s) in {:.1}s", pods.len(), started.elapsed().as_secs_f64());
+    k8s::say(&format!("{what}: played {} pod(s) in {:.1}s", pods.len(), started.elapsed().as_secs_f64()));
     for (v, before) in volumes.iter().zip(&befores) {
         let after = snapshot(v.path());
         let (mut kept, mut probe_made) = (Snapshot::new(), Snapshot::new());
@@ -676,5 +681,5 @@ fn air_gapped_mirror_by_digest() {
     let out = containers::output(&mut run);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_prepared(&before, &snapshot(fs.path()), 1000, "pulled image");
-    eprintln!("mirror {reg}: pushed and pulled volprep@{} and charts volprep, demo-app 0.1.0", image.digest);
+    k8s::say(&format!("mirror {reg}: pushed and pulled volprep@{} and charts volprep, demo-app 0.1.0", image.digest));
 }
