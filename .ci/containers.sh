@@ -1,5 +1,6 @@
 # Container tooling for tests/container.rs: podman, buildah, skopeo, runc, umoci, Debian's
-# docker-registry and busybox-static, set up to work with no public registry.
+# docker-registry, busybox-static and catatonit (podman builds its pod pause image from it),
+# set up to work with no public registry.
 #
 # Sourced by .ci/run (under `set -euo pipefail`): no `cd` in this shell, no `exit`, every
 # variable set before use. Idempotent: packages are installed only when missing; the
@@ -18,8 +19,8 @@ volprep_containers() {
   local cache="${VOLPREP_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/volprep-ci}/containers"
   local need=() pkg_cmd pkg cmd
   for pkg_cmd in "podman:podman" "buildah:buildah" "skopeo:skopeo" "runc:runc" "umoci:umoci" \
-                 "docker-registry:docker-registry" "busybox-static:busybox" "uidmap:newuidmap" \
-                 "attr:getfattr"; do
+                 "docker-registry:docker-registry" "busybox-static:busybox" "catatonit:catatonit" \
+                 "uidmap:newuidmap" "attr:getfattr" "binutils:objcopy"; do
     pkg=${pkg_cmd%%:*}; cmd=${pkg_cmd##*:}
     command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
   done
