@@ -358,7 +358,7 @@ fn image_without_each_capability_fails_naming_it() {
         ));
     }
     for r in &results {
-        k8s::say(&format!("{r}"));
+        k8s::say(r);
     }
 }
 
