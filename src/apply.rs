@@ -9,7 +9,7 @@ use crate::escape::Escaped;
 use crate::options::{Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::{guard, shard, sticky, sys, volume};
+use crate::{caps, guard, shard, sticky, sys, volume};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
@@ -75,7 +75,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
                 };
                 s.spawn(move || match pool.install(run) {
                     Ok(v) => {
-                        log_summary(&v);
+                        log_summary(&v, o.max_errors);
                         v
                     }
                     Err(e) => {
@@ -92,7 +92,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
         .iter()
         .map(|v| ExitCode::for_volume(v.fatal.is_some(), v.errors, o.max_errors, v.left_foreign(), v.would_change()))
         .collect();
-    write_termination_log(o.termination_log.as_deref(), &volumes);
+    let missing = missing_capabilities(&volumes);
+    write_termination_log(o.termination_log.as_deref(), &volumes, &missing);
     if let Some(dest) = &o.report {
         report::write(&Report { version: 1, volumes }, dest)?;
     }
@@ -155,8 +156,23 @@ fn check_groups(o: &Options, groups: &[u32]) -> Result<(), Error> {
     Ok(())
 }
 
-/// The summary line, with its figures as fields; a warning when an entry failed or was left.
-fn log_summary(v: &VolumeReport) {
+/// One ERROR line per capability the permission errors of the run point to and the process
+/// lacks (e.g. `capabilities.add` without FOWNER); returns those lines.
+fn missing_capabilities(volumes: &[VolumeReport]) -> Vec<String> {
+    let failures = volumes.iter().flat_map(|v| v.error_list.iter().map(|e| (e.op, e.errno.as_str())));
+    let Some(effective) = caps::effective() else {
+        return Vec::new();
+    };
+    let lines: Vec<String> = caps::missing(failures, effective).iter().map(caps::message).collect();
+    for line in &lines {
+        tracing::error!("{line}");
+    }
+    lines
+}
+
+/// The summary line, with its figures as fields: an error when the volume fails the run (exit
+/// code 1), a warning when it had only tolerated errors (`--max-errors`).
+fn log_summary(v: &VolumeReport, max_errors: u64) {
     let action = format!("{:?}", v.action).to_lowercase();
     macro_rules! summary {
         ($level:expr) => {
@@ -176,19 +192,34 @@ fn log_summary(v: &VolumeReport) {
             )
         };
     }
-    if v.errors > 0 || v.foreign_owned > 0 { summary!(tracing::Level::WARN) } else { summary!(tracing::Level::INFO) }
+    let code = ExitCode::for_volume(v.fatal.is_some(), v.errors, max_errors, v.left_foreign(), v.would_change());
+    if code == ExitCode::Failure {
+        summary!(tracing::Level::ERROR)
+    } else if v.errors > 0 || v.foreign_owned > 0 {
+        summary!(tracing::Level::WARN)
+    } else {
+        summary!(tracing::Level::INFO)
+    }
 }
 
 /// Writes the summaries where Kubernetes shows them as the container's termination message:
-/// `--termination-log PATH`, else /dev/termination-log when it exists. A failure is a warning.
-fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport]) {
+/// `--termination-log PATH`, else /dev/termination-log when it exists, followed by the
+/// missing-capability lines while they fit. A failure is a warning.
+fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport], extra: &[String]) {
     let default = Path::new("/dev/termination-log");
     let path = match path {
         Some(p) => p,
         None if default.exists() => default,
         None => return,
     };
-    if let Err(e) = report::write_file(path, report::termination_message(volumes).as_bytes()) {
+    let mut message = report::termination_message(volumes);
+    for line in extra {
+        if message.len() + line.len() < report::TERMINATION_MAX_BYTES {
+            message += line;
+            message.push('\n');
+        }
+    }
+    if let Err(e) = report::write_file(path, message.as_bytes()) {
         tracing::warn!("{}: cannot write the termination message: {e}", path.display());
     }
 }

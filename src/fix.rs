@@ -75,14 +75,30 @@ pub fn judge(meta: &Meta, spec: &Spec, privilege: Privilege) -> Verdict {
     }
 }
 
+/// A fix that failed: the operation and its errno, and what had changed on disk before it
+/// failed (a chown that worked before its chmod was refused), so reports count what was done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    pub op: Op,
+    pub errno: Errno,
+    pub done: Change,
+}
+
+impl Failure {
+    fn new(op: Op, errno: Errno) -> Failure {
+        Failure { op, errno, done: Change::default() }
+    }
+}
+
 /// Applies `change` to the inode `fd` refers to: chown first, then chmod (the chown may have
 /// cleared special bits that the chmod restores). `fd` is a directory fd or an O_PATH pin.
-pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), (Op, Errno)> {
+pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), Failure> {
     if change.owner() {
-        sys::chown_fd(fd, change.uid, change.gid).map_err(|e| (Op::Chown, e))?;
+        sys::chown_fd(fd, change.uid, change.gid).map_err(|e| Failure::new(Op::Chown, e))?;
     }
     if let Some(mode) = change.mode {
-        sys::chmod_fd(fd, mode).map_err(|e| (Op::Chmod, e))?;
+        let done = Change { mode: None, ..*change };
+        sys::chmod_fd(fd, mode).map_err(|errno| Failure { op: Op::Chmod, errno, done })?;
     }
     Ok(())
 }
@@ -96,7 +112,7 @@ static MULTI_LINK: Mutex<()> = Mutex::new(());
 /// and re-stated, and the decision is made again from the pinned inode's own metadata, so the
 /// inode changed is the inode decided on, even if `name` was swapped meanwhile (for a symlink,
 /// the link itself; never its target). Returns the change made.
-pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> Result<Change, (Op, Errno)> {
+pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> Result<Change, Failure> {
     if decide(seen, spec).is_none() {
         return Ok(Change::default());
     }
@@ -104,18 +120,25 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
     // under this lock, so none decides from the state between another's chown (which clears
     // setuid/setgid) and its chmod (which sets them back), and then chmods them away.
     let _one_at_a_time = (seen.nlink > 1).then(|| MULTI_LINK.lock().unwrap_or_else(|e| e.into_inner()));
-    let pinned = sys::pin_at(dir, name).map_err(|e| (Op::Open, e))?;
-    let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| (Op::Stat, e))?;
+    let pinned = sys::pin_at(dir, name).map_err(|e| Failure::new(Op::Open, e))?;
+    let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| Failure::new(Op::Stat, e))?;
     if now.kind() == Kind::Dir {
         // Swapped for a directory after it was read: its contents were not walked.
-        return Err((Op::Stat, Errno::AGAIN));
+        return Err(Failure::new(Op::Stat, Errno::AGAIN));
     }
     if now.other_mount(seen) {
         // Another mount took the name's place: not the inode that was looked at.
-        return Err((Op::Stat, Errno::XDEV));
+        return Err(Failure::new(Op::Stat, Errno::XDEV));
     }
     let change = decide(&now, spec);
-    apply(sys::fd(&pinned), &change)?;
+    apply(sys::fd(&pinned), &change).map_err(|mut f| {
+        // A chown that worked may have cleared setuid/setgid before the chmod was refused.
+        if f.done.owner() {
+            let after = sys::stat_fd(sys::fd(&pinned)).map_or(now.perm(), |m| m.perm());
+            f.done.mode = (after != now.perm()).then_some(after);
+        }
+        f
+    })?;
     Ok(change)
 }
 
@@ -123,18 +146,19 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
 ///
 /// Without CAP_FSETID the kernel silently drops a directory's setgid bit on chmod when its group
 /// is not the caller's; the result is read back so that shows as an EPERM error, not a quiet
-/// half-prepared volume.
-pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, (Op, Errno)> {
+/// half-prepared volume (the other mode bits that did change are counted as changed).
+pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, Failure> {
     if decide(seen, spec).is_none() {
         return Ok(Change::default());
     }
-    let now = sys::stat_fd(fd).map_err(|e| (Op::Stat, e))?;
+    let now = sys::stat_fd(fd).map_err(|e| Failure::new(Op::Stat, e))?;
     let change = decide(&now, spec);
     apply(fd, &change)?;
     if change.mode.is_some_and(|m| m & libc::S_ISGID != 0) {
-        let after = sys::stat_fd(fd).map_err(|e| (Op::Stat, e))?;
+        let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
         if after.perm() & libc::S_ISGID == 0 {
-            return Err((Op::Chmod, Errno::PERM));
+            let mode = (after.perm() != now.perm()).then_some(after.perm());
+            return Err(Failure { op: Op::Chmod, errno: Errno::PERM, done: Change { mode, ..change } });
         }
     }
     Ok(change)

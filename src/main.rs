@@ -19,6 +19,7 @@ mod volume;
 mod pass;
 mod resume;
 // Walking, deciding and fixing, the marker, the report, progress, refusals made up front:
+mod caps;
 mod fix;
 mod guard;
 mod marker;

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Change, Verdict};
+use crate::fix::{self, Change, Failure, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
@@ -69,15 +69,10 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts the outcome of one entry's decision or fix.
-    fn record(&self, dir: &Node, name: Option<&CStr>, outcome: Result<Change, (Op, Errno)>) {
+    fn record(&self, dir: &Node, name: Option<&CStr>, outcome: Result<Change, Failure>) {
         match outcome {
             Ok(change) => {
-                if change.owner() {
-                    Counters::add(&self.counters.changed_owner);
-                }
-                if change.mode.is_some() {
-                    Counters::add(&self.counters.changed_mode);
-                }
+                self.count_change(&change);
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
                     let path = self.path_of(dir, name);
                     let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
@@ -87,8 +82,22 @@ impl<'a> Fixer<'a> {
                            mode = change.mode.map_or_else(|| "-".to_string(), |m| format!("{m:04o}")).as_str(), "{verb}");
                 }
             }
-            Err((_, Errno::NOENT)) => {}
-            Err((op, errno)) => self.error(dir, name, op, errno),
+            Err(f) if f.errno == Errno::NOENT => self.count_change(&f.done),
+            Err(f) => {
+                // What did change on disk before the failure is counted like any change.
+                self.count_change(&f.done);
+                self.error(dir, name, f.op, f.errno)
+            }
+        }
+    }
+
+    /// Counts a change made (or, in check, that would be made).
+    pub fn count_change(&self, change: &Change) {
+        if change.owner() {
+            Counters::add(&self.counters.changed_owner);
+        }
+        if change.mode.is_some() {
+            Counters::add(&self.counters.changed_mode);
         }
     }
 
@@ -216,7 +225,7 @@ impl<'a> Fixer<'a> {
 
     /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
     /// is recorded on the root first, so a kill between chown and chmod can be repaired.
-    fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Change, (Op, Errno)> {
+    fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Change, Failure> {
         let change = fix::decide(meta, self.spec);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
         let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
@@ -262,7 +271,7 @@ impl Visitor for Fixer<'_> {
             Mode::Check => Ok(fix::decide(&dir.meta, self.spec)),
             Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
         };
-        let failed = outcome.as_ref().is_err_and(|(_, e)| *e != Errno::NOENT);
+        let failed = outcome.as_ref().is_err_and(|f| f.errno != Errno::NOENT);
         self.record(dir, None, outcome);
         if let (Some(r), 1, false) = (&self.resume, dir.depth, failed) {
             // A checkpoint that can't be written only costs a later resume some re-reading.

@@ -245,18 +245,16 @@ fn finish(
         fixer.counters.seen(sys::Kind::Dir);
         match fix::fix_dir(root, &root_meta, spec) {
             Ok(change) => {
-                if change.owner() {
-                    Counters::add(&fixer.counters.changed_owner);
-                }
-                if change.mode.is_some() {
-                    Counters::add(&fixer.counters.changed_mode);
-                }
+                fixer.count_change(&change);
                 m.state = State::Done;
                 m.finished = Some(marker::now());
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
                 info!(path = %Escaped(path.as_os_str()), "every shard is done: root fixed, volume marked done");
             }
-            Err((op, e)) => fixer.error_at(path, op, e),
+            Err(f) => {
+                fixer.count_change(&f.done);
+                fixer.error_at(path, f.op, f.errno)
+            }
         }
     }
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;

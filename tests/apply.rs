@@ -128,6 +128,7 @@ fn setuid_files_below_a_long_path_on_ext4() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.xfs (apt-get install xfsprogs)"]
 fn apply_equals_kubelet_on_xfs() {
     if !privileged(&["mkfs.xfs"]) {
         return;
@@ -137,6 +138,7 @@ fn apply_equals_kubelet_on_xfs() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.btrfs (apt-get install btrfs-progs)"]
 fn apply_equals_kubelet_on_btrfs() {
     if !privileged(&["mkfs.btrfs"]) {
         return;

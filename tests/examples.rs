@@ -3,10 +3,10 @@
 //! the values and the command line that drive them.
 //!
 //! helm, kubectl, kubernetes-validate and yamllint come from `.ci/k8s-tools.sh`, which exports
-//! VOLPREP_HELM, VOLPREP_KUBECTL, VOLPREP_K8S_VALIDATE and VOLPREP_YAMLLINT. Without them a
-//! test that needs one says so on stderr and passes on a laptop, and fails under `CI=true` or
-//! `VOLPREP_PRIVILEGED_TESTS=1`. The tests that need no tool (the Dockerfile, the values files,
-//! the flags against the CLI) always run.
+//! VOLPREP_HELM, VOLPREP_KUBECTL, VOLPREP_K8S_VALIDATE and VOLPREP_YAMLLINT. A test that needs
+//! one is `#[ignore = "needs ..."]` in a plain `cargo test` (so it is counted as ignored, not
+//! passed) and fails when run (`--include-ignored`, as `.ci/run` does) without it. The tests
+//! that need no tool (the Dockerfile, the values files, the flags against the CLI) always run.
 
 mod common;
 
@@ -262,6 +262,7 @@ volumePermissions:
 ];
 
 #[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
 fn helm_lint_library_and_demo_charts() {
     let Some(helm) = tool("VOLPREP_HELM", "helm_lint_library_and_demo_charts") else {
         return;
@@ -281,6 +282,7 @@ fn helm_lint_library_and_demo_charts() {
 /// The demo chart renders the values into the init container's args (and the rest), and
 /// every rendering validates against the schemas, yamllint and Pod Security baseline.
 #[test]
+#[ignore = "needs helm, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn demo_chart_renders_volume_permissions_values() {
     let test = "demo_chart_renders_volume_permissions_values";
     let Some(helm) = tool("VOLPREP_HELM", test) else {
@@ -356,6 +358,7 @@ fn demo_chart_renders_volume_permissions_values() {
 
 /// Bad values fail the render with a message that names the problem.
 #[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
 fn demo_chart_rejects_bad_volume_permissions() {
     let Some(helm) = tool("VOLPREP_HELM", "demo_chart_rejects_bad_volume_permissions") else {
         return;
@@ -413,6 +416,7 @@ fn demo_chart_rejects_bad_volume_permissions() {
 /// Every YAML in examples/ passes yamllint; every complete manifest validates and, where it
 /// runs volprep, passes the pod checks.
 #[test]
+#[ignore = "needs kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn example_manifests_validate() {
     let test = "example_manifests_validate";
     let files = example_yaml_files();
@@ -449,6 +453,7 @@ fn example_manifests_validate() {
 }
 
 #[test]
+#[ignore = "needs kubectl, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn kustomize_overlay_adds_volprep_first() {
     let test = "kustomize_overlay_adds_volprep_first";
     let Some(kubectl) = tool("VOLPREP_KUBECTL", test) else {
@@ -523,6 +528,7 @@ fn kustomize_unprivileged_overlay_meets_restricted() {
 /// supplementalGroups, volprep preparing the chart's `atlantis-data` mount. The pod the chart
 /// would build from them validates.
 #[test]
+#[ignore = "needs kubernetes-validate: source .ci/k8s-tools.sh"]
 fn atlantis_values_move_the_group_to_volprep() {
     let values = &docs(&read("examples/helm/atlantis-values.yaml"))[0];
     let psc = &values["statefulSet"]["securityContext"];
@@ -690,10 +696,11 @@ fn cargo_toml_value(section: &str, key: &str) -> Option<String> {
     None
 }
 
-/// The Dockerfile: a rust builder stage that builds the static binary for each TARGETARCH, a
-/// final `FROM scratch` stage holding only that binary at /volprep (the path COPY takes is the
-/// one cargo writes), ENTRYPOINT ["/volprep"], OCI labels that match Cargo.toml, and the same
-/// cargo command as .ci/static.sh (the binary tests/static_binary.rs runs).
+/// The Dockerfile: a `prebuilt` stage taking the binary .ci/static.sh built (the build context
+/// holding only it), a rust builder stage (a fully qualified image) that builds the same static
+/// binary for each TARGETARCH with the same cargo command and flags, `FROM ${BINARY} AS binary`
+/// choosing one, and a final `FROM scratch` stage holding only that binary at /volprep,
+/// ENTRYPOINT ["/volprep"], OCI labels that match Cargo.toml.
 #[test]
 fn dockerfile_builds_the_static_binary_into_scratch() {
     let instrs = dockerfile_instructions(&read("Dockerfile"));
@@ -709,13 +716,20 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
             global_args.push(i.args.clone());
         }
     }
-    assert_eq!(stages.len(), 2, "a builder stage and a final stage");
-    let (builder, last) = (&stages[0], &stages[1]);
+    assert_eq!(stages.len(), 4, "prebuilt, builder, binary and the final stage");
+    let (prebuilt, builder, choice, last) = (&stages[0], &stages[1], &stages[2], &stages[3]);
 
-    // Builder: the rust image, at least the crate's rust-version.
+    // The two ways to the binary, and the choice (builder by default).
+    assert_eq!(words(&prebuilt[0].args), ["scratch", "AS", "prebuilt"]);
+    let pre_copies: Vec<Vec<String>> = prebuilt[1..].iter().map(|i| words(&i.args)).collect();
+    assert_eq!(pre_copies, [vec!["volprep".to_owned(), "/out/volprep".to_owned()]], "prebuilt: COPY volprep");
+    assert_eq!(words(&choice[0].args), ["${BINARY}", "AS", "binary"]);
+    assert!(global_args.iter().any(|a| a == "BINARY=builder"), "ARG BINARY=builder");
+
+    // Builder: the rust image, fully qualified (no short-name resolution), at least rust-version.
     let from = words(&builder[0].args);
     assert_eq!(from.len(), 3, "FROM IMAGE AS builder: {from:?}");
-    assert!(from[0].starts_with("rust:${RUST_VERSION}"), "builder image: {}", from[0]);
+    assert!(from[0].starts_with("docker.io/library/rust:${RUST_VERSION}"), "builder image: {}", from[0]);
     assert!(from[1].eq_ignore_ascii_case("as") && from[2] == "builder", "{from:?}");
     let rust = global_args.iter().find_map(|a| a.strip_prefix("RUST_VERSION=")).expect("ARG RUST_VERSION=");
     let msrv = cargo_toml_value("package", "rust-version").expect("rust-version");
@@ -723,15 +737,18 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     assert!(ver(rust) >= ver(&msrv), "RUST_VERSION {rust} is older than rust-version {msrv}");
 
     let env = builder.iter().find(|i| i.keyword == "ENV").expect("builder ENV RUSTFLAGS");
-    assert_eq!(env.args, r#"RUSTFLAGS="-C target-feature=+crt-static""#);
+    let rustflags = env.args.strip_prefix("RUSTFLAGS=").expect("ENV RUSTFLAGS=").trim_matches('"').to_owned();
+    assert!(rustflags.starts_with("-C target-feature=+crt-static "), "{rustflags}");
+    let workdir = builder.iter().find(|i| i.keyword == "WORKDIR").expect("WORKDIR").args.clone();
+    assert!(rustflags.contains(&format!("--remap-path-prefix={workdir}=/build/volprep")), "{rustflags}");
+    assert!(rustflags.contains("--remap-path-prefix=/usr/local/cargo=/cargo"), "{rustflags}");
     assert!(
         builder.iter().any(|i| i.keyword == "COPY" && i.args == ". ."),
         "COPY . . (the crate; .dockerignore trims it)"
     );
-    let workdir = builder.iter().find(|i| i.keyword == "WORKDIR").expect("WORKDIR").args.clone();
     let runs: Vec<&&Instr> = builder.iter().filter(|i| i.keyword == "RUN").collect();
-    assert_eq!(runs.len(), 1, "one RUN in the builder");
-    let script = &runs[0].args;
+    assert!(runs[0].args.contains("cargo install --locked \"cargo-auditable@${CARGO_AUDITABLE_VERSION}\""));
+    let script = &runs.iter().find(|r| r.args.contains("cargo auditable build")).expect("the build RUN").args;
     let steps: Vec<&str> = script.split(';').map(str::trim).collect();
 
     // TARGETARCH -> Rust target triple.
@@ -746,8 +763,8 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     let arms_ref: Vec<(&str, &str)> = arms.iter().map(|(a, t)| (a.as_str(), t.as_str())).collect();
     assert_eq!(arms_ref, [("amd64", "x86_64-unknown-linux-gnu"), ("arm64", "aarch64-unknown-linux-gnu")]);
 
-    // cargo build --release --target "$triple", then install target/$triple/release/volprep.
-    let build = steps.iter().find(|s| s.starts_with("cargo build")).expect("cargo build step");
+    // cargo auditable build --release --target "$triple", then install target/$triple/release/volprep.
+    let build = steps.iter().find(|s| s.starts_with("cargo auditable build")).expect("cargo auditable build step");
     let build_words = words(build);
     let target_at = build_words.iter().position(|w| w == "--target").expect("--target");
     assert_eq!(build_words[target_at + 1], "$triple");
@@ -763,6 +780,20 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
         "install takes what cargo produced (relative to WORKDIR {workdir})"
     );
     let built = install.last().expect("install destination").clone();
+    assert_eq!(built, "/out/volprep", "both ways leave the binary at the same path");
+
+    // .ci/static.sh builds the same way for x86_64, with the same flags and remapped paths.
+    let ci = read(".ci/static.sh");
+    assert!(
+        ci.contains(r#"RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$root=/build/volprep --remap-path-prefix=$cargo_home=/cargo""#),
+        ".ci/static.sh RUSTFLAGS"
+    );
+    assert!(ci.contains(r#"triple="x86_64-unknown-linux-gnu""#), ".ci/static.sh triple");
+    let flags =
+        |s: &str| words(s).into_iter().filter(|w| w.starts_with("--") && w != "--manifest-path").collect::<Vec<_>>();
+    let ci_build =
+        ci.lines().map(str::trim).find(|l| l.starts_with("cargo auditable build")).expect(".ci/static.sh cargo build");
+    assert_eq!(flags(ci_build), flags(build), "same cargo build flags in .ci/static.sh and the Dockerfile");
 
     // Final stage: scratch, only the binary.
     assert_eq!(last[0].args, "scratch", "final stage FROM scratch");
@@ -770,7 +801,7 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     let allowed: BTreeSet<&str> = ["ARG", "LABEL", "COPY", "ENTRYPOINT"].into();
     assert!(kinds.is_subset(&allowed), "scratch has no shell: only {allowed:?} in the final stage, found {kinds:?}");
     let copies: Vec<Vec<String>> = last.iter().filter(|i| i.keyword == "COPY").map(|i| words(&i.args)).collect();
-    assert_eq!(copies, [vec!["--from=builder".to_owned(), built, "/volprep".to_owned()]], "COPY of the built binary");
+    assert_eq!(copies, [vec!["--from=binary".to_owned(), built, "/volprep".to_owned()]], "COPY of the chosen binary");
     let entry = last.iter().find(|i| i.keyword == "ENTRYPOINT").expect("ENTRYPOINT");
     let entry: Vec<String> = serde_json::from_str(&entry.args).expect("ENTRYPOINT in exec (JSON) form");
     assert_eq!(entry, ["/volprep"]);
@@ -789,7 +820,7 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     let label = |k: &str| {
         labels.iter().find(|(key, _)| key == &format!("org.opencontainers.image.{k}")).map(|(_, v)| v.clone())
     };
-    for k in ["title", "description", "version", "revision", "licenses"] {
+    for k in ["title", "description", "version", "revision", "source", "licenses"] {
         assert!(label(k).is_some(), "LABEL org.opencontainers.image.{k}");
     }
     assert_eq!(label("title").as_deref(), Some(bin.as_str()));
@@ -808,15 +839,6 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     for entry in ["target", ".git"] {
         assert!(ignore.lines().any(|l| l.trim().trim_end_matches('/') == entry), ".dockerignore: {entry}");
     }
-
-    // .ci/static.sh builds the same way for x86_64.
-    let ci = read(".ci/static.sh");
-    assert!(ci.contains(r#"RUSTFLAGS="-C target-feature=+crt-static""#), ".ci/static.sh RUSTFLAGS");
-    assert!(ci.contains(r#"triple="x86_64-unknown-linux-gnu""#), ".ci/static.sh triple");
-    let flags =
-        |s: &str| words(s).into_iter().filter(|w| w.starts_with("--") && w != "--manifest-path").collect::<Vec<_>>();
-    let ci_build = ci.lines().map(str::trim).find(|l| l.starts_with("cargo build")).expect(".ci/static.sh cargo build");
-    assert_eq!(flags(ci_build), flags(build), "same cargo build flags in .ci/static.sh and the Dockerfile");
 }
 
 #[test]

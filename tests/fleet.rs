@@ -6,9 +6,9 @@
 //! pods would (as root, on a loop-mounted ext4), prepare the volumes and leave reports that
 //! `volprep report merge` sums the way examples/fleet/README.md shows.
 //!
-//! Tools come from `.ci/k8s-tools.sh` (see tests/common/k8s.rs): without one a test says so on
-//! stderr and passes on a laptop, and fails under `CI=true` or `VOLPREP_PRIVILEGED_TESTS=1`;
-//! the tests that run the binary as root are gated like the other privileged tests.
+//! Tools come from `.ci/k8s-tools.sh` (see tests/common/k8s.rs): a test that needs one is
+//! `#[ignore = "needs ..."]` in a plain `cargo test` and fails when run without it; the tests
+//! that run the binary as root are gated like the other privileged tests.
 
 mod common;
 
@@ -266,6 +266,7 @@ fn status_pod_is_restricted_and_read_only() {
 
 /// The fleet's plain files validate against the schemas and yamllint.
 #[test]
+#[ignore = "needs kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn fleet_manifests_validate() {
     let test = "fleet_manifests_validate";
     let root = Path::new(ROOT);
@@ -352,6 +353,7 @@ impl MigrateChart {
 
 /// `helm lint --strict` passes for the migrate chart and the library.
 #[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
 fn migrate_chart_lints() {
     let Some(helm) = tool("VOLPREP_HELM", "migrate_chart_lints") else {
         return;
@@ -366,6 +368,7 @@ fn migrate_chart_lints() {
 /// values.yaml lists three PVCs; the chart renders exactly three Jobs, one per PVC, with the
 /// args the values ask for, each a least-privilege volprep Job; the rendering validates.
 #[test]
+#[ignore = "needs helm, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn migrate_chart_renders_one_job_per_pvc() {
     let test = "migrate_chart_renders_one_job_per_pvc";
     let Some(helm) = tool("VOLPREP_HELM", test) else {
@@ -411,6 +414,7 @@ fn migrate_chart_renders_one_job_per_pvc() {
 /// The Job settings and per-Job keys: a name of its own, a PVC name too long for a Job name
 /// (shortened with a hash, still unique), readOnly, activeDeadlineSeconds, mountDir, no report.
 #[test]
+#[ignore = "needs helm, kubernetes-validate: source .ci/k8s-tools.sh"]
 fn migrate_chart_renders_job_options() {
     let test = "migrate_chart_renders_job_options";
     let Some(helm) = tool("VOLPREP_HELM", test) else {
@@ -474,6 +478,7 @@ volumePermissions:
 
 /// Bad job lists fail the render with a message that names the entry.
 #[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
 fn migrate_chart_rejects_bad_jobs() {
     let Some(helm) = tool("VOLPREP_HELM", "migrate_chart_rejects_bad_jobs") else {
         return;
@@ -609,6 +614,7 @@ fn indexed_job_runs_as_its_pods_would() {
 /// as termination message, the report on stdout; `report merge` of the three reports gives one
 /// line per PVC (each mounted at a path of its own); a second run of each skips (the marker).
 #[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
 fn migrate_chart_jobs_run_as_rendered() {
     let Some(helm) = tool("VOLPREP_HELM", "migrate_chart_jobs_run_as_rendered") else {
         return;

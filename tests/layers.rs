@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["pass"],
     &["resume"],
-    &["fix", "guard", "marker", "progress", "report", "walk"],
+    &["caps", "fix", "guard", "marker", "progress", "report", "walk"],
     &["error", "options", "spec", "sys"],
     &["escape"],
 ];

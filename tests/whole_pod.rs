@@ -204,6 +204,7 @@ fn ruby_tmpdir(dir: &Path) -> (String, String) {
 }
 
 #[test]
+#[ignore = "needs root and ruby (apt-get install ruby)"]
 fn ruby_accepts_the_prepared_tmp_dir_as_a_non_root_user() {
     if !privileged(&["ruby"]) {
         return;

@@ -3,8 +3,8 @@
 //! reading YAML, and what every volprep container and its pod must look like (least privilege,
 //! Pod Security Standard baseline, the CLI contract's flags).
 //!
-//! Without a tool a test says so on stderr and passes on a laptop, and fails under `CI=true` or
-//! `VOLPREP_PRIVILEGED_TESTS=1`.
+//! A test that needs a tool is `#[ignore = "needs ..."]`: a plain `cargo test` lists it as
+//! ignored, and run with `--include-ignored` (`.ci/run`) without the tool it fails.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -68,17 +68,14 @@ pub const RESTRICTED_VOLUME_TYPES: &[&str] =
 // ---------------------------------------------------------------------------------------------
 // Tools and processes
 
-/// True where a missing tool is a failure, not a skip.
-pub fn tools_required() -> bool {
-    std::env::var("VOLPREP_PRIVILEGED_TESTS").is_ok_and(|v| v == "1") || std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
 /// Writes past libtest's output capture, so a skip shows in a plain `cargo test`.
 pub fn say(msg: &str) {
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
-/// The tool an env var names, or None (after saying so) when it is unset on a laptop.
+/// The tool an env var names. The tests that need one are `#[ignore = "needs ..."]` in a plain
+/// `cargo test`; run (`--include-ignored`, as `.ci/run` does) without it, they fail, saying how
+/// to get it. (Option-returning for the callers' `let Some(..) else` shape: never None.)
 pub fn tool(var: &str, test: &str) -> Option<PathBuf> {
     match std::env::var_os(var) {
         Some(path) if !path.is_empty() => {
@@ -86,13 +83,7 @@ pub fn tool(var: &str, test: &str) -> Option<PathBuf> {
             assert!(path.is_file(), "{var}={} is not a file", path.display());
             Some(path)
         }
-        _ if tools_required() => {
-            panic!("{var} is not set (CI=true or VOLPREP_PRIVILEGED_TESTS=1): source .ci/k8s-tools.sh")
-        }
-        _ => {
-            say(&format!("SKIPPED {test}: {var} is not set (source .ci/k8s-tools.sh to run it)"));
-            None
-        }
+        _ => panic!("{test}: {var} is not set: source .ci/k8s-tools.sh (helm, kubectl, kubernetes-validate, yamllint)"),
     }
 }
 

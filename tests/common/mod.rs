@@ -4,10 +4,12 @@
 //! Each test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod containers;
 pub mod fd;
 pub mod k8s;
 pub mod kill;
 pub mod mounts;
+pub mod play;
 pub mod snap;
 pub mod tree;
 pub mod xattr;

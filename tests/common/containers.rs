@@ -1,0 +1,192 @@
+//! Container helpers of tests/container.rs: the gate (`.ci/containers.sh` sets the podman
+//! configuration and VOLPREP_CONTAINERS), the image built once per test process by
+//! `.ci/image.sh`, the busybox probe image, podman and a local registry.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use super::k8s::{ROOT, describe};
+
+/// Panics with how to get the tools unless `.ci/containers.sh` configured this environment.
+pub fn require() {
+    assert!(
+        std::env::var_os("VOLPREP_CONTAINERS").is_some_and(|v| v == "1"),
+        "container test: source .ci/containers.sh (podman, buildah, skopeo, runc, docker-registry) first"
+    );
+    assert!(
+        std::env::var_os("VOLPREP_STATIC_BIN").is_some_and(|v| !v.is_empty()),
+        "container test: source .ci/static.sh (the static binary the image ships) first"
+    );
+    assert_eq!(unsafe { libc::geteuid() }, 0, "container test: needs root (rootful podman, loop mounts)");
+}
+
+/// Runs `cmd`, returns its output whatever the exit code.
+pub fn output(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)))
+}
+
+/// Runs `cmd`, panics with its output unless it succeeds; returns stdout.
+#[track_caller]
+pub fn ok(cmd: &mut Command) -> String {
+    let out = output(cmd);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        describe(cmd),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn podman() -> Command {
+    Command::new("podman")
+}
+
+/// The image `.ci/image.sh` built: local tag, digest of its OCI layout, sizes.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub tag: String,
+    pub digest: String,
+    /// Config and layers as a registry stores them (gzip), bytes.
+    pub compressed: u64,
+    /// The OCI layout (`oci:DIR:VERSION`).
+    pub layout: PathBuf,
+    pub version: String,
+    /// The line `.ci/image.sh` printed.
+    pub line: String,
+}
+
+/// Runs `.ci/image.sh OUT TAG` and reads what it printed.
+pub fn build_image(out: &Path, tag: &str) -> Image {
+    let line = ok(Command::new("bash").arg(Path::new(ROOT).join(".ci/image.sh")).arg(out).arg(tag));
+    let line = line.lines().last().unwrap_or("").to_string();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let after = |w: &str| words.iter().position(|x| *x == w).map(|i| words[i + 1].to_string());
+    let digest = after("digest").unwrap_or_else(|| panic!("no digest in {line:?}"));
+    let compressed = after("size").and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no size in {line:?}"));
+    let version = tag.rsplit(':').next().unwrap_or("").to_string();
+    let version = if version.chars().next().is_some_and(|c| c.is_ascii_digit()) { version } else { "0.1.0".into() };
+    Image { tag: tag.to_string(), digest, compressed, layout: out.to_path_buf(), version, line }
+}
+
+/// The volprep image, built once per test process (localhost/volprep:VERSION).
+pub fn image() -> &'static Image {
+    static IMAGE: OnceLock<Image> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let dir = scratch_dir("image-a");
+        let version = cargo_version();
+        build_image(&dir, &format!("localhost/volprep:{version}"))
+    })
+}
+
+/// The crate's version, from Cargo.toml.
+pub fn cargo_version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
+
+/// A directory for build output that lives as long as the test process (under target/).
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("container-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// The app stand-in: Debian's busybox-static alone in a FROM scratch image, its applets linked
+/// into /bin, built once per process (localhost/volprep-probe:busybox).
+pub fn probe_image() -> &'static str {
+    static PROBE: OnceLock<String> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let tag = "localhost/volprep-probe:busybox".to_string();
+        let ctx = scratch_dir("probe");
+        std::fs::copy("/bin/busybox", ctx.join("busybox")).expect("copy /bin/busybox (busybox-static)");
+        std::fs::write(
+            ctx.join("Containerfile"),
+            "FROM scratch\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"--install\", \"-s\", \"/bin\"]\nENTRYPOINT [\"/bin/sh\"]\n",
+        )
+        .unwrap();
+        ok(Command::new("buildah")
+            .args(["bud", "--quiet", "--isolation", "chroot", "--pull=never", "--timestamp", "0", "-t", &tag])
+            .arg(&ctx));
+        tag
+    })
+}
+
+/// `podman run --rm` with the init container's securityContext of the examples, as the
+/// kubelet hands it to the runtime: root, read-only root filesystem (and no writable tmpfs),
+/// every capability dropped but `caps`, no-new-privileges, no network.
+pub fn run_as_init_container(image: &str, caps: &[&str], mounts: &[(PathBuf, &str)], args: &[&str]) -> Output {
+    let mut cmd = podman();
+    cmd.args(["run", "--rm", "--network=none", "--read-only", "--read-only-tmpfs=false", "--user=0:0"]);
+    cmd.args(["--cap-drop=ALL", "--security-opt=no-new-privileges"]);
+    for cap in caps {
+        cmd.arg(format!("--cap-add={cap}"));
+    }
+    for (host, inside) in mounts {
+        cmd.arg(format!("--volume={}:{inside}", host.display()));
+    }
+    cmd.arg(image).args(args);
+    output(&mut cmd)
+}
+
+/// A Debian `docker-registry` on 127.0.0.1, its storage in a temp dir; killed on drop.
+pub struct Registry {
+    pub addr: String,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    pub fn start() -> Registry {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let addr = format!("127.0.0.1:{port}");
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start docker-registry");
+        let reg = Registry { addr, child, _dir: dir };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(&reg.addr).is_ok() {
+                return reg;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("docker-registry did not listen on {}", reg.addr);
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits for a container to exit; returns its exit code.
+pub fn wait(container: &str) -> i32 {
+    let out = ok(podman().args(["wait", container]));
+    out.trim().parse().unwrap_or_else(|_| panic!("podman wait {container}: {out:?}"))
+}
+
+/// A container's logs (stdout and stderr).
+pub fn logs(container: &str) -> String {
+    let out = output(podman().args(["logs", container]));
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
