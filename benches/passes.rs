@@ -251,6 +251,11 @@ fn bench(a: &Args) -> i32 {
     }
 }
 
+/// The 1-minute load average (`/proc/loadavg`); NaN when unreadable.
+fn load1() -> f64 {
+    fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN)
+}
+
 /// "generated N entries (…) in T s".
 fn generated(c: &Counts, since: Instant) -> String {
     format!(
@@ -305,7 +310,7 @@ impl Bench<'_> {
         let mut syscall_json = Vec::new();
         if a.on(StorageKind::Local) {
             let t = Instant::now();
-            let tree = Tree::generate(&self.vol.mnt.join("vol"), a.shape, a.entries, a.seed)?;
+            let tree = Tree::generate(&self.vol.mnt.join("vol"), a.shape, a.entries, a.seed, false)?;
             tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
             eprintln!("passes: {}", generated(&tree.counts, t));
             self.prime(&tree)?;
@@ -396,7 +401,13 @@ impl Bench<'_> {
         for t in &targets {
             out.push_str(&format!("- {t}\n"));
         }
-        out.push_str(&format!("\n{}\n", machine_line(&self.vol)));
+        let loads: Vec<f64> = self.runs.iter().map(|r| r.load1).filter(|l| l.is_finite()).collect();
+        let (lo, hi) = loads.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+        out.push_str(&format!("\n{}", machine_line(&self.vol)));
+        if !loads.is_empty() {
+            out.push_str(&format!("; 1-minute load average before the timed runs {lo:.1}–{hi:.1}"));
+        }
+        out.push('\n');
         println!("{out}");
 
         let meta = self.meta(local.as_ref());
@@ -421,7 +432,7 @@ impl Bench<'_> {
         let root = cluster.mnt.join("vol");
         self.ceph = Some(cluster);
         let t = Instant::now();
-        let tree = Tree::generate(&root, a.shape, a.ceph_entries, a.seed)?;
+        let tree = Tree::generate(&root, a.shape, a.ceph_entries, a.seed, true)?;
         tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
         eprintln!("passes: cephfs: {}", generated(&tree.counts, t));
         self.entries.insert(self.storage_name(&Storage::Ceph), tree.counts.entries);
@@ -447,7 +458,7 @@ impl Bench<'_> {
             return Err(io::Error::other("it needs /dev/fuse (`modprobe fuse`)"));
         }
         let a = self.a;
-        let tree = Tree::generate(&self.vol.mnt.join("slow-vol"), a.shape, a.slow_entries, a.seed)?;
+        let tree = Tree::generate(&self.vol.mnt.join("slow-vol"), a.shape, a.slow_entries, a.seed, false)?;
         tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
         // Prove the mount works before timing anything on it.
         self.mount_slow(&tree, a.latency_us, a.fuse_ttl_s)?;
@@ -581,6 +592,7 @@ impl Bench<'_> {
         if m.kind == Kind::Skip && self.na.contains_key("skip") {
             return Ok(());
         }
+        let setup = Instant::now();
         let dir = self.run_dir(&format!("{}-{}", m.id, temp.name()))?;
         tree.reset(m.start)?;
         if let Err(e) = tree.verify(m.start, Xattrs::None) {
@@ -636,6 +648,8 @@ impl Bench<'_> {
         self.temperature(storage, temp)?;
         let root = self.attach(storage, tree)?;
         let before = self.mds_counters(storage)?;
+        let setup_s = setup.elapsed().as_secs_f64();
+        let load1 = load1();
         let r = self.exec(&timed, &root, &dir, None)?;
         let sync_s = self.sync(storage)?;
         let (request_mix, requests) = match storage {
@@ -704,7 +718,7 @@ impl Bench<'_> {
             note = format!("result ≠ {}", state.name());
         }
         eprintln!(
-            "passes: {what}: {:.3} s (user {:.3} s, sys {:.3} s, {:.1} MiB, sync {:.3} s){}{}{}",
+            "passes: {what}: {:.3} s (user {:.3} s, sys {:.3} s, {:.1} MiB, sync {:.3} s, setup {setup_s:.1} s, load {load1:.1}){}{}{}",
             r.wall_s,
             r.user_s,
             r.sys_s,
@@ -731,6 +745,7 @@ impl Bench<'_> {
             request_mix,
             ok,
             note: note.trim_start_matches("; ").to_string(),
+            load1,
         });
         Ok(())
     }

@@ -30,6 +30,8 @@ pub struct Run {
     pub request_mix: Option<Value>,
     pub ok: bool,
     pub note: String,
+    /// The 1-minute load average just before the run (the machine may be shared).
+    pub load1: f64,
 }
 
 /// A table row: the runs of one (storage, method, threads, temperature).
@@ -412,7 +414,7 @@ pub fn json(meta: Value, runs: &[Run], rows: &[Row], targets: &[String], syscall
                 "maxrss_kib": r.m.maxrss_kib, "exit": r.m.exit.describe(), "sync_s": r.sync_s,
                 "entries_read": r.entries_read, "action": r.action, "requests": r.requests,
                 "request_mix": r.request_mix,
-                "ok": r.ok, "note": r.note,
+                "ok": r.ok, "note": r.note, "load1": r.load1,
             })
         })
         .collect();
