@@ -106,15 +106,17 @@ impl RunOptions {
 pub const MAX_THREADS: usize = 1024;
 
 /// `0` means automatic, from the thread sweep in README "Performance": metadata I/O waits far
-/// more than it computes. On a local filesystem 8 threads per core, 16 to 64 (on 2 cores a cold
-/// ext4 pass stops getting faster at 16; 128 was slower). On a network or FUSE filesystem
-/// (`remote`), where every uncached request is a round trip, 4 times that, 64 to 256.
+/// more than it computes, and what a cold pass needs is requests in flight, whatever the cores.
+/// On a local filesystem 4 threads per core, 32 to 64 (on 2 cores a cold ext4 pass was as fast
+/// at 16 to 64 threads as it gets, 2× faster than at 8; 128 was slower). On a network or FUSE
+/// filesystem (`remote`), where every uncached request is a round trip, 4 times that, 128 to 256
+/// (the slow-storage model was fastest at 128).
 pub fn resolve_threads(n: usize, remote: bool) -> usize {
     if n > 0 {
         return n.min(MAX_THREADS);
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let local = (cores * 8).clamp(16, 64);
+    let local = (cores * 4).clamp(32, 64);
     if remote { local * 4 } else { local }
 }
 
@@ -201,7 +203,7 @@ mod tests {
     fn thread_default_is_by_cores_and_more_on_remote_storage() {
         assert_eq!(resolve_threads(5, true), 5, "an explicit count wins");
         let local = resolve_threads(0, false);
-        assert!((16..=64).contains(&local), "{local}");
+        assert!((32..=64).contains(&local), "{local}");
         assert_eq!(resolve_threads(0, true), local * 4);
     }
 
