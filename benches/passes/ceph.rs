@@ -188,8 +188,19 @@ keyring = /dev/null
         let osd_uuid = uuid()?;
         let id = self.ceph(&["osd", "new", &osd_uuid])?;
         sh(self.cmd("ceph-osd").args(["-i", &id, "--mkfs", "--osd-uuid", &osd_uuid]))?;
-        self.spawn(&format!("osd.{id}"), self.cmd("ceph-osd").args(["-f", "-i", &id]))?;
-        self.wait_for("the OSD to be up", |c| Ok(c.ceph(&["osd", "stat"])?.contains(" 1 up")))?;
+        // Under heavy load the OSD sometimes asks the monitor before it has the monmap ("wrong
+        // fsid") and exits: start it again, a few times.
+        for attempt in 1.. {
+            self.spawn(&format!("osd.{id}"), self.cmd("ceph-osd").args(["-f", "-i", &id]))?;
+            match self.wait_for("the OSD to be up", |c| Ok(c.ceph(&["osd", "stat"])?.contains(" 1 up"))) {
+                Ok(()) => break,
+                Err(e) if attempt < 3 && self.daemons.last_mut().is_some_and(|d| !d.alive()) => {
+                    eprintln!("passes: cephfs: {e}; starting it again");
+                    self.daemons.pop();
+                }
+                Err(e) => return Err(e),
+            }
+        }
         self.spawn("mgr.x", self.cmd("ceph-mgr").args(["-f", "-i", "x"]))?;
         self.spawn("mds.a", self.cmd("ceph-mds").args(["-f", "-i", "a"]))?;
         self.ceph(&["osd", "pool", "create", "cephfs_data", "8"])?;
