@@ -560,7 +560,8 @@ impl Bench<'_> {
         r
     }
 
-    /// The median time of this run's `full` at these threads and cache state, if measured.
+    /// The shortest time of this run's `full` at these threads and cache state, if measured
+    /// (the least disturbed: a kill at half a median pass may come after a quick pass ended).
     fn full_time(&self, storage: &str, threads: Option<usize>, temp: &str) -> Option<f64> {
         let mut v: Vec<f64> = self
             .runs
@@ -569,7 +570,7 @@ impl Bench<'_> {
             .map(|r| r.m.wall_s)
             .collect();
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
+        v.first().copied()
     }
 
     fn one(&mut self, storage: &Storage, tree: &Tree, m: &Method, temp: Temp, rep: usize) -> io::Result<()> {
