@@ -24,7 +24,7 @@ options:
   --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
                        onrootmismatch,chown,chgrp,full,rescan,skip,resume,progress
   --seed N             tree generator seed (default 1)
-  --smoke              10k entries (CephFS 1k), 1 repetition, every method, short
+  --smoke              10k entries (CephFS 500), 1 repetition, every method, short
                        thread list
   --out FILE           JSON with the raw figures (default target/bench-passes.json)
   --latency-us N       slow storage: delay per metadata request (default 500)
@@ -280,7 +280,7 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
         a.entries = 10_000;
         a.reps = 1;
         a.threads = vec![1, 4];
-        a.ceph_entries = 1_000;
+        a.ceph_entries = 500;
     }
     a.entries = entries.unwrap_or(a.entries).max(10);
     a.reps = reps.unwrap_or(a.reps);
