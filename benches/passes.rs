@@ -1,7 +1,9 @@
 //! `cargo bench --bench passes -- --entries 100000`: volprep against the kubelet's fsGroup pass,
 //! `chown -R`, `chgrp -R && chmod -R` and a stat-only floor, on a fresh loop-mounted
-//! filesystem and on a FUSE model of slow storage. Run `-- --help` for the options; the module
-//! docs of `passes/slowfs.rs` say what the slow-storage model is and is not.
+//! filesystem, on a FUSE model of slow storage, and (`--storages ceph`) on a single-node CephFS
+//! it brings up and tears down itself. Run `-- --help` for the options; the module docs of
+//! `passes/slowfs.rs` say what the slow-storage model is and is not, those of `passes/ceph.rs`
+//! how the cluster is built.
 //!
 //! Each method runs as a child process (the kubelet re-implementation too, through a hidden
 //! subcommand of this binary), so `wait4` gives its own CPU time and peak RSS. Every run starts
@@ -18,16 +20,21 @@
 //! other volprep runs use `0`). `skip` and `resume` show n/a unless the report says "skipped".
 //!
 //! Cold: `syncfs`, unmount, mount, `echo 3 > /proc/sys/vm/drop_caches` (dropping caches alone
-//! leaves freshly written inode tables cached). Warm: `syncfs` only. The loop device uses direct
+//! leaves freshly written inode tables cached); on CephFS, a fresh ceph-fuse mount (the
+//! client's caches start empty; the MDS keeps its own). Warm: `syncfs` only. On CephFS each
+//! run also reads the MDS's request counter before and after (`requests/entry`). The loop device uses direct
 //! I/O when the backing filesystem allows it; what the host below caches is out of reach.
 //!
 //! Needs root, util-linux (losetup, mount), e2fsprogs (xfsprogs for `--fs xfs`), findutils,
 //! coreutils, /dev/fuse for the slow-storage part (no libfuse: `fuser` mounts directly as root)
-//! and strace for `--syscalls`. Without root or a loop device it says so and exits 2; under CI
+//! strace for `--syscalls`, and Debian's Ceph 16 packages for `--storages ceph` (see
+//! `passes/ceph.rs`). Without root, a loop device or those it says so and exits 2; under CI
 //! (`CI=true` or `VOLPREP_PRIVILEGED_TESTS=1`) the `--smoke` run exits 1 instead.
 
 #[path = "passes/args.rs"]
 mod args;
+#[path = "passes/ceph.rs"]
+mod ceph;
 #[path = "passes/child.rs"]
 mod child;
 #[path = "passes/fsimage.rs"]
@@ -57,13 +64,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use args::{Args, Command, FsKind, Temp};
+use args::{Args, Command, FsKind, StorageKind, Temp};
 use child::Spawner;
 use fsimage::{Volume, have};
 use methods::{Features, Kind, Method, Runner};
 use report::Run;
 use slowfs::SlowMount;
-use tree::{State, Tree, Xattrs};
+use tree::{Counts, State, Tree, Xattrs};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -128,6 +135,9 @@ fn missing(a: &Args, volprep: &Path) -> Vec<String> {
     if !volprep.is_file() {
         need.push(format!("the volprep binary at {} (or VOLPREP_BIN)", volprep.display()));
     }
+    if a.on(StorageKind::Ceph) {
+        need.extend(ceph::missing().into_iter().map(|n| format!("{n}, for --storages ceph")));
+    }
     need
 }
 
@@ -159,6 +169,7 @@ impl Drop for WorkDir {
 enum Storage {
     Local,
     Slow { latency_us: u64, ttl_s: u64 },
+    Ceph,
 }
 
 /// One benchmark run: the volume, the mounted slow-storage model, and what was measured.
@@ -166,6 +177,7 @@ enum Storage {
 struct Bench<'a> {
     spawner: Spawner,
     slow: Option<SlowMount>,
+    ceph: Option<ceph::Cluster>,
     vol: Volume,
     work: WorkDir,
     a: &'a Args,
@@ -210,6 +222,7 @@ fn bench(a: &Args) -> i32 {
     let mut b = Bench {
         spawner,
         slow: None,
+        ceph: None,
         vol,
         work: WorkDir(work),
         a,
@@ -238,7 +251,26 @@ fn bench(a: &Args) -> i32 {
     }
 }
 
-fn interrupted() -> io::Result<()> {
+/// The 1-minute load average (`/proc/loadavg`); NaN when unreadable.
+fn load1() -> f64 {
+    fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(f64::NAN)
+}
+
+/// "generated N entries (…) in T s".
+fn generated(c: &Counts, since: Instant) -> String {
+    format!(
+        "generated {} entries ({} dirs, {} files, {} symlinks, {} hard links, {} setuid) in {:.1} s",
+        c.entries,
+        c.dirs,
+        c.files,
+        c.symlinks,
+        c.hardlinks,
+        c.setuid,
+        since.elapsed().as_secs_f64()
+    )
+}
+
+pub(crate) fn interrupted() -> io::Result<()> {
     if INTERRUPTED.load(Ordering::Relaxed) {
         return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
     }
@@ -250,54 +282,54 @@ impl Bench<'_> {
         match s {
             Storage::Local => self.a.fs.name().to_string(),
             Storage::Slow { latency_us, .. } => format!("slow {latency_us}us"),
+            Storage::Ceph => "cephfs".to_string(),
         }
+    }
+
+    fn cluster(&mut self) -> io::Result<&mut ceph::Cluster> {
+        self.ceph.as_mut().ok_or_else(|| io::Error::other("the CephFS cluster is not running"))
     }
 
     fn main(&mut self) -> io::Result<()> {
         let a = self.a;
         eprintln!(
-            "passes: {} {} entries (seed {}), {} rep(s), threads {:?}, volprep {} (progress-interval: {}, verify full: {})",
+            "passes: {} {} entries (seed {}), {} rep(s), threads {:?}, storages {:?}, volprep {} (progress-interval: {}, verify full: {})",
             a.shape.name(),
             a.entries,
             a.seed,
             a.reps,
             a.threads,
+            a.storages,
             self.volprep.display(),
             self.features.progress_interval,
             self.features.verify_full
         );
-        let t = Instant::now();
-        let local = Tree::generate(&self.vol.mnt.join("vol"), a.shape, a.entries, a.seed)?;
-        local.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
-        eprintln!(
-            "passes: generated {} entries ({} dirs, {} files, {} symlinks, {} hard links, {} setuid) in {:.1} s",
-            local.counts.entries,
-            local.counts.dirs,
-            local.counts.files,
-            local.counts.symlinks,
-            local.counts.hardlinks,
-            local.counts.setuid,
-            t.elapsed().as_secs_f64()
-        );
-        self.prime(&local)?;
         let local_name = self.storage_name(&Storage::Local);
-        self.entries.insert(local_name.clone(), local.counts.entries);
-        let plan = methods::plan(a, self.features, false);
-        self.phase(&Storage::Local, &local, &plan, &a.temps)?;
-
+        let mut local = None;
         let mut syscall_lines = Vec::new();
         let mut syscall_json = Vec::new();
-        if a.syscalls {
-            if have("strace") {
-                (syscall_lines, syscall_json) = self.syscalls(&local)?;
-            } else {
-                eprintln!("passes: --syscalls: strace is not installed; skipped");
+        if a.on(StorageKind::Local) {
+            let t = Instant::now();
+            let tree = Tree::generate(&self.vol.mnt.join("vol"), a.shape, a.entries, a.seed, false)?;
+            tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
+            eprintln!("passes: {}", generated(&tree.counts, t));
+            self.prime(&tree)?;
+            self.entries.insert(local_name.clone(), tree.counts.entries);
+            let plan = methods::plan(a, self.features, false);
+            self.phase(&Storage::Local, &tree, &plan, &a.temps)?;
+            if a.syscalls {
+                if have("strace") {
+                    (syscall_lines, syscall_json) = self.syscalls(&tree)?;
+                } else {
+                    eprintln!("passes: --syscalls: strace is not installed; skipped");
+                }
             }
+            local = Some(tree);
         }
 
         let mut slow_name = None;
         let mut slow_tree = None;
-        if a.slow_entries > 0 {
+        if a.on(StorageKind::Slow) && a.slow_entries > 0 {
             match self.slow_tree() {
                 Ok(tree) => {
                     let storage = Storage::Slow { latency_us: a.latency_us, ttl_s: a.fuse_ttl_s };
@@ -315,23 +347,45 @@ impl Bench<'_> {
             }
         }
 
+        let mut ceph_run = None;
+        if a.on(StorageKind::Ceph) {
+            match self.ceph_phase() {
+                Ok(r) => ceph_run = Some(r),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => return Err(e),
+                Err(e) => self.failures.push(format!("CephFS: {e}")),
+            }
+        }
+
         let rows = report::rows(&self.runs, &self.entries, &self.na);
         let mut out = String::new();
-        out.push_str(&format!(
-            "\n### {local_name}: {} tree, {} entries, {} rep(s)\n\n",
-            a.shape.name(),
-            local.counts.entries,
-            a.reps
-        ));
-        out.push_str(&report::table(&rows, &local_name));
+        if let Some(local) = &local {
+            out.push_str(&format!(
+                "\n### {local_name}: {} tree, {} entries, {} rep(s)\n\n",
+                a.shape.name(),
+                local.counts.entries,
+                a.reps
+            ));
+            out.push_str(&report::table(&rows, &local_name));
+        }
         if let (Some(name), Some(counts)) = (&slow_name, slow_tree) {
             out.push_str(&format!(
-                "\n### {name}: FUSE model, {} µs per metadata request, {} tree, {} entries, cold (fresh mount) only\n\n",
+                "\n### {name}: FUSE model, {} µs per metadata request, {} tree, {} entries, cold (fresh mount) only; requests/entry: delayed FUSE requests\n\n",
                 a.latency_us,
                 a.shape.name(),
                 counts.entries
             ));
             out.push_str(&report::table(&rows, name));
+        }
+        if let Some((counts, up_s)) = ceph_run {
+            out.push_str(&format!(
+                "\n### cephfs: single-node Ceph 16 (memstore OSD) through ceph-fuse, up in {up_s:.0} s, {} tree, {} entries, {} rep(s), client cache cold (fresh ceph-fuse mount); requests/entry: MDS requests (mds.request)\n\n",
+                a.shape.name(),
+                counts.entries,
+                a.reps
+            ));
+            out.push_str(&report::table(&rows, "cephfs"));
+            out.push_str("\nMDS requests per entry by kind (medians; caps: cap messages from the client, changes flushed without a request):\n\n");
+            out.push_str(&report::mix_table(&self.runs, &rows, "cephfs", counts.entries));
         }
         if !syscall_lines.is_empty() {
             out.push_str("\n### syscalls per entry (strace -f -c, warm)\n\n| method | syscalls | per entry | most frequent (per entry) |\n|---|--:|--:|---|\n");
@@ -340,15 +394,23 @@ impl Bench<'_> {
                 out.push('\n');
             }
         }
-        let targets = report::targets(&rows, &local_name, slow_name.as_deref(), &self.na);
+        let local_key = if local.is_some() { local_name.as_str() } else { "" };
+        let ceph_key = ceph_run.map(|_| "cephfs");
+        let targets = report::targets(&rows, local_key, slow_name.as_deref(), ceph_key, &self.na);
         out.push_str("\n### targets (ratios from this run)\n\n");
         for t in &targets {
             out.push_str(&format!("- {t}\n"));
         }
-        out.push_str(&format!("\n{}\n", machine_line(&self.vol)));
+        let loads: Vec<f64> = self.runs.iter().map(|r| r.load1).filter(|l| l.is_finite()).collect();
+        let (lo, hi) = loads.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+        out.push_str(&format!("\n{}", machine_line(&self.vol)));
+        if !loads.is_empty() {
+            out.push_str(&format!("; 1-minute load average before the timed runs {lo:.1}–{hi:.1}"));
+        }
+        out.push('\n');
         println!("{out}");
 
-        let meta = self.meta(&local);
+        let meta = self.meta(local.as_ref());
         let j = report::json(meta, &self.runs, &rows, &targets, Value::Array(syscall_json));
         if let Some(dir) = a.out.parent() {
             fs::create_dir_all(dir)?;
@@ -356,6 +418,30 @@ impl Bench<'_> {
         fs::write(&a.out, serde_json::to_string_pretty(&j)? + "\n")?;
         eprintln!("passes: raw figures written to {}", a.out.display());
         Ok(())
+    }
+
+    /// Brings up the CephFS cluster, generates its tree through the mount, runs the plan
+    /// (cold client only) and tears the cluster down. Returns the tree's counts and the
+    /// cluster's start-up time.
+    fn ceph_phase(&mut self) -> io::Result<(Counts, f64)> {
+        let a = self.a;
+        eprintln!("passes: cephfs: starting a single-node cluster (mon, mgr, memstore OSD, MDS) and ceph-fuse");
+        let cluster = ceph::Cluster::start(&self.work.0.join("ceph"))?;
+        let up_s = cluster.up_s;
+        eprintln!("passes: cephfs: up and mounted in {up_s:.1} s");
+        let root = cluster.mnt.join("vol");
+        self.ceph = Some(cluster);
+        let t = Instant::now();
+        let tree = Tree::generate(&root, a.shape, a.ceph_entries, a.seed, true)?;
+        tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
+        eprintln!("passes: cephfs: {}", generated(&tree.counts, t));
+        self.entries.insert(self.storage_name(&Storage::Ceph), tree.counts.entries);
+        let plan = methods::plan(a, self.features, true);
+        let r = self.phase(&Storage::Ceph, &tree, &plan, &[Temp::Cold]);
+        let t = Instant::now();
+        self.ceph = None;
+        eprintln!("passes: cephfs: cluster stopped and removed in {:.1} s", t.elapsed().as_secs_f64());
+        r.map(|()| (tree.counts, up_s))
     }
 
     /// One untimed cold walk, so the first timed method does not pay alone for whatever the
@@ -372,7 +458,7 @@ impl Bench<'_> {
             return Err(io::Error::other("it needs /dev/fuse (`modprobe fuse`)"));
         }
         let a = self.a;
-        let tree = Tree::generate(&self.vol.mnt.join("slow-vol"), a.shape, a.slow_entries, a.seed)?;
+        let tree = Tree::generate(&self.vol.mnt.join("slow-vol"), a.shape, a.slow_entries, a.seed, false)?;
         tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
         // Prove the mount works before timing anything on it.
         self.mount_slow(&tree, a.latency_us, a.fuse_ttl_s)?;
@@ -402,7 +488,7 @@ impl Bench<'_> {
     /// The root a method sees: the tree itself, or the slow-storage mount of it.
     fn attach(&mut self, storage: &Storage, tree: &Tree) -> io::Result<PathBuf> {
         match storage {
-            Storage::Local => Ok(tree.root.clone()),
+            Storage::Local | Storage::Ceph => Ok(tree.root.clone()),
             Storage::Slow { latency_us, ttl_s } => {
                 self.mount_slow(tree, *latency_us, *ttl_s)?;
                 Ok(self.slow.as_ref().expect("mounted").mnt.clone())
@@ -423,12 +509,31 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// Caches for a timed run: sync (warm), or sync + remount + drop caches (cold).
-    fn temperature(&mut self, temp: Temp) -> io::Result<()> {
+    /// Caches for a timed run: sync (warm), or sync + remount + drop caches (cold); on CephFS
+    /// a fresh ceph-fuse mount (cold).
+    fn temperature(&mut self, storage: &Storage, temp: Temp) -> io::Result<()> {
         self.slow = None;
-        match temp {
-            Temp::Cold => self.vol.cold(),
-            Temp::Warm => self.vol.sync().map(|_| ()),
+        match (storage, temp) {
+            (Storage::Ceph, Temp::Cold) => self.cluster()?.cold(),
+            (Storage::Ceph, Temp::Warm) => self.cluster()?.sync().map(|_| ()),
+            (_, Temp::Cold) => self.vol.cold(),
+            (_, Temp::Warm) => self.vol.sync().map(|_| ()),
+        }
+    }
+
+    /// `syncfs` of the storage a method ran on; seconds.
+    fn sync(&mut self, storage: &Storage) -> io::Result<f64> {
+        match storage {
+            Storage::Ceph => self.cluster()?.sync(),
+            _ => self.vol.sync(),
+        }
+    }
+
+    /// The MDS's counters, on CephFS.
+    fn mds_counters(&mut self, storage: &Storage) -> io::Result<Option<BTreeMap<String, u64>>> {
+        match storage {
+            Storage::Ceph => self.cluster()?.mds_counters().map(Some),
+            _ => Ok(None),
         }
     }
 
@@ -455,7 +560,8 @@ impl Bench<'_> {
         r
     }
 
-    /// The median time of this run's `full` at these threads and cache state, if measured.
+    /// The shortest time of this run's `full` at these threads and cache state, if measured
+    /// (the least disturbed: a kill at half a median pass may come after a quick pass ended).
     fn full_time(&self, storage: &str, threads: Option<usize>, temp: &str) -> Option<f64> {
         let mut v: Vec<f64> = self
             .runs
@@ -464,13 +570,19 @@ impl Bench<'_> {
             .map(|r| r.m.wall_s)
             .collect();
         v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
+        v.first().copied()
     }
 
     fn one(&mut self, storage: &Storage, tree: &Tree, m: &Method, temp: Temp, rep: usize) -> io::Result<()> {
         let sname = self.storage_name(storage);
-        let what =
-            format!("[{sname}] {} t={} {} rep {}/{}", m.id, m.threads.unwrap_or(1), temp.name(), rep + 1, self.a.reps);
+        let what = format!(
+            "[{sname}] {} t={} {} rep {}/{}",
+            m.id,
+            methods::threads_label(m.threads),
+            temp.name(),
+            rep + 1,
+            self.a.reps
+        );
         if m.kind == Kind::Resume
             && let Some(why) = self.na.get("skip")
         {
@@ -481,6 +593,7 @@ impl Bench<'_> {
         if m.kind == Kind::Skip && self.na.contains_key("skip") {
             return Ok(());
         }
+        let setup = Instant::now();
         let dir = self.run_dir(&format!("{}-{}", m.id, temp.name()))?;
         tree.reset(m.start)?;
         if let Err(e) = tree.verify(m.start, Xattrs::None) {
@@ -508,7 +621,7 @@ impl Bench<'_> {
                     None => {
                         // No full pass measured at these threads: time one now.
                         let cal = Method { kind: Kind::Apply(vec![]), ..m.clone() };
-                        self.temperature(temp)?;
+                        self.temperature(storage, temp)?;
                         let root = self.attach(storage, tree)?;
                         let d = self.run_dir("resume-calibrate")?;
                         let r = self.exec(&cal, &root, &d, None)?;
@@ -521,7 +634,7 @@ impl Bench<'_> {
                     let every = format!("{}ms", ((full * 1000.0 / 20.0) as u64).max(10));
                     timed.kind = Kind::Apply(vec!["--checkpoint-interval".into(), every]);
                 }
-                self.temperature(temp)?;
+                self.temperature(storage, temp)?;
                 let root = self.attach(storage, tree)?;
                 let half = Duration::from_secs_f64(full / 2.0);
                 let d = self.run_dir("resume-killed")?;
@@ -533,18 +646,35 @@ impl Bench<'_> {
             }
             _ => {}
         }
-        self.temperature(temp)?;
+        self.temperature(storage, temp)?;
         let root = self.attach(storage, tree)?;
+        let before = self.mds_counters(storage)?;
+        let setup_s = setup.elapsed().as_secs_f64();
+        let load1 = load1();
         let r = self.exec(&timed, &root, &dir, None)?;
-        let sync_s = self.vol.sync()?;
-        let request_mix = match storage {
-            Storage::Local => None,
+        let sync_s = self.sync(storage)?;
+        let (request_mix, requests) = match storage {
+            Storage::Local => (None, None),
             Storage::Slow { .. } => {
                 self.slow = None;
-                fs::read_to_string(self.stats_file()).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                let mix =
+                    fs::read_to_string(self.stats_file()).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok());
+                let delayed = mix.as_ref().and_then(|v| v.get("delayed").and_then(Value::as_u64));
+                (mix, delayed)
+            }
+            Storage::Ceph => {
+                // After the sync, so whatever the method left to flush is counted too.
+                let after = self.mds_counters(storage)?.unwrap_or_default();
+                let before = before.unwrap_or_default();
+                let delta: BTreeMap<&String, u64> = after
+                    .iter()
+                    .map(|(k, v)| (k, v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+                    .filter(|(_, v)| *v > 0)
+                    .collect();
+                let requests = delta.get(&"request".to_string()).copied().unwrap_or(0);
+                (Some(json!(delta)), Some(requests))
             }
         };
-        let requests = request_mix.as_ref().and_then(|v| v.get("delayed").and_then(Value::as_u64));
 
         let ran = matches!(r.exit, child::Exit::Code(c) if m.ok_codes.contains(&c));
         let mut ok = ran;
@@ -589,13 +719,17 @@ impl Bench<'_> {
             note = format!("result ≠ {}", state.name());
         }
         eprintln!(
-            "passes: {what}: {:.3} s (user {:.3} s, sys {:.3} s, {:.1} MiB, sync {:.3} s){}{}",
+            "passes: {what}: {:.3} s (user {:.3} s, sys {:.3} s, {:.1} MiB, sync {:.3} s, setup {setup_s:.1} s, load {load1:.1}){}{}{}",
             r.wall_s,
             r.user_s,
             r.sys_s,
             r.maxrss_kib as f64 / 1024.0,
             sync_s,
             action.as_ref().map_or(String::new(), |a| format!(", {a}")),
+            requests.map_or(String::new(), |q| format!(
+                ", {:.2} requests/entry",
+                q as f64 / tree.counts.entries.max(1) as f64
+            )),
             if ok { String::new() } else { " FAILED".into() }
         );
         self.runs.push(Run {
@@ -612,6 +746,7 @@ impl Bench<'_> {
             request_mix,
             ok,
             note: note.trim_start_matches("; ").to_string(),
+            load1,
         });
         Ok(())
     }
@@ -649,7 +784,7 @@ impl Bench<'_> {
         Ok((lines, js))
     }
 
-    fn meta(&self, tree: &Tree) -> Value {
+    fn meta(&self, tree: Option<&Tree>) -> Value {
         let a = self.a;
         let version = std::process::Command::new(&self.volprep)
             .arg("--version")
@@ -662,11 +797,13 @@ impl Bench<'_> {
                          "verify_full": self.features.verify_full },
             "args": { "entries": a.entries, "shape": a.shape.name(), "fs": a.fs.name(), "reps": a.reps,
                       "threads": a.threads, "seed": a.seed, "smoke": a.smoke, "latency_us": a.latency_us,
-                      "slow_entries": a.slow_entries, "fuse_ttl_s": a.fuse_ttl_s },
-            "tree": { "entries": tree.counts.entries, "dirs": tree.counts.dirs, "files": tree.counts.files,
-                      "symlinks": tree.counts.symlinks, "hardlinks": tree.counts.hardlinks,
-                      "setuid": tree.counts.setuid, "golden_digest": tree.digest_of(State::Golden),
-                      "prepared_digest": tree.digest_of(State::Prepared) },
+                      "slow_entries": a.slow_entries, "fuse_ttl_s": a.fuse_ttl_s,
+                      "storages": format!("{:?}", a.storages), "ceph_entries": a.ceph_entries },
+            "tree": tree.map(|tree| json!({ "entries": tree.counts.entries, "dirs": tree.counts.dirs,
+                      "files": tree.counts.files, "symlinks": tree.counts.symlinks,
+                      "hardlinks": tree.counts.hardlinks, "setuid": tree.counts.setuid,
+                      "golden_digest": tree.digest_of(State::Golden),
+                      "prepared_digest": tree.digest_of(State::Prepared) })),
             "entries_by_storage": self.entries,
             "not_available": self.na,
         })

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ExitCode};
 use crate::escape::Escaped;
-use crate::options::{Mode, Privilege, RunOptions, ShardFilter};
+use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::{caps, guard, shard, sticky, sys, volume};
@@ -50,7 +50,9 @@ fn refuse_before_starting(o: &Options) -> Result<(), Error> {
 
 pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
-    let opts = &o.run;
+    // `--threads 0`: by the kind of filesystem, more when any volume is on network storage.
+    let remote = o.run.threads == 0 && o.targets.iter().any(|(p, _)| sys::is_remote_fs(p));
+    let opts = &RunOptions { threads: options::resolve_threads(o.run.threads, remote), ..o.run.clone() };
     refuse_overlaps(&o.targets, opts.cross_devices)?;
     check_groups(o, &sys::groups())?;
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:

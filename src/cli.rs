@@ -354,7 +354,8 @@ impl PassArgs {
     pub fn run_options(&self, mode: Mode, text_logs: bool, privilege: Privilege) -> RunOptions {
         RunOptions {
             mode,
-            threads: options::resolve_threads(self.threads),
+            // 0 (automatic) is resolved by `apply`, which knows the volumes' filesystems.
+            threads: self.threads,
             cross_devices: self.cross_devices,
             force: self.force,
             verify: match self.verify {

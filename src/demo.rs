@@ -36,7 +36,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     make_tree(&dir, args.entries, is_root).map_err(|e| Error::Other { path: dir.clone(), msg: e.to_string() })?;
 
     let spec = Spec { fs_group: Some(gid), owner_uid: None, owner_gid: None, read_only: false };
-    let threads = resolve_threads(0);
+    let threads = resolve_threads(0, false);
     let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
     let mut volumes = Vec::new();
     for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {

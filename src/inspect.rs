@@ -58,7 +58,7 @@ pub struct Options {
 pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let started = Instant::now();
     let path = args.path.as_path();
-    let threads = resolve_threads(args.threads);
+    let threads = resolve_threads(args.threads, args.threads == 0 && sys::is_remote_fs(path));
     let pool = rayon_core::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(|i| format!("volprep-{i}"))

@@ -70,6 +70,7 @@ impl Privilege {
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub mode: Mode,
+    /// Walker threads; 0 until `apply` resolves it (`resolve_threads`).
     pub threads: usize,
     pub cross_devices: bool,
     pub force: bool,
@@ -104,14 +105,19 @@ impl RunOptions {
 /// and start-up time (20000 took minutes), never speed.
 pub const MAX_THREADS: usize = 1024;
 
-/// `0` means automatic: metadata I/O waits far more than it computes, so 4 threads per core
-/// (at least 8) keep the device busy; see README "Design".
-pub fn resolve_threads(n: usize) -> usize {
+/// `0` means automatic, from the thread sweep in README "Performance": metadata I/O waits far
+/// more than it computes, and what a cold pass needs is requests in flight, whatever the cores.
+/// On a local filesystem 4 threads per core, 32 to 64 (on 2 cores a cold ext4 pass was as fast
+/// at 16 to 64 threads as it gets, 2× faster than at 8; 128 was slower). On a network or FUSE
+/// filesystem (`remote`), where every uncached request is a round trip, 4 times that, 128 to 256
+/// (the slow-storage model was fastest at 128).
+pub fn resolve_threads(n: usize, remote: bool) -> usize {
     if n > 0 {
         return n.min(MAX_THREADS);
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (cores * 4).clamp(8, 64)
+    let local = (cores * 4).clamp(32, 64);
+    if remote { local * 4 } else { local }
 }
 
 /// Parses `500ms`, `30s`, `15m`, `12h`, `7d` (or plain seconds).
@@ -192,6 +198,14 @@ pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_default_is_by_cores_and_more_on_remote_storage() {
+        assert_eq!(resolve_threads(5, true), 5, "an explicit count wins");
+        let local = resolve_threads(0, false);
+        assert!((32..=64).contains(&local), "{local}");
+        assert_eq!(resolve_threads(0, true), local * 4);
+    }
 
     /// Shards that fix the entry `path` (at depth = its number of components): an entry below
     /// the split depth is reached only by the shard that entered its anchor.

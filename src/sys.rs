@@ -405,6 +405,27 @@ pub fn fs_info(fd: BorrowedFd<'_>) -> (String, Option<u64>) {
     (name, estimate)
 }
 
+/// Whether the filesystem at `path` (`statfs`, which follows a symlink: only a hint) is a
+/// network or FUSE filesystem, where requests are round trips (see `options::resolve_threads`).
+pub fn is_remote_fs(path: &Path) -> bool {
+    rustix::fs::statfs(path).is_ok_and(|st| {
+        matches!(
+            st.f_type,
+            0x6969 // nfs
+                | 0x00C3_6400 // ceph
+                | 0x6573_5546 // fuse (ceph-fuse, s3fs, gcsfuse, glusterfs, …)
+                | 0xFF53_4D42 // cifs
+                | 0xFE53_4D42 // smb2
+                | 0x0102_1997 // v9fs
+                | 0x6B41_4653 // afs
+                | 0x0BD0_0BD0 // lustre
+                | 0x4750_4653 // gpfs
+                | 0x0116_1970 // gfs2
+                | 0x7461_636F // ocfs2
+        )
+    })
+}
+
 fn fs_name(magic: i64) -> String {
     match magic {
         0xEF53 => "ext4",

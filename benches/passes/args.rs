@@ -9,23 +9,28 @@ usage: cargo bench --bench passes -- [OPTIONS]
 Times volprep against the kubelet's fsGroup pass, `chown -R`, `chgrp -R && chmod -R` and a
 stat-only floor, on a fresh loop-mounted filesystem (and on a FUSE model of slow storage).
 Needs root, a loop device, mkfs.ext4 (mkfs.xfs for --fs xfs), find, and /dev/fuse for the
-slow-storage part.
+slow-storage part; the CephFS part also needs Debian's ceph-mon ceph-mgr ceph-osd ceph-mds
+ceph-fuse ceph-common (Ceph 16): it starts a single-node cluster itself and stops it after.
 
 options:
   --entries N          entries in the tree (default 100000; 1000000 for the 1M run)
   --shape S            atlantis | flat | deep (default atlantis)
   --fs F               ext4 | xfs (default ext4)
   --reps N             repetitions per method and temperature (default 3)
-  --threads-list L     volprep --threads values, e.g. 1,2,4,8,16,32 (the default)
+  --threads-list L     volprep --threads values, e.g. 1,2,4,8,16,32 (the default);
+                       `default` runs volprep without --threads (its own default)
+  --storages L         local,slow,ceph (default local,slow): where the methods run
   --temps L            cold,warm (default both)
   --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
                        onrootmismatch,chown,chgrp,full,rescan,skip,resume,progress
   --seed N             tree generator seed (default 1)
-  --smoke              10k entries, 1 repetition, every method, short thread list
+  --smoke              10k entries (CephFS 500), 1 repetition, every method, short
+                       thread list
   --out FILE           JSON with the raw figures (default target/bench-passes.json)
   --latency-us N       slow storage: delay per metadata request (default 500)
   --slow-entries N     slow storage: tree size (default entries/10, at most 10000; 0: skip)
   --fuse-ttl-s N       slow storage: entry/attr cache TTL the model grants (default 60)
+  --ceph-entries N     CephFS: tree size (default 20000)
   --syscalls           also count syscalls per entry with `strace -c -f`
   --workdir DIR        where the sparse image and mount points go (default target/tmp)
 ";
@@ -80,6 +85,17 @@ impl FsKind {
     }
 }
 
+/// Where methods run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorageKind {
+    /// The loop-mounted filesystem (`--fs`).
+    Local,
+    /// The FUSE latency model over a smaller tree (`passes/slowfs.rs`).
+    Slow,
+    /// A single-node CephFS through ceph-fuse (`passes/ceph.rs`).
+    Ceph,
+}
+
 /// Options of a benchmark run.
 #[derive(Debug, Clone)]
 pub struct Args {
@@ -96,6 +112,8 @@ pub struct Args {
     pub latency_us: u64,
     pub slow_entries: u64,
     pub fuse_ttl_s: u64,
+    pub storages: Vec<StorageKind>,
+    pub ceph_entries: u64,
     pub syscalls: bool,
     pub workdir: PathBuf,
 }
@@ -104,6 +122,11 @@ impl Args {
     /// Whether a method (by table name) is selected.
     pub fn wants(&self, method: &str) -> bool {
         self.methods.as_ref().is_none_or(|m| m.iter().any(|x| x == method))
+    }
+
+    /// Whether methods run on this storage.
+    pub fn on(&self, s: StorageKind) -> bool {
+        self.storages.contains(&s)
     }
 }
 
@@ -172,6 +195,7 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
     let mut reps = None;
     let mut threads = None;
     let mut slow_entries = None;
+    let mut ceph_entries = None;
     let mut a = Args {
         entries: 100_000,
         shape: Shape::Atlantis,
@@ -186,6 +210,8 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
         latency_us: 500,
         slow_entries: 0,
         fuse_ttl_s: 60,
+        storages: vec![StorageKind::Local, StorageKind::Slow],
+        ceph_entries: 20_000,
         syscalls: false,
         workdir: target_dir.join("tmp"),
     };
@@ -207,6 +233,18 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
             "--latency-us" => a.latency_us = num(&value()?)?,
             "--slow-entries" => slow_entries = Some(num(&value()?)?),
             "--fuse-ttl-s" => a.fuse_ttl_s = num(&value()?)?,
+            "--ceph-entries" => ceph_entries = Some(num(&value()?)?.max(10)),
+            "--storages" => {
+                a.storages = value()?
+                    .split(',')
+                    .map(|t| match t {
+                        "local" => Ok(StorageKind::Local),
+                        "slow" => Ok(StorageKind::Slow),
+                        "ceph" => Ok(StorageKind::Ceph),
+                        _ => Err(format!("--storages: unknown storage {t:?} (local, slow, ceph)")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--out" => a.out = value()?.into(),
             "--workdir" => a.workdir = value()?.into(),
             "--methods" => a.methods = Some(value()?.split(',').map(str::to_string).collect()),
@@ -242,13 +280,18 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
         a.entries = 10_000;
         a.reps = 1;
         a.threads = vec![1, 4];
+        a.ceph_entries = 500;
     }
     a.entries = entries.unwrap_or(a.entries).max(10);
     a.reps = reps.unwrap_or(a.reps);
     a.threads = threads.unwrap_or(a.threads);
     a.slow_entries = slow_entries.unwrap_or((a.entries / 10).min(10_000));
-    if a.threads.is_empty() || a.threads.contains(&0) {
-        return Err("--threads-list: give thread counts of at least 1".into());
+    a.ceph_entries = ceph_entries.unwrap_or(a.ceph_entries);
+    if a.threads.is_empty() {
+        return Err("--threads-list: give thread counts of at least 1, or `default`".into());
+    }
+    if a.storages.is_empty() {
+        return Err("--storages: give at least one of local, slow, ceph".into());
     }
     Ok(Command::Bench(a))
 }
@@ -257,6 +300,15 @@ fn num(s: &str) -> Result<u64, String> {
     s.replace('_', "").parse().map_err(|_| format!("not a number: {s:?}"))
 }
 
+/// A thread list; `default` is 0 (volprep without `--threads`).
 fn list(s: &str) -> Result<Vec<usize>, String> {
-    s.split(',').map(|x| num(x).map(|n| n as usize)).collect()
+    s.split(',')
+        .map(|x| match x {
+            "default" => Ok(0),
+            _ => match num(x)? {
+                0 => Err("--threads-list: thread counts start at 1 (`default`: volprep's own)".into()),
+                n => Ok(n as usize),
+            },
+        })
+        .collect()
 }

@@ -71,7 +71,8 @@ impl Features {
 }
 
 /// The methods to run, in order (every `full` comes before `resume`, which needs its time).
-pub fn plan(args: &Args, features: Features, slow: bool) -> Vec<Method> {
+/// `remote`: slow storage or CephFS (no `progress` run there).
+pub fn plan(args: &Args, features: Features, remote: bool) -> Vec<Method> {
     let max = *args.threads.iter().max().expect("non-empty thread list");
     let mut m = Vec::new();
     let one = |id, kind, start, expect, ok_codes| Method { id, threads: None, kind, start, expect, ok_codes };
@@ -79,6 +80,7 @@ pub fn plan(args: &Args, features: Features, slow: bool) -> Vec<Method> {
     m.push(one("floor", Kind::Floor, Golden, Some(Golden), &[0]));
     let mut check_threads = vec![1, max];
     check_threads.dedup();
+    check_threads.retain(|&t| t != 0 || max == 0);
     for t in check_threads {
         m.push(Method { threads: Some(t), ..one("check", Kind::Check, Golden, Some(Golden), &[3]) });
     }
@@ -100,13 +102,22 @@ pub fn plan(args: &Args, features: Features, slow: bool) -> Vec<Method> {
     let at_max = |x: Method| Method { threads: Some(max), ..x };
     m.push(at_max(one("skip", Kind::Skip, Prepared, Some(Prepared), &[0])));
     m.push(at_max(one("resume", Kind::Resume, Golden, Some(Prepared), &[0])));
-    if features.progress_interval && !slow {
+    if features.progress_interval && !remote {
         // The same full pass with progress at its default interval (others run with it off).
         let every = vec!["--progress-interval".to_string(), "1s".to_string()];
         m.push(at_max(one("progress", Kind::Apply(every), Golden, Some(Prepared), &[0])));
     }
     m.retain(|x| args.wants(x.id));
     m
+}
+
+/// The table's thread count: 1 for the serial methods, `default` for volprep's own (0).
+pub fn threads_label(t: Option<usize>) -> String {
+    match t {
+        None => "1".into(),
+        Some(0) => "default".into(),
+        Some(n) => n.to_string(),
+    }
 }
 
 /// The table's name of a method.
@@ -137,14 +148,15 @@ pub struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// `volprep SUB --fs-group 2000 --threads N --report FILE [flags] ROOT`.
+    /// `volprep SUB --fs-group 2000 --threads N --report FILE [flags] ROOT` (no `--threads`
+    /// when `threads` is 0: volprep's own default).
     pub fn volprep(&self, sub: &str, threads: usize, report: &Path) -> Command {
         let mut c = Command::new(self.volprep);
-        c.arg(sub)
-            .args(["--fs-group", &FS_GROUP.to_string()])
-            .args(["--threads", &threads.to_string()])
-            .arg("--report")
-            .arg(report);
+        c.arg(sub).args(["--fs-group", &FS_GROUP.to_string()]);
+        if threads > 0 {
+            c.args(["--threads", &threads.to_string()]);
+        }
+        c.arg("--report").arg(report);
         c.env_remove("RUST_LOG");
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("VOLPREP_") {

@@ -108,6 +108,8 @@ pub struct Counts {
 /// A generated tree and its record.
 pub struct Tree {
     pub root: PathBuf,
+    /// On slow or network storage: resets use more threads.
+    pub remote: bool,
     pub entries: Vec<Entry>,
     pub counts: Counts,
     golden_digest: String,
@@ -142,10 +144,12 @@ fn marker_xattrs(c: &CString) -> Vec<Vec<u8>> {
 
 impl Tree {
     /// Generates the tree under `root` (which must not exist) and sets its golden state.
-    pub fn generate(root: &Path, shape: crate::args::Shape, n: u64, seed: u64) -> io::Result<Tree> {
+    /// `remote`: `root` is on network storage (see [`Tree::reset`]).
+    pub fn generate(root: &Path, shape: crate::args::Shape, n: u64, seed: u64, remote: bool) -> io::Result<Tree> {
         let (entries, counts) = shapes::generate(root, shape, n, seed)?;
         let mut tree = Tree {
             root: root.to_path_buf(),
+            remote: false,
             entries,
             counts,
             golden_digest: String::new(),
@@ -153,6 +157,7 @@ impl Tree {
         };
         tree.golden_digest = tree.expected_digest(State::Golden);
         tree.prepared_digest = tree.expected_digest(State::Prepared);
+        tree.remote = remote;
         tree.reset(State::Golden)?;
         Ok(tree)
     }
@@ -185,9 +190,10 @@ impl Tree {
     }
 
     /// Restores `state` on every entry (only what differs), and removes user/trusted xattrs.
-    /// Parallel over a few threads; path-based (the tree is ours and nothing else runs).
+    /// Parallel over a few threads (16 on remote storage, where latency rules); path-based
+    /// (the tree is ours and nothing else runs).
     pub fn reset(&self, state: State) -> io::Result<()> {
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+        let threads = if self.remote { 16 } else { std::thread::available_parallelism().map_or(2, |n| n.get().min(8)) };
         let chunk = self.entries.len().div_ceil(threads).max(1);
         std::thread::scope(|s| {
             let jobs: Vec<_> =
