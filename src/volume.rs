@@ -166,6 +166,7 @@ fn walk(
     let (path, spec, opts) = (ctx.path, ctx.spec, ctx.opts);
     if opts.mode == Mode::Check {
         let mut fixer = Fixer::new(path, spec, opts.mode, None);
+        fixer.privilege = opts.privilege;
         if let Some((_, Some(prev))) = &resume {
             // `check` counts what apply would restore and reports what it would refuse.
             fixer.record_restored(&resume::restore_pending(sys::fd(&root_fd), path, &prev.pending, spec, true));
@@ -178,7 +179,11 @@ fn walk(
         if let Some(sig) = fixer.interrupted {
             warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the counts cover what was checked");
         }
-        return finish_report(fixer, ctx, Action::Checked);
+        let report = finish_report(fixer, ctx, Action::Checked);
+        if report.foreign_owned > 0 {
+            log_left(ctx, &report);
+        }
+        return report;
     }
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
     let marker_fd = resume.as_ref().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
