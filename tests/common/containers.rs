@@ -7,6 +7,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use super::k8s::{ROOT, describe};
+pub use super::k8s::{output, run_ok as ok};
 
 /// Panics with how to get the tools unless `.ci/containers.sh` configured this environment.
 pub fn require() {
@@ -19,26 +20,6 @@ pub fn require() {
         "container test: source .ci/static.sh (the static binary the image ships) first"
     );
     assert_eq!(unsafe { libc::geteuid() }, 0, "container test: needs root (rootful podman, loop mounts)");
-}
-
-/// Runs `cmd`, returns its output whatever the exit code.
-pub fn output(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {}: {e}", describe(cmd)))
-}
-
-/// Runs `cmd`, panics with its output unless it succeeds; returns stdout.
-#[track_caller]
-pub fn ok(cmd: &mut Command) -> String {
-    let out = output(cmd);
-    assert!(
-        out.status.success(),
-        "{} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        describe(cmd),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 pub fn podman() -> Command {

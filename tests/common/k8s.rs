@@ -101,6 +101,7 @@ pub fn output(cmd: &mut Command) -> Output {
 }
 
 /// Runs `cmd`, panics with its output unless it succeeds, returns stdout.
+#[track_caller]
 pub fn run_ok(cmd: &mut Command) -> String {
     let out = output(cmd);
     assert!(
