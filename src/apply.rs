@@ -9,7 +9,7 @@ use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::{caps, guard, shard, sticky, sys, volume};
+use crate::{caps, guard, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
@@ -52,7 +52,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
     // `--threads 0`: by the kind of filesystem, more when any volume is on network storage.
     let remote = o.run.threads == 0 && o.targets.iter().any(|(p, _)| sys::is_remote_fs(p));
-    let opts = &RunOptions { threads: options::resolve_threads(o.run.threads, remote), ..o.run.clone() };
+    let opts = &fit_threads(
+        RunOptions { threads: options::resolve_threads(o.run.threads, remote), ..o.run.clone() },
+        o.run.threads != 0,
+    );
     refuse_overlaps(&o.targets, opts.cross_devices)?;
     check_groups(o, &sys::groups())?;
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
@@ -170,6 +173,23 @@ fn missing_capabilities(volumes: &[VolumeReport]) -> Vec<String> {
         tracing::error!("{line}");
     }
     lines
+}
+
+/// The options with the thread count cut to what the open-file limit carries (each walker thread
+/// may hold a few descriptors at once, see `walk`), saying so when it is cut.
+fn fit_threads(mut run: RunOptions, asked: bool) -> RunOptions {
+    let limit = sys::fd_limit();
+    let max = walk::max_threads_for(limit);
+    if run.threads > max {
+        let why = format!("{} threads need more than the open-file limit of {limit} allows: using {max}", run.threads);
+        if asked {
+            tracing::warn!("{why} (raise `ulimit -n` for more)");
+        } else {
+            tracing::debug!("{why}");
+        }
+        run.threads = max;
+    }
+    run
 }
 
 /// The summary line, with its figures as fields: an error when the volume fails the run (exit

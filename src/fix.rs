@@ -33,6 +33,28 @@ impl Change {
     }
 }
 
+/// One entry's change together with the mode it had before it, which is what the report counts
+/// against: a setuid/setgid file whose bits a chown drops and a chmod puts back gets a chmod,
+/// but its mode did not change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fixed {
+    pub change: Change,
+    /// Permission bits (`perm()`) of the entry as it was decided on.
+    pub old_perm: u32,
+}
+
+impl Fixed {
+    /// The decision for `meta`, nothing applied (`check`).
+    pub fn decided(meta: &Meta, spec: &Spec) -> Fixed {
+        Fixed { change: decide(meta, spec), old_perm: meta.perm() }
+    }
+
+    /// Whether the entry's final mode differs from its initial one.
+    pub fn mode_changed(&self) -> bool {
+        self.change.mode.is_some_and(|m| m != self.old_perm)
+    }
+}
+
 /// The kubelet's rule (`pkg/volume/volume_linux.go`), made change-only: the group (and owner)
 /// the spec names, and for every non-symlink `old_mode | mask` (directories also `| 0110 |
 /// S_ISGID`). When a non-directory's owner changes, the kernel clears its setuid/setgid bits,
@@ -112,9 +134,9 @@ static MULTI_LINK: Mutex<()> = Mutex::new(());
 /// and re-stated, and the decision is made again from the pinned inode's own metadata, so the
 /// inode changed is the inode decided on, even if `name` was swapped meanwhile (for a symlink,
 /// the link itself; never its target). Returns the change made.
-pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> Result<Change, Failure> {
+pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
     if decide(seen, spec).is_none() {
-        return Ok(Change::default());
+        return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     // An inode with several names may be fixed by several threads: each re-reads and changes it
     // under this lock, so none decides from the state between another's chown (which clears
@@ -139,7 +161,7 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
         }
         f
     })?;
-    Ok(change)
+    Ok(Fixed { change, old_perm: now.perm() })
 }
 
 /// Fixes a directory through its own fd, opened when the walk entered it and seen then as `seen`.
@@ -147,9 +169,9 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
 /// Without CAP_FSETID the kernel silently drops a directory's setgid bit on chmod when its group
 /// is not the caller's; the result is read back so that shows as an EPERM error, not a quiet
 /// half-prepared volume (the other mode bits that did change are counted as changed).
-pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, Failure> {
+pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
     if decide(seen, spec).is_none() {
-        return Ok(Change::default());
+        return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let now = sys::stat_fd(fd).map_err(|e| Failure::new(Op::Stat, e))?;
     let change = decide(&now, spec);
@@ -161,7 +183,7 @@ pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Change, F
             return Err(Failure { op: Op::Chmod, errno: Errno::PERM, done: Change { mode, ..change } });
         }
     }
-    Ok(change)
+    Ok(Fixed { change, old_perm: now.perm() })
 }
 
 #[cfg(test)]
@@ -213,6 +235,15 @@ mod tests {
         // Without a chown there is nothing to restore.
         let c = decide(&meta(libc::S_IFREG, 0o4775, 0, 2000), &fs(2000));
         assert!(c.is_none());
+    }
+
+    #[test]
+    fn a_mode_put_back_after_a_chown_is_no_mode_change() {
+        let f = Fixed::decided(&meta(libc::S_IFREG, 0o4775, 0, 1), &fs(2000));
+        assert_eq!(f.change.mode, Some(0o4775), "the chmod is needed");
+        assert!(!f.mode_changed(), "but the final mode is the initial one");
+        assert!(Fixed::decided(&meta(libc::S_IFREG, 0o4755, 0, 1), &fs(2000)).mode_changed());
+        assert!(!Fixed::decided(&meta(libc::S_IFREG, 0o660, 0, 1), &fs(2000)).mode_changed());
     }
 
     #[test]

@@ -262,11 +262,12 @@ impl<'a> Inspector<'a> {
     /// What `apply --fs-group` would change on this entry.
     fn decide(&self, meta: &Meta) {
         let Some(spec) = self.apply_spec else { return };
-        let change = fix::decide(meta, spec);
+        let fixed = fix::Fixed::decided(meta, spec);
+        let change = fixed.change;
         if change.owner() {
             Counters::add(&self.counters.changed_owner);
         }
-        if change.mode.is_some() {
+        if fixed.mode_changed() {
             Counters::add(&self.counters.changed_mode);
         }
         if !change.is_none() {

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Change, Failure, Verdict};
+use crate::fix::{self, Change, Failure, Fixed, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
@@ -69,10 +69,11 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts the outcome of one entry's decision or fix.
-    fn record(&self, dir: &Node, name: Option<&CStr>, outcome: Result<Change, Failure>) {
+    fn record(&self, dir: &Node, name: Option<&CStr>, outcome: Result<Fixed, Failure>) {
         match outcome {
-            Ok(change) => {
-                self.count_change(&change);
+            Ok(fixed) => {
+                let change = fixed.change;
+                self.count(change.owner(), fixed.mode_changed());
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
                     let path = self.path_of(dir, name);
                     let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
@@ -93,10 +94,15 @@ impl<'a> Fixer<'a> {
 
     /// Counts a change made (or, in check, that would be made).
     pub fn count_change(&self, change: &Change) {
-        if change.owner() {
+        self.count(change.owner(), change.mode.is_some());
+    }
+
+    /// Counts an entry whose owner and/or mode (final against initial) changed.
+    pub fn count(&self, owner: bool, mode: bool) {
+        if owner {
             Counters::add(&self.counters.changed_owner);
         }
-        if change.mode.is_some() {
+        if mode {
             Counters::add(&self.counters.changed_mode);
         }
     }
@@ -225,7 +231,7 @@ impl<'a> Fixer<'a> {
 
     /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
     /// is recorded on the root first, so a kill between chown and chmod can be repaired.
-    fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Change, Failure> {
+    fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Fixed, Failure> {
         let change = fix::decide(meta, self.spec);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
         let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
@@ -252,7 +258,7 @@ impl Visitor for Fixer<'_> {
             return self.left(parent, Some(name), meta, change, false);
         }
         let outcome = match (self.mode, &self.resume) {
-            (Mode::Check, _) => Ok(fix::decide(meta, self.spec)),
+            (Mode::Check, _) => Ok(Fixed::decided(meta, self.spec)),
             (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => self.fix_special(r, parent, name, meta),
             (Mode::Apply, _) => fix::fix_entry(parent.fd(), name, meta, self.spec),
         };
@@ -268,7 +274,7 @@ impl Visitor for Fixer<'_> {
             return self.left(dir, None, &dir.meta, change, false);
         }
         let outcome = match self.mode {
-            Mode::Check => Ok(fix::decide(&dir.meta, self.spec)),
+            Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec)),
             Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
         };
         let failed = outcome.as_ref().is_err_and(|f| f.errno != Errno::NOENT);

@@ -244,8 +244,8 @@ fn finish(
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
         match fix::fix_dir(root, &root_meta, spec) {
-            Ok(change) => {
-                fixer.count_change(&change);
+            Ok(fixed) => {
+                fixer.count(fixed.change.owner(), fixed.mode_changed());
                 m.state = State::Done;
                 m.finished = Some(marker::now());
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);

@@ -320,6 +320,11 @@ pub fn groups() -> Vec<u32> {
     out
 }
 
+/// The soft open-file limit (`u64::MAX` when unlimited).
+pub fn fd_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
 /// Borrow helper so callers can pass `&OwnedFd` or a borrowed fd alike.
 pub fn fd<F: AsFd>(f: &F) -> BorrowedFd<'_> {
     f.as_fd()

@@ -10,11 +10,11 @@
 
 use std::ffi::{CStr, OsStr};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::io::Errno;
 
@@ -25,28 +25,80 @@ use crate::sys::{self, DType, Kind, Meta};
 const BATCH: usize = 256;
 /// `getdents64` buffer per directory being read.
 const DIRENT_BUF: usize = 32 * 1024;
+/// Descriptors kept aside for the process: stdio, the root and its marker and lock fds, logs.
+pub const FD_RESERVE: u64 = 16;
+/// Descriptors one walker thread may hold at once: the directory it reads, its parent while
+/// opening it (or two while re-opening a closed ancestor), and an O_PATH pin of an entry.
+pub const FD_PER_THREAD: u64 = 4;
+
+/// Directory fds held open by the walks of this process (the fd budget counts these).
+static OPEN_DIRS: AtomicUsize = AtomicUsize::new(0);
+
+/// The most walker threads an open-file limit of `limit` carries: each thread may hold
+/// [`FD_PER_THREAD`] descriptors at once, whatever the tree's depth.
+pub fn max_threads_for(limit: u64) -> usize {
+    (limit.saturating_sub(FD_RESERVE) / FD_PER_THREAD).max(1) as usize
+}
 
 /// A directory being walked.
+///
+/// Its fd is opened `O_NOFOLLOW|O_DIRECTORY` relative to its parent's. To stay within the
+/// process's open-file limit whatever the depth, an idle directory's fd may be closed (like GNU
+/// fts) and re-opened when needed: through `..` of a child being finished, or by name from the
+/// nearest open ancestor, never following a symlink; either way the re-opened directory must
+/// have the device and inode recorded when it was first opened, or the walk reports an error
+/// for it and changes nothing there.
 pub struct Node {
-    fd: OwnedFd,
-    /// Metadata read through `fd` when the directory was opened.
+    /// The open directory (`None` while closed) and how many holders keep it open.
+    slot: Mutex<Slot>,
+    /// The raw fd in `slot` (-1 while closed), read by [`Node::fd`] without the lock.
+    raw: AtomicI32,
+    /// Metadata read through the fd when the directory was first opened.
     pub meta: Meta,
     parent: Option<Arc<Node>>,
-    name: Box<[u8]>,
+    name: Box<CStr>,
     /// 0 for the root.
     pub depth: u32,
     /// Unfinished work: 1 while being read, plus one per pending child directory or batch.
     pending: AtomicUsize,
 }
 
+struct Slot {
+    fd: Option<OwnedFd>,
+    leases: u32,
+}
+
+fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Node {
+    fn new(fd: OwnedFd, meta: Meta, parent: Option<Arc<Node>>, name: &CStr) -> Arc<Node> {
+        OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Node {
+            raw: AtomicI32::new(fd.as_raw_fd()),
+            slot: Mutex::new(Slot { fd: Some(fd), leases: 0 }),
+            meta,
+            depth: parent.as_ref().map_or(0, |p| p.depth + 1),
+            parent,
+            name: name.into(),
+            pending: AtomicUsize::new(1),
+        })
+    }
+
+    /// This directory's fd. The walk keeps it open during every [`Visitor`] call about this
+    /// directory or one of its entries; it must not be used outside those calls.
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        let raw = self.raw.load(Ordering::Acquire);
+        assert!(raw >= 0, "a directory's fd used while it is closed");
+        // SAFETY: `raw` is the fd owned by `slot`, which stays open while a lease is held, and
+        // the walk holds one during every call that may use it.
+        unsafe { BorrowedFd::borrow_raw(raw) }
     }
 
     /// This directory's name in its parent (empty for the root).
     pub fn name(&self) -> &[u8] {
-        &self.name
+        self.name.to_bytes()
     }
 
     /// The ancestor (or self) at `depth`, e.g. the top-level directory a node is in.
@@ -65,7 +117,7 @@ impl Node {
         let mut cur = Some(self);
         while let Some(n) = cur {
             if n.parent.is_some() {
-                names.push(&n.name[..]);
+                names.push(n.name());
             }
             cur = n.parent.as_deref();
         }
@@ -74,6 +126,68 @@ impl Node {
             p.push(OsStr::from_bytes(n));
         }
         p
+    }
+
+    fn is_open(&self) -> bool {
+        lock(&self.slot).fd.is_some()
+    }
+
+    /// Holds the fd open, if it is.
+    fn try_lease(self: &Arc<Self>) -> Option<Lease> {
+        let mut s = lock(&self.slot);
+        s.fd.as_ref()?;
+        s.leases += 1;
+        Some(Lease(Arc::clone(self)))
+    }
+
+    /// Installs a re-opened fd (unless another thread did first) and holds it open.
+    fn install(self: &Arc<Self>, fd: OwnedFd) -> Lease {
+        let mut s = lock(&self.slot);
+        if s.fd.is_none() {
+            self.raw.store(fd.as_raw_fd(), Ordering::Release);
+            s.fd = Some(fd);
+            OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
+        }
+        s.leases += 1;
+        Lease(Arc::clone(self))
+    }
+
+    /// Closes the fd if nobody holds it (never the root's). Returns whether it did.
+    fn close_if_idle(&self) -> bool {
+        let mut s = lock(&self.slot);
+        if s.leases > 0 || s.fd.is_none() || self.parent.is_none() {
+            return false;
+        }
+        self.raw.store(-1, Ordering::Release);
+        s.fd = None;
+        OPEN_DIRS.fetch_sub(1, Ordering::Relaxed);
+        true
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if lock(&self.slot).fd.is_some() {
+            OPEN_DIRS.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Keeps a node's fd open while held.
+struct Lease(Arc<Node>);
+
+impl Lease {
+    fn node(&self) -> &Arc<Node> {
+        &self.0
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.0.fd()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        lock(&self.0.slot).leases -= 1;
     }
 }
 
@@ -108,11 +222,14 @@ pub struct Walk<'v, V: Visitor> {
     /// The root's metadata: its device and mount id tell what is a nested mount.
     root: Meta,
     cross_devices: bool,
+    /// Directory fds the walk keeps open at most, beyond those in use (see [`Node`]); from the
+    /// open-file limit and the thread count when not set.
+    budget: Option<usize>,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
-        Walk { visitor, root: *root, cross_devices }
+        Walk { visitor, root: *root, cross_devices, budget: None }
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
@@ -130,33 +247,47 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
     }
 
-    /// Walks the tree below `root_fd` on the current rayon pool and returns when every job
-    /// finished (also when one panicked: the panic is then resumed here).
-    pub fn run(&self, root_fd: OwnedFd, root_meta: Meta) {
-        let root = Arc::new(Node {
-            fd: root_fd,
-            meta: root_meta,
-            parent: None,
-            name: Box::new([]),
-            depth: 0,
-            pending: AtomicUsize::new(1),
-        });
-        rayon_core::in_place_scope(|s| self.read(s, root));
+    /// Keeps at most `n` directory fds open beyond those in use (default: what the open-file
+    /// limit leaves once every thread has its share).
+    #[cfg(test)]
+    pub fn fd_budget(mut self, n: usize) -> Self {
+        self.budget = Some(n);
+        self
     }
 
-    fn read<'s>(&'s self, s: &rayon_core::Scope<'s>, node: Arc<Node>) {
+    fn budget(&self) -> usize {
+        self.budget.unwrap_or(usize::MAX)
+    }
+
+    /// Walks the tree below `root_fd` on the current rayon pool and returns when every job
+    /// finished (also when one panicked: the panic is then resumed here).
+    pub fn run(mut self, root_fd: OwnedFd, root_meta: Meta) {
+        if self.budget.is_none() {
+            let threads = rayon_core::current_num_threads() as u64;
+            let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
+            self.budget = Some(left.max(threads).min(usize::MAX as u64) as usize);
+        }
+        let root = Node::new(root_fd, root_meta, None, c"");
+        let lease = root.try_lease().expect("a new node is open");
+        drop(root);
+        let this = &self;
+        rayon_core::in_place_scope(|s| this.read(s, lease));
+    }
+
+    fn read<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: Lease) {
+        let node = Arc::clone(lease.node());
         if self.visitor.stopped() {
-            return self.complete(node);
+            return self.complete(node, Some(lease));
         }
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
         self.visitor.dir_read(&node);
-        let res = sys::read_dir(node.fd(), &mut buf, |name, dtype, ino| match dtype {
+        let res = sys::read_dir(lease.fd(), &mut buf, |name, dtype, ino| match dtype {
             DType::Dir => self.subdir(s, &node, name, ino),
             DType::Other | DType::Unknown => {
                 batch.push(name);
                 if batch.len() >= BATCH {
-                    self.dispatch(s, &node, std::mem::take(&mut batch));
+                    self.dispatch(s, &lease, std::mem::take(&mut batch));
                 }
             }
         });
@@ -164,33 +295,40 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.error(&node, None, Op::Readdir, e);
         }
         if !batch.is_empty() {
-            self.dispatch(s, &node, batch);
+            self.dispatch(s, &lease, batch);
         }
         drop(buf);
-        self.complete(node);
+        self.complete(node, Some(lease));
     }
 
     /// Runs a batch here when this thread already has queued work (others can steal that),
     /// or queues it for an idle thread otherwise. Keeps both threads and memory in check.
-    fn dispatch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: Batch) {
+    fn dispatch<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, batch: Batch) {
         if rayon_core::current_thread_has_pending_tasks() == Some(true) || rayon_core::current_num_threads() == 1 {
-            self.run_batch(s, node, &batch);
+            self.run_batch(s, lease, &batch);
         } else {
+            let node = Arc::clone(lease.node());
             node.pending.fetch_add(1, Ordering::Relaxed);
-            let node = Arc::clone(node);
-            s.spawn(move |s| {
-                self.run_batch(s, &node, &batch);
-                self.complete(node);
+            s.spawn(move |s| match self.lease(&node) {
+                Ok(lease) => {
+                    self.run_batch(s, &lease, &batch);
+                    self.complete(node, Some(lease));
+                }
+                Err(e) => {
+                    self.visitor.error(&node, None, Op::Open, e);
+                    self.complete(node, None);
+                }
             });
         }
     }
 
-    fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, node: &Arc<Node>, batch: &Batch) {
+    fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, batch: &Batch) {
+        let node = lease.node();
         for name in batch.iter() {
             if self.visitor.stopped() {
                 return;
             }
-            match sys::stat_at(node.fd(), name) {
+            match sys::stat_at(lease.fd(), name) {
                 Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
                 Ok(meta) => self.leaf(node, name, &meta),
                 Err(Errno::NOENT) => {}
@@ -208,68 +346,190 @@ impl<'v, V: Visitor> Walk<'v, V> {
         parent.pending.fetch_add(1, Ordering::Relaxed);
         let parent = Arc::clone(parent);
         let name: Box<CStr> = name.into();
-        s.spawn(move |s| match self.open_child(&parent, &name) {
-            Some(child) => self.read(s, child),
-            None => self.complete(parent),
+        s.spawn(move |s| match self.lease(&parent) {
+            Ok(pl) => match self.open_child(&pl, &name) {
+                Some(child) => {
+                    // Neither the parent's fd nor (through it) its ancestors' are held while
+                    // this subtree is walked: the budget may close them.
+                    drop((pl, parent));
+                    self.read(s, child)
+                }
+                None => self.complete(parent, Some(pl)),
+            },
+            Err(e) => {
+                self.visitor.error(&parent, None, Op::Open, e);
+                self.complete(parent, None)
+            }
         });
     }
 
-    /// Opens subdirectory `name` of `parent` without following symlinks, as a node to read, or
-    /// handles it as the entry it turned out to be (nested mount, or no longer a directory).
-    fn open_child(&self, parent: &Arc<Node>, name: &CStr) -> Option<Arc<Node>> {
-        let fd = match sys::open_subdir(parent.fd(), name) {
+    /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
+    /// read, or handles it as the entry it turned out to be (nested mount, or no longer a
+    /// directory).
+    fn open_child(&self, parent: &Lease, name: &CStr) -> Option<Lease> {
+        let p = parent.node();
+        let fd = match self.open_dir(p, || sys::open_subdir(parent.fd(), name)) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return None,
             // Not (or no longer) a directory: a symlink or file took its place. Handle it as the
             // entry it now is, by its own lstat.
             Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
                 match sys::stat_at(parent.fd(), name) {
-                    Ok(meta) if meta.kind() != Kind::Dir => self.leaf(parent, name, &meta),
-                    Ok(_) => self.visitor.error(parent, Some(name), Op::Open, Errno::AGAIN),
+                    Ok(meta) if meta.kind() != Kind::Dir => self.leaf(p, name, &meta),
+                    Ok(_) => self.visitor.error(p, Some(name), Op::Open, Errno::AGAIN),
                     Err(Errno::NOENT) => {}
-                    Err(e) => self.visitor.error(parent, Some(name), Op::Stat, e),
+                    Err(e) => self.visitor.error(p, Some(name), Op::Stat, e),
                 }
                 return None;
             }
             Err(e) => {
-                self.visitor.error(parent, Some(name), Op::Open, e);
+                self.visitor.error(p, Some(name), Op::Open, e);
                 return None;
             }
         };
-        let meta = match sys::stat_fd(fd.as_fd()) {
+        let meta = match sys::stat_fd(sys::fd(&fd)) {
             Ok(m) => m,
             Err(e) => {
-                self.visitor.error(parent, Some(name), Op::Stat, e);
+                self.visitor.error(p, Some(name), Op::Stat, e);
                 return None;
             }
         };
         if self.foreign(&meta) {
-            self.visitor.mount_skipped(parent, name, &meta);
+            self.visitor.mount_skipped(p, name, &meta);
             return None;
         }
-        Some(Arc::new(Node {
-            fd,
-            meta,
-            parent: Some(Arc::clone(parent)),
-            name: name.to_bytes().into(),
-            depth: parent.depth + 1,
-            pending: AtomicUsize::new(1),
-        }))
+        let child = Node::new(fd, meta, Some(Arc::clone(p)), name);
+        let lease = child.try_lease().expect("a new node is open");
+        self.trim(&child);
+        Some(lease)
     }
 
-    /// One unit of `node`'s work is finished; a directory whose count reaches zero is done,
-    /// which in turn finishes one unit of its parent's (iteratively: no recursion on deep trees).
-    fn complete(&self, node: Arc<Node>) {
-        let mut cur = node;
+    /// One unit of `node`'s work is finished (`held`: its lease, when the caller has it); a
+    /// directory whose count reaches zero is done, which in turn finishes one unit of its
+    /// parent's (iteratively: no recursion on deep trees). A parent whose fd was closed is
+    /// re-opened through `..` of the child just finished, which is one open, not one per level.
+    fn complete(&self, node: Arc<Node>, held: Option<Lease>) {
+        let (mut node, mut held) = (node, held);
         loop {
-            if cur.pending.fetch_sub(1, Ordering::AcqRel) != 1 || self.visitor.stopped() {
+            if node.pending.fetch_sub(1, Ordering::AcqRel) != 1 || self.visitor.stopped() {
+                // Not done yet. Its queued jobs need its fd: re-open it now while a child's
+                // fd leads to it in one step.
+                if let Some(child) = held.filter(|l| !Arc::ptr_eq(l.node(), &node)) {
+                    if !node.is_open() {
+                        let _ = self.lease_via_child(&node, &child);
+                    }
+                    let done = Arc::clone(child.node());
+                    drop(child);
+                    done.close_if_idle();
+                }
                 return;
             }
-            self.visitor.dir_done(&cur);
-            match cur.parent.clone() {
-                Some(p) => cur = p,
+            let lease = match held.take() {
+                Some(l) if Arc::ptr_eq(l.node(), &node) => Ok(l),
+                Some(child) => {
+                    let lease = self.lease_via_child(&node, &child);
+                    // The child is done: its fd is needed no more (a job up the stack may still
+                    // hold the node itself, and through it its ancestors).
+                    let done = Arc::clone(child.node());
+                    drop(child);
+                    done.close_if_idle();
+                    lease
+                }
+                None => self.lease(&node),
+            };
+            match lease {
+                Ok(l) => {
+                    self.visitor.dir_done(&node);
+                    held = Some(l);
+                }
+                Err(e) => self.visitor.error(&node, None, Op::Open, e),
+            }
+            match node.parent.clone() {
+                Some(p) => node = p,
                 None => return,
             }
+        }
+    }
+
+    /// Holds `node` open, re-opening it (and any closed ancestors) by name from the nearest
+    /// open ancestor when the budget closed it.
+    fn lease(&self, node: &Arc<Node>) -> Result<Lease, Errno> {
+        if let Some(l) = node.try_lease() {
+            return Ok(l);
+        }
+        let mut closed = vec![Arc::clone(node)];
+        let mut held = loop {
+            let up = closed.last().expect("not empty").parent.clone().expect("the root is never closed");
+            if let Some(l) = up.try_lease() {
+                break l;
+            }
+            closed.push(up);
+        };
+        while let Some(n) = closed.pop() {
+            held = match n.try_lease() {
+                Some(l) => l,
+                None => {
+                    let fd = self.open_dir(&n, || sys::open_subdir(held.fd(), &n.name))?;
+                    self.adopt(&n, fd)?
+                }
+            };
+        }
+        Ok(held)
+    }
+
+    /// Holds `node` open, re-opening it as `..` of its held child `child` if it was closed.
+    fn lease_via_child(&self, node: &Arc<Node>, child: &Lease) -> Result<Lease, Errno> {
+        if let Some(l) = node.try_lease() {
+            return Ok(l);
+        }
+        let fd = self.open_dir(node, || sys::open_subdir(child.fd(), c".."))?;
+        self.adopt(node, fd)
+    }
+
+    /// Takes a re-opened fd for `node` if it is the directory first walked there (same device
+    /// and inode), else refuses it: the name now leads elsewhere, and nothing there is touched.
+    fn adopt(&self, node: &Arc<Node>, fd: OwnedFd) -> Result<Lease, Errno> {
+        let now = sys::stat_fd(sys::fd(&fd))?;
+        if (now.dev, now.ino) != (node.meta.dev, node.meta.ino) {
+            return Err(Errno::STALE);
+        }
+        let lease = node.install(fd);
+        self.trim(node);
+        Ok(lease)
+    }
+
+    /// Opens a directory; on EMFILE/ENFILE closes every idle ancestor of `near` and tries again.
+    fn open_dir(&self, near: &Node, open: impl Fn() -> Result<OwnedFd, Errno>) -> Result<OwnedFd, Errno> {
+        match open() {
+            Err(Errno::MFILE) | Err(Errno::NFILE) => {
+                self.close_ancestors(near, 0);
+                open()
+            }
+            other => other,
+        }
+    }
+
+    /// Over budget: closes idle fds of `node`'s ancestors beyond its parent, nearest first.
+    fn trim(&self, node: &Node) {
+        if OPEN_DIRS.load(Ordering::Relaxed) > self.budget() {
+            self.close_ancestors(node, self.budget());
+        }
+    }
+
+    /// Closes idle ancestors of `node` beyond its parent until at most `keep` directory fds are
+    /// open, or a bounded number of ancestors was looked at.
+    fn close_ancestors(&self, node: &Node, keep: usize) {
+        let mut cur = node.parent.as_deref().and_then(|p| p.parent.as_deref());
+        let mut looked = 0;
+        while let Some(n) = cur {
+            if looked > self.budget().min(4096) + 64 {
+                return;
+            }
+            if n.close_if_idle() && OPEN_DIRS.load(Ordering::Relaxed) <= keep {
+                return;
+            }
+            looked += 1;
+            cur = n.parent.as_deref();
         }
     }
 }
@@ -354,10 +614,53 @@ mod tests {
     }
 
     fn walk(root: &Path, threads: usize, v: &Recorder) {
+        walk_with_budget(root, threads, None, v)
+    }
+
+    fn walk_with_budget(root: &Path, threads: usize, budget: Option<usize>, v: &Recorder) {
         let fd = sys::open_root(root).unwrap();
-        let meta = sys::stat_fd(fd.as_fd()).unwrap();
+        let meta = sys::stat_fd(sys::fd(&fd)).unwrap();
         let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        pool.install(|| Walk::new(v, &meta, false).run(fd, meta));
+        let w = Walk::new(v, &meta, false);
+        let w = match budget {
+            Some(n) => w.fd_budget(n),
+            None => w,
+        };
+        pool.install(|| w.run(fd, meta));
+    }
+
+    /// A chain of directories 400 deep, each level also holding files and a side directory.
+    fn deep_tree() -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        let mut dir = t.path().to_path_buf();
+        for level in 0..400 {
+            std::fs::create_dir(dir.join("side")).unwrap();
+            std::fs::write(dir.join("side/f"), b"").unwrap();
+            for f in 0..3 {
+                std::fs::write(dir.join(format!("f{f}")), b"").unwrap();
+            }
+            dir.push(format!("d{level}"));
+            std::fs::create_dir(&dir).unwrap();
+        }
+        t
+    }
+
+    #[test]
+    fn a_tiny_fd_budget_closes_and_reopens_directories_and_sees_the_same_walk() {
+        let t = deep_tree();
+        let mut results = Vec::new();
+        for (threads, budget) in [(1, None), (1, Some(2)), (4, Some(3)), (8, Some(1))] {
+            let v = Recorder::default();
+            walk_with_budget(t.path(), threads, budget, &v);
+            let mut seen = v.seen.into_inner().unwrap();
+            assert_eq!(seen.last(), Some(&(PathBuf::new(), true)), "the root finishes last");
+            seen.sort();
+            results.push(seen);
+        }
+        assert_eq!(results[0].len(), 1 + 400 * (1 + 1 + 1 + 3));
+        for r in &results[1..] {
+            assert_eq!(&results[0], r);
+        }
     }
 
     #[test]

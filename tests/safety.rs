@@ -1,7 +1,8 @@
 //! The symlink-swap adversary: while `volprep apply` runs, a thread keeps atomically exchanging
 //! directories and regular files inside the volume with symlinks to canaries outside it
 //! (renameat2 RENAME_EXCHANGE). Whatever volprep does to the names, it must never chown, chmod
-//! or otherwise touch what the symlinks point to.
+//! or otherwise touch what the symlinks point to, also when a tight open-file limit makes it
+//! close directories and re-open them during the walk.
 
 mod common;
 
@@ -136,11 +137,18 @@ fn swap_storm(base: &Path) {
 
     let mut swaps = 0;
     let mut failed_runs = 0;
-    for _ in 0..RUNS {
+    for i in 0..RUNS {
         // Work for the next run: every group wrong again (the adversary is stopped here).
         chgrp_all(&vol, 0);
         let adversary = Adversary::start(&vol);
-        let run = pass("apply", &["--fs-group", "2000", "--threads", "8"], &vol);
+        let mut cmd = volprep();
+        cmd.args(["apply", "--fs-group", "2000", "--threads", "8", "--report", "-"]).arg(&vol);
+        // Every other run under a tight open-file limit: the walker then closes idle
+        // directories and re-opens them (by name or through `..`) while names are swapped.
+        if i % 2 == 1 {
+            limit_fds(&mut cmd, 40);
+        }
+        let run = common::run(&mut cmd);
         swaps += adversary.stop();
         // Races may surface as per-entry errors (exit 1); anything else is a bug.
         assert!(run.code == 0 || run.code == 1, "unexpected exit code\n{}", run.describe());

@@ -95,6 +95,22 @@ pub fn as_user<'c>(cmd: &'c mut Command, uid: u32, gid: u32, groups: &[u32]) -> 
     }
 }
 
+/// Sets the command's open-file limit (soft and hard) to `n` in the child, before it runs.
+pub fn limit_fds(cmd: &mut Command, n: u64) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: only async-signal-safe setrlimit runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let lim = libc::rlimit { rlim_cur: n, rlim_max: n };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
 /// A finished run of the binary.
 #[derive(Debug)]
 pub struct Run {
