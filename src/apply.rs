@@ -93,10 +93,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     volumes.extend(walked);
-    let codes: Vec<ExitCode> = volumes
-        .iter()
-        .map(|v| ExitCode::for_volume(v.fatal.is_some(), v.errors, o.max_errors, v.left_foreign(), v.would_change()))
-        .collect();
+    let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors)).collect();
     let missing = missing_capabilities(&volumes);
     write_termination_log(o.termination_log.as_deref(), &volumes, &missing);
     if let Some(dest) = &o.report {
@@ -214,7 +211,7 @@ fn log_summary(v: &VolumeReport, max_errors: u64) {
             )
         };
     }
-    let code = ExitCode::for_volume(v.fatal.is_some(), v.errors, max_errors, v.left_foreign(), v.would_change());
+    let code = v.exit_code(max_errors);
     if code == ExitCode::Failure {
         summary!(tracing::Level::ERROR)
     } else if v.errors > 0 || v.foreign_owned > 0 {

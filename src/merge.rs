@@ -39,7 +39,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
         v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
         let secs = v.elapsed_ms as f64 / 1000.0;
         v.entries_per_s = if secs > 0.0 { (v.entries as f64 / secs) as u64 } else { v.entries };
-        codes.push(ExitCode::for_volume(v.fatal.is_some(), v.errors, 0, v.left_foreign(), v.would_change()));
+        codes.push(v.exit_code(0));
         if !opts.json {
             let line = format!("{} [{}, marker {}]\n", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
             report::print(line.as_bytes())?;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Op, errno_name, errno_text};
+use crate::error::{Error, ExitCode, Op, errno_name, errno_text};
 use crate::escape::Escaped;
 
 /// At most this many per-entry errors are listed (all are counted).
@@ -207,6 +207,11 @@ impl VolumeReport {
     /// conform: a privileged run is needed.
     pub fn left_foreign(&self) -> bool {
         matches!(self.action, Action::Walked | Action::Checked) && self.foreign_owned > 0
+    }
+
+    /// The exit code this volume alone asks for, with `max_errors` tolerated.
+    pub fn exit_code(&self, max_errors: u64) -> ExitCode {
+        ExitCode::for_volume(self.fatal.is_some(), self.errors, max_errors, self.left_foreign(), self.would_change())
     }
 
     /// The one-line human summary.

@@ -476,9 +476,15 @@ fn kustomize_overlay_adds_volprep_first() {
     let base = docs(&read("examples/kustomize/base/statefulset.yaml"));
     assert_eq!(pod_spec(&base[0])["securityContext"]["fsGroup"].as_u64(), Some(1000));
 
+    validate_rendered(test, "overlay", &text);
+}
+
+/// Validates rendered manifests against the Kubernetes schemas and lints them, with the tools
+/// that are there (`tool` says which are missing).
+fn validate_rendered(test: &str, name: &str, text: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("overlay.rendered.yaml");
-    fs::write(&file, &text).expect("write");
+    let file = dir.path().join(format!("{name}.rendered.yaml"));
+    fs::write(&file, text).expect("write");
     if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
         k8s_validate(&kv, std::slice::from_ref(&file));
     }
@@ -513,15 +519,7 @@ fn kustomize_unprivileged_overlay_meets_restricted() {
         spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, ["volprep", "migrate-schema"], "{at}");
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("overlay-unprivileged.rendered.yaml");
-    fs::write(&file, &text).expect("write");
-    if let Some(kv) = tool("VOLPREP_K8S_VALIDATE", test) {
-        k8s_validate(&kv, std::slice::from_ref(&file));
-    }
-    if let Some(yl) = tool("VOLPREP_YAMLLINT", test) {
-        yamllint(&yl, &[file]);
-    }
+    validate_rendered(test, "overlay-unprivileged", &text);
 }
 
 /// The Atlantis chart values: fsGroup removed by `null` (Helm merges maps), the group given by

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::fsimage::{have, sh};
+use crate::fsimage::{have, sh, syncfs};
 
 /// The daemons and tools this needs, with the Debian package that has each.
 const NEEDS: [(&str, &str); 7] = [
@@ -303,14 +303,7 @@ keyring = /dev/null
 
     /// `syncfs` of the mount; seconds it took.
     pub fn sync(&self) -> io::Result<f64> {
-        let f = fs::File::open(&self.mnt)?;
-        let t = Instant::now();
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid open fd.
-        if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(t.elapsed().as_secs_f64())
+        syncfs(&self.mnt)
     }
 
     /// The MDS's counters (`ceph daemon mds.a perf dump`): `request` (`mds.request`, client

@@ -95,14 +95,7 @@ impl Volume {
 
     /// `syncfs` on the mounted filesystem; returns the seconds it took.
     pub fn sync(&self) -> io::Result<f64> {
-        let f = fs::File::open(&self.mnt)?;
-        let t = Instant::now();
-        use std::os::fd::AsRawFd;
-        // SAFETY: a valid open fd.
-        if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(t.elapsed().as_secs_f64())
+        syncfs(&self.mnt)
     }
 
     /// Cold caches: sync, unmount, mount again, drop caches. Unmounting is needed: dropping
@@ -130,4 +123,16 @@ impl Drop for Volume {
         let _ = fs::remove_file(&self.img);
         let _ = fs::remove_dir(&self.mnt);
     }
+}
+
+/// `syncfs` of the filesystem holding `path`; returns the seconds it took.
+pub fn syncfs(path: &Path) -> io::Result<f64> {
+    let f = fs::File::open(path)?;
+    let t = Instant::now();
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open fd.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(t.elapsed().as_secs_f64())
 }
