@@ -1,7 +1,8 @@
 //! The image as users run it: built offline and reproducibly (`.ci/image.sh`), run by podman
-//! with runc under the examples' init-container securityContext on a loop-mounted ext4 volume,
-//! each documented capability proven needed, the rendered pods played (`podman kube play`),
-//! and a delivery through a local registry mirror by digest.
+//! with runc under the examples' init-container securityContexts on a loop-mounted ext4 volume
+//! (root with four capabilities, each proven needed; restricted: the app's user with none),
+//! the rendered pods played (`podman kube play`), and a delivery through a local registry
+//! mirror by digest.
 //!
 //! Every test here is `#[ignore]`d in a plain `cargo test` (it needs podman, buildah, skopeo,
 //! runc, docker-registry, helm and the static binary); `.ci/run` sources `.ci/containers.sh`,
@@ -11,45 +12,68 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::containers::{self, ok, podman};
+use common::containers::{self, SecurityContext, ok, podman};
 use common::k8s::{self, ROOT};
+use common::mixed::{self, APP, GROUP, expected_left, left_by_app, mixed_tree};
 use common::play::{self, PlayOpts};
-use common::snap::{Kind, conforms, kubelet_mode};
+use common::snap::{Kind, ROOT as ROOT_KEY, conforms, kubelet_mode};
 use common::tree::{self, GenOpts};
-use common::{FsKind, LoopFs, Snapshot, snapshot};
+use common::{FsKind, LoopFs, Snapshot, snapshot, xattr};
 
-/// The examples' volprep init container: args and added capabilities (examples/statefulset.yaml).
+/// A volprep init container of the examples: its image, args, the group it gives
+/// (`--fs-group`) and its securityContext as the kubelet hands it to the runtime.
 struct InitContainer {
     image: String,
     args: Vec<String>,
-    caps: Vec<String>,
+    sc: SecurityContext,
     gid: u32,
 }
 
-fn init_container() -> InitContainer {
-    let docs = k8s::docs(&k8s::read("examples/statefulset.yaml"));
+/// The root init container of examples/statefulset.yaml.
+const STATEFULSET: &str = "examples/statefulset.yaml";
+/// The restricted one: the kustomize component's patch (the Helm chart's `mode: unprivileged`
+/// renders the same securityContext and args; tests/examples.rs checks both).
+const RESTRICTED: &str = "examples/kustomize/component-unprivileged/patches/volprep.yaml";
+
+/// The volprep init container of the StatefulSet in `example`.
+fn init_container(example: &str) -> InitContainer {
+    let docs = k8s::docs(&k8s::read(example));
     let sts = docs.iter().find(|d| d["kind"] == "StatefulSet").expect("StatefulSet");
-    let inits = k8s::pod_spec(sts)["initContainers"].as_sequence().expect("initContainers");
+    volprep_of(k8s::pod_spec(sts), example)
+}
+
+/// The volprep init container of `pod`, its user and groups resolved as the kubelet does: the
+/// container's runAsUser/runAsGroup over the pod's, the pod's supplementalGroups.
+fn volprep_of(pod: &serde_norway::Value, example: &str) -> InitContainer {
+    let inits = pod["initContainers"].as_sequence().expect("initContainers");
     let c = inits.iter().find(|c| c["name"] == "volprep").expect("volprep init container");
     let sc = &c["securityContext"];
-    // What run_as_init_container passes to podman is what this securityContext says.
-    assert_eq!(sc["runAsUser"].as_u64(), Some(0));
-    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
-    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
-    assert_eq!(k8s::strs(&sc["capabilities"]["drop"]), ["ALL"]);
+    // What init_container_command passes to podman is what this securityContext says.
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{example}");
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false), "{example}");
+    assert_eq!(k8s::strs(&sc["capabilities"]["drop"]), ["ALL"], "{example}");
+    let id = |key: &str| {
+        let v = sc[key].as_u64().or_else(|| pod["securityContext"][key].as_u64());
+        v.unwrap_or_else(|| panic!("{example}: no {key}")) as u32
+    };
+    let groups = k8s::strs(&pod["securityContext"]["supplementalGroups"]).iter().map(|g| g.parse().unwrap()).collect();
     let args = k8s::strs(&c["args"]);
     let gid = args.iter().find_map(|a| a.strip_prefix("--fs-group=")).expect("--fs-group=").parse().unwrap();
     InitContainer {
         image: c["image"].as_str().unwrap().to_string(),
         args,
-        caps: k8s::strs(&sc["capabilities"]["add"]),
+        sc: SecurityContext {
+            uid: id("runAsUser"),
+            gid: id("runAsGroup"),
+            groups,
+            caps: k8s::strs(&sc["capabilities"]["add"]),
+        },
         gid,
     }
 }
@@ -90,14 +114,7 @@ fn empty_dir() -> tempfile::TempDir {
 
 /// The marker's state on a volume root (None: no marker).
 fn marker_state(root: &Path) -> Option<String> {
-    let path = CString::new(root.as_os_str().as_bytes()).unwrap();
-    let mut buf = vec![0u8; 65536];
-    let n = unsafe { libc::lgetxattr(path.as_ptr(), c"user.volprep".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_slice(&buf[..n as usize]).expect("marker is JSON");
-    Some(v["state"].as_str().unwrap_or("?").to_string())
+    xattr::xattr_json(root, xattr::MARKER).map(|v| v["state"].as_str().unwrap_or("?").to_string())
 }
 
 /// Every entry of `after` is what the kubelet's fsGroup pass would make of it in `before`.
@@ -239,8 +256,8 @@ fn auditable_deps(bin: &Path) -> Vec<(String, String)> {
 fn image_prepares_a_volume_under_the_manifest_security_context() {
     containers::require();
     let image = containers::image();
-    let init = init_container();
-    let caps: Vec<&str> = init.caps.iter().map(String::as_str).collect();
+    let init = init_container(STATEFULSET);
+    assert_eq!((init.sc.uid, init.sc.gid), (0, 0), "root, with the capabilities it adds");
     let fs = LoopFs::new(FsKind::Ext4, 128);
     let outside = outside_dir();
     app_volume(fs.path(), outside.path());
@@ -256,7 +273,7 @@ fn image_prepares_a_volume_under_the_manifest_security_context() {
     ];
     let args: Vec<&str> = init.args.iter().map(String::as_str).collect();
     let started = std::time::Instant::now();
-    let out = containers::run_as_init_container(&image.tag, &caps, &mounts, &args);
+    let out = containers::run_as_init_container(&image.tag, &init.sc, &mounts, &args);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "podman run {args:?}:\n{stderr}");
     k8s::say(&format!(
@@ -283,7 +300,7 @@ fn image_prepares_a_volume_under_the_manifest_security_context() {
     assert!(logs.iter().any(|l| l["decision"] == "walk"), "{stderr}");
 
     // Again: the marker says done, nothing is walked or changed.
-    let out = containers::run_as_init_container(&image.tag, &caps, &mounts, &args);
+    let out = containers::run_as_init_container(&image.tag, &init.sc, &mounts, &args);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "second run:\n{stderr}");
     assert!(log_lines(&stderr).iter().any(|l| l["decision"] == "skip"), "{stderr}");
@@ -301,11 +318,16 @@ fn image_prepares_a_volume_under_the_manifest_security_context() {
 fn image_without_each_capability_fails_naming_it() {
     containers::require();
     let image = containers::image();
-    let init = init_container();
-    assert_eq!(init.caps, ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"], "the documented capabilities");
+    let init = init_container(STATEFULSET);
+    assert_eq!(init.sc.caps, ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"], "the documented capabilities");
     let mut results = Vec::new();
-    for missing in &init.caps {
-        let caps: Vec<&str> = init.caps.iter().filter(|c| *c != missing).map(String::as_str).collect();
+    for missing in &init.sc.caps {
+        let caps: Vec<String> = init.sc.caps.iter().filter(|c| *c != missing).cloned().collect();
+        // Not in the group (no supplementalGroups, as the standalone Job of examples/fleet):
+        // in the pod, supplementalGroups holds the fs-group, and the kernel keeps the setgid
+        // bit of a directory of a group the process is in without CAP_FSETID (README,
+        // "Capabilities").
+        let sc = SecurityContext { caps, groups: vec![], ..init.sc.clone() };
         let fs = LoopFs::new(FsKind::Ext4, 128);
         let outside = outside_dir();
         app_volume(fs.path(), outside.path());
@@ -321,9 +343,9 @@ fn image_without_each_capability_fails_naming_it() {
         // serial walk makes "changed inodes" exact.
         let mut args: Vec<&str> = init.args.iter().map(String::as_str).collect();
         args.splice(args.len() - 1..args.len() - 1, ["--report=-", "--threads=1"]);
-        let out = containers::run_as_init_container(&image.tag, &caps, &mounts, &args);
+        let out = containers::run_as_init_container(&image.tag, &sc, &mounts, &args);
         let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-        let ctx = format!("without CAP_{missing} (kept {caps:?}):\n--- stderr (head)\n{}", head(&stderr));
+        let ctx = format!("without CAP_{missing} (kept {:?}):\n--- stderr (head)\n{}", sc.caps, head(&stderr));
         assert_eq!(out.status.code(), Some(1), "{ctx}");
 
         let logs = log_lines(&stderr);
@@ -364,6 +386,242 @@ fn image_without_each_capability_fails_naming_it() {
 
 fn head(s: &str) -> String {
     s.lines().take(12).collect::<Vec<_>>().join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The restricted init container (unprivileged), run by podman + runc
+
+/// The restricted example's init container (app's uid and gid, no capability, `apply
+/// --unprivileged`), with its group moved from the app's own gid (which the process always
+/// holds) to `GROUP`, held only through `supplementalGroups` (`--group-add`): what makes
+/// `supplementalGroups` matter. Its args also write the report to stdout.
+fn restricted_init_container() -> InitContainer {
+    let mut init = init_container(RESTRICTED);
+    assert_eq!((init.sc.uid, init.sc.gid), (APP, APP), "{RESTRICTED}: the app's user");
+    assert!(init.sc.caps.is_empty(), "{RESTRICTED}: no capability added: {:?}", init.sc.caps);
+    assert_eq!(init.sc.groups, [init.gid], "{RESTRICTED}: supplementalGroups holds the --fs-group");
+    assert!(init.args.iter().any(|a| a == "--unprivileged"), "{RESTRICTED}: {:?}", init.args);
+    let fs_group = format!("--fs-group={}", init.gid);
+    let i = init.args.iter().position(|a| *a == fs_group).expect("--fs-group");
+    init.args[i] = format!("--fs-group={GROUP}");
+    let last = init.args.len() - 1;
+    assert_eq!(init.args[last], "/data", "{RESTRICTED}: the volume is the last arg");
+    init.args.insert(last, "--report=-".into());
+    (init.gid, init.sc.groups) = (GROUP, vec![GROUP]);
+    init
+}
+
+/// A loop ext4 holding the mixed-owner tree (its lost+found root's), and the termination
+/// message file the kubelet makes (0666: the container's user writes it).
+fn restricted_volume() -> (LoopFs, tempfile::NamedTempFile) {
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    mixed_tree().build(fs.path());
+    let term = tempfile::NamedTempFile::new().unwrap();
+    fs::set_permissions(term.path(), fs::Permissions::from_mode(0o666)).unwrap();
+    (fs, term)
+}
+
+fn restricted_mounts(fs: &LoopFs, term: &tempfile::NamedTempFile) -> [(PathBuf, &'static str); 2] {
+    [(fs.path().to_path_buf(), "/data"), (term.path().to_path_buf(), "/dev/termination-log")]
+}
+
+/// `podman run IMAGE ARGS` under `sc` with `mounts`: the exit code, stdout, stderr and how long
+/// it took.
+fn timed_run(
+    image: &str,
+    sc: &SecurityContext,
+    mounts: &[(PathBuf, &str)],
+    args: &[String],
+) -> (i32, String, String, f64) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = std::time::Instant::now();
+    let out = containers::run_as_init_container(image, sc, mounts, &args);
+    let secs = started.elapsed().as_secs_f64();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr), secs)
+}
+
+/// The report's only volume.
+fn report_volume(stdout: &str, stderr: &str) -> serde_json::Value {
+    let report: serde_json::Value =
+        serde_json::from_str(stdout).unwrap_or_else(|e| panic!("report: {e}\n{stdout}\n--- stderr\n{stderr}"));
+    let vols = report["volumes"].as_array().expect("volumes");
+    assert_eq!(vols.len(), 1, "{report}");
+    assert_eq!(vols[0]["path"], "/data", "{report}");
+    vols[0].clone()
+}
+
+/// The restricted example's init container as `podman run --user 1000:1000 --group-add 2000
+/// --cap-drop ALL --security-opt no-new-privileges --read-only`, the image run as the app's
+/// user on a loop ext4 of mixed owners: exit 4, every entry of the app conforms afterwards
+/// (checked from the host), every other entry is untouched and the non-conforming ones are
+/// listed, the marker stays in-progress with `left`, the log says what a privileged run would
+/// do; a second run changes nothing and exits 4 again.
+#[test]
+#[ignore = "needs podman, buildah, runc, busybox-static and the static binary: source .ci/containers.sh and .ci/static.sh, then --include-ignored"]
+fn restricted_image_fixes_the_apps_entries_and_lists_the_others() {
+    containers::require();
+    let image = containers::image();
+    let init = restricted_init_container();
+    let (fs, term) = restricted_volume();
+    let mounts = restricted_mounts(&fs, &term);
+
+    // The runtime gives exactly what the securityContext says: the app's user, the group, no
+    // capability in any set, no-new-privileges; and that user reaches the volume. The same
+    // command, with the busybox probe image.
+    let probe = containers::probe_image();
+    let script = "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs):' /proc/self/status; ls -d /data/app/sub && echo REACHED";
+    let out = containers::output(containers::init_container_command(&init.sc, &mounts).arg(probe).args(["-c", script]));
+    let status = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "probe: {status}\n{}", text(&out.stderr));
+    let field = |name: &str| -> Vec<String> {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("{name}: {status}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    assert_eq!(field("Uid"), ["1000"; 4], "{status}");
+    assert_eq!(field("Gid"), ["1000"; 4], "{status}");
+    assert!(field("Groups").contains(&GROUP.to_string()) && !field("Groups").contains(&"0".to_string()), "{status}");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(field(set), ["0000000000000000"], "{set}: no capability\n{status}");
+    }
+    assert_eq!(field("NoNewPrivs"), ["1"], "{status}");
+    assert!(status.contains("REACHED"), "the app's user reaches the volume: {status}");
+
+    let before = snapshot(fs.path());
+    let left = left_by_app(&before, GROUP, &[GROUP]);
+    assert_eq!(left, expected_left(), "what must be left, from the host's view");
+    let unread = left.iter().filter(|(_, u)| *u).count() as u64;
+    let apps = before.values().filter(|m| m.uid == APP).count();
+    assert!(before.values().any(|m| m.uid == APP && !conforms(m, GROUP, false)), "the app has work to do");
+
+    let (code, stdout, stderr, first_secs) = timed_run(&image.tag, &init.sc, &mounts, &init.args);
+    assert_eq!(code, 4, "exit 4: entries left for a privileged run\n{stderr}\n{stdout}");
+    let v = report_volume(&stdout, &stderr);
+    assert_eq!(v["unprivileged"], true, "{v}");
+    assert_eq!((v["errors"].as_u64(), v["marker_after"].as_str()), (Some(0), Some("in-progress")), "{v}");
+    assert_eq!(mixed::listed(&v, Path::new("/data")), left, "{v}");
+    assert_eq!(
+        (v["foreign_owned"].as_u64(), v["foreign_unread_dirs"].as_u64()),
+        (Some(left.len() as u64), Some(unread)),
+        "{v}"
+    );
+    mixed::assert_listed_as_they_are(&v, Path::new("/data"), &before, GROUP);
+    assert!(v["changed_owner"].as_u64() > Some(0) && v["changed_mode"].as_u64() > Some(0), "{v}");
+
+    // From the host: the app's entries conform, exactly as the kubelet would leave them; every
+    // other entry is byte-for-byte as it was (ctime included).
+    let after = snapshot(fs.path());
+    let fixed = mixed::assert_app_fixed_others_untouched(&before, &after, GROUP, "restricted init container");
+    assert_eq!(fixed, apps);
+    for (path, m) in &after {
+        if m.uid == APP {
+            assert!(conforms(m, GROUP, false), "{}: {m:?}", common::show(path));
+        }
+    }
+    let marker = xattr::xattr_json(fs.path(), xattr::MARKER).expect("a marker on the app's root");
+    assert_eq!(
+        (marker["state"].as_str(), marker["left"].as_u64()),
+        (Some("in-progress"), Some(left.len() as u64)),
+        "{marker}"
+    );
+
+    // The log line says what is left and what a privileged run would do; so does the
+    // termination message.
+    let logs = log_lines(&stderr);
+    let warning = logs
+        .iter()
+        .find(|l| l["message"].as_str().is_some_and(|m| m.contains("entries owned by other users do not conform")))
+        .unwrap_or_else(|| panic!("no log line about the entries left\n{stderr}"));
+    assert_eq!(warning["level"], "WARN", "{warning}");
+    let message = warning["message"].as_str().unwrap();
+    for part in [
+        &format!("{} entries owned by other users", left.len()),
+        &format!("{unread} of them directories this user may not read"),
+        &format!("A privileged run would give them group {GROUP}"),
+        &format!("volprep apply --fs-group={GROUP} /data"),
+    ] {
+        assert!(message.contains(part.as_str()), "{part:?} missing from: {message}");
+    }
+    let summary = fs::read_to_string(term.path()).unwrap();
+    assert!(
+        summary.starts_with("/data: walked ")
+            && summary.contains(&format!("left {} entries of other users", left.len())),
+        "{summary}"
+    );
+
+    // Again: walked again (the marker says why), nothing changes, exit 4 again.
+    common::tick();
+    let (code, stdout, stderr, second_secs) = timed_run(&image.tag, &init.sc, &mounts, &init.args);
+    assert_eq!(code, 4, "second run\n{stderr}\n{stdout}");
+    let v = report_volume(&stdout, &stderr);
+    assert_eq!((v["changed_owner"].as_u64(), v["changed_mode"].as_u64()), (Some(0), Some(0)), "{v}");
+    assert_eq!(mixed::listed(&v, Path::new("/data")), left, "{v}");
+    assert_eq!(v["marker_after"], "in-progress", "{v}");
+    let reason = v["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains(&format!("left {} entries of other users", left.len())), "{reason}");
+    // Nothing below the root changes, not even a ctime; the root's ctime moves only because the
+    // marker (an xattr) is rewritten.
+    let (mut after, mut again) = (after, snapshot(fs.path()));
+    assert_eq!(after.remove(ROOT_KEY).map(|m| m.attrs()), again.remove(ROOT_KEY).map(|m| m.attrs()));
+    common::assert_same(&after, &again, |m| m.attrs_ctime(), "a second restricted run changes nothing");
+    k8s::say(&format!(
+        "restricted init container (uid {APP}, groups {GROUP}, no capability): {} entries, {fixed} the app's fixed, {} left and listed ({unread} unread dirs), exit 4; runs {first_secs:.2}s and {second_secs:.2}s",
+        before.len(),
+        left.len(),
+    ));
+}
+
+/// Runs the restricted init container with `args` (and `sc`) on a fresh mixed-owner volume,
+/// expects exit 2 with one ERROR log line holding every one of `parts`, no report and no
+/// change at all.
+fn restricted_refusal(sc: &SecurityContext, args: &[String], parts: &[&str]) {
+    let image = containers::image();
+    let (fs, term) = restricted_volume();
+    let mounts = restricted_mounts(&fs, &term);
+    let before = snapshot(fs.path());
+    let (code, stdout, stderr, _) = timed_run(&image.tag, sc, &mounts, args);
+    assert_eq!(code, 2, "{args:?}\n{stderr}\n{stdout}");
+    let logs = log_lines(&stderr);
+    assert_eq!(logs.len(), 1, "one line: {stderr}");
+    assert_eq!(logs[0]["level"], "ERROR", "{stderr}");
+    let message = logs[0]["message"].as_str().unwrap_or_default();
+    for part in parts {
+        assert!(message.contains(part), "{part:?} missing from: {message}");
+    }
+    assert!(stdout.is_empty(), "no report: nothing was done\n{stdout}");
+    common::assert_same(&before, &snapshot(fs.path()), |m| m.attrs_ctime(), "a refused run changes nothing");
+    assert_eq!(marker_state(fs.path()), None, "no marker");
+}
+
+/// Without the spec's group among its groups (`--group-add 3000` only), the restricted init
+/// container stops before any change and says which supplementalGroups it needs.
+#[test]
+#[ignore = "needs podman, buildah, runc and the static binary: source .ci/containers.sh and .ci/static.sh, then --include-ignored"]
+fn restricted_image_without_the_group_changes_nothing() {
+    containers::require();
+    let init = restricted_init_container();
+    let sc = SecurityContext { groups: vec![3000], ..init.sc.clone() };
+    let holds = format!("uid {APP}, groups ");
+    let needs = format!("supplementalGroups: [{GROUP}]");
+    restricted_refusal(
+        &sc,
+        &init.args,
+        &[&format!("group {GROUP} is not one of this process's groups"), &holds, &needs],
+    );
+}
+
+/// `--owner` in the restricted init container: a usage error (only root may give files away),
+/// before any change.
+#[test]
+#[ignore = "needs podman, buildah, runc and the static binary: source .ci/containers.sh and .ci/static.sh, then --include-ignored"]
+fn restricted_image_refuses_owner() {
+    containers::require();
+    let init = restricted_init_container();
+    let mut args = init.args.clone();
+    args.insert(args.len() - 1, format!("--owner={APP}"));
+    restricted_refusal(&init.sc, &args, &["--owner needs root", "--unprivileged"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -665,19 +923,12 @@ fn air_gapped_mirror_by_digest() {
     let outside = outside_dir();
     app_volume(fs.path(), outside.path());
     let before = snapshot(fs.path());
-    let args: Vec<String> = k8s::strs(&init["args"]);
-    let mut run = podman();
-    clean(&mut run);
-    run.args(["run", "--rm", "--pull=never", "--network=none", "--read-only", "--read-only-tmpfs=false", "--user=0:0"])
-        .args(["--cap-drop=ALL", "--security-opt=no-new-privileges"]);
-    for cap in k8s::strs(&init["securityContext"]["capabilities"]["add"]) {
-        run.arg(format!("--cap-add={cap}"));
-    }
+    let volprep = volprep_of(k8s::pod_spec(sts), "the pulled chart");
     let tmp = empty_dir();
-    run.arg(format!("--volume={}:/data", fs.path().display()))
-        .arg(format!("--volume={}:/tmp", tmp.path().display()))
-        .arg(init["image"].as_str().unwrap())
-        .args(&args);
+    let mounts = [(fs.path().to_path_buf(), "/data"), (tmp.path().to_path_buf(), "/tmp")];
+    let mut run = containers::init_container_command(&volprep.sc, &mounts);
+    clean(&mut run);
+    run.arg("--pull=never").arg(&volprep.image).args(&volprep.args);
     let out = containers::output(&mut run);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_prepared(&before, &snapshot(fs.path()), 1000, "pulled image");

@@ -11,13 +11,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::kill;
-use common::snap::{self, ROOT, kubelet_target};
+use common::mixed::{self, APP, GROUP, expected_left, mixed_tree};
+use common::snap::{self, ROOT};
 use common::*;
-
-/// The app's uid and gid.
-const APP: u32 = 1000;
-/// The spec's group: the pod's `supplementalGroups: [2000]`.
-const GROUP: u32 = 2000;
 
 /// `volprep COMMAND ARGS... --report - PATH` as uid/gid APP with the supplementary `groups`.
 fn as_app(command: &str, args: &[&str], groups: &[u32], path: &Path) -> Run {
@@ -27,62 +23,9 @@ fn as_app(command: &str, args: &[&str], groups: &[u32], path: &Path) -> Run {
     run(&mut cmd)
 }
 
-/// The mixed-owner volume: the app's entries in every shape, root's and another user's, some
-/// of them already conforming, one directory the app may not read.
-fn mixed_tree() -> Tree {
-    let mut t = Tree::new();
-    t.dir("app", APP, APP, 0o750)
-        .file("app/data", APP, APP, 0o600)
-        .file("app/conf", APP, GROUP, 0o660)
-        .dir("app/sub", APP, 0, 0o700)
-        .file("app/sub/deep", APP, 0, 0o644)
-        .file("app/suid", APP, APP, 0o4755)
-        .file("app/sgid", APP, APP, 0o2755)
-        .fifo("app/fifo", APP, APP, 0o600)
-        .symlink("app/link", "/etc", APP, APP)
-        .file("top-file", APP, APP, 0o640)
-        .file("root-file", 0, 0, 0o644)
-        .dir("root-dir", 0, 0, 0o700)
-        .file("root-dir/secret", 0, 0, 0o600)
-        .dir("shared", 0, GROUP, 0o2770)
-        .file("shared/ok", 0, GROUP, 0o660)
-        .file("shared/mine", APP, APP, 0o600)
-        .dir("other", 1001, 1001, 0o755)
-        .file("other/x", 1001, 1001, 0o644)
-        .file("other/mine", APP, APP, 0o644)
-        .symlink("other/link", "x", 1001, 1001)
-        .root(APP, APP, 0o755);
-    t
-}
-
-/// The entries of other users that do not conform and that the app can see: what must be
-/// listed (`true`: a directory it may not read).
-fn expected_left() -> BTreeSet<(String, bool)> {
-    [("root-file", false), ("root-dir", true), ("other", false), ("other/x", false), ("other/link", false)]
-        .into_iter()
-        .chain([("lost+found", true)])
-        .map(|(p, u)| (p.to_string(), u))
-        .collect()
-}
-
 /// The report's `foreign_owned_list`, as (path relative to `vol`, `.` for the root; unread).
 fn listed(r: &Run, vol: &Path) -> BTreeSet<(String, bool)> {
-    let v = r.volume();
-    let prefix = format!("{}/", vol.display());
-    v["foreign_owned_list"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no foreign_owned_list\n{}", r.describe()))
-        .iter()
-        .map(|e| {
-            let path = e["path"].as_str().expect("path");
-            let rel = match path.strip_prefix(&prefix) {
-                _ if Path::new(path) == vol => ".",
-                Some(rel) => rel,
-                None => panic!("{path} is not below {prefix}"),
-            };
-            (rel.to_string(), e["unread"].as_bool().unwrap_or(false))
-        })
-        .collect()
+    mixed::listed(&r.volume(), vol)
 }
 
 /// A loop ext4 of `mib` MiB whose mount point the app can reach (the temp dir above it is 0700).
@@ -104,6 +47,7 @@ fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
     t.build(vol);
     let before = snapshot(vol);
     assert_eq!(before[&b"lost+found"[..]].attrs().0, Kind::Dir, "ext4 has a lost+found");
+    assert_eq!(mixed::left_by_app(&before, GROUP, &[GROUP]), expected_left(), "what must be left, as root sees it");
     let gid = GROUP.to_string();
     let spec = ["--fs-group", gid.as_str()];
 
@@ -127,19 +71,7 @@ fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
     assert_eq!(listed(&first, vol), expected_left(), "{}", first.describe());
     assert_eq!(first.count("foreign_owned"), expected_left().len() as u64, "{}", first.describe());
     assert_eq!(first.count("foreign_unread_dirs"), 2, "{}", first.describe());
-    for e in v["foreign_owned_list"].as_array().unwrap() {
-        let rel = e["path"].as_str().unwrap().strip_prefix(&format!("{}/", vol.display())).unwrap().to_string();
-        let m = before[rel.as_bytes()];
-        let (_, want_gid, want_mode) = kubelet_target(&m, GROUP, false);
-        assert_eq!(
-            (e["uid"].as_u64(), e["gid"].as_u64(), e["mode"].as_str()),
-            (Some(m.uid.into()), Some(m.gid.into()), Some(format!("{:04o}", m.mode).as_str())),
-            "{rel}: listed as it is"
-        );
-        assert_eq!(e["want_gid"].as_u64(), Some(want_gid.into()), "{rel}: what a privileged run would do");
-        let mode = (want_mode != m.mode).then(|| format!("{want_mode:04o}"));
-        assert_eq!(e["want_mode"].as_str(), mode.as_deref(), "{rel}");
-    }
+    mixed::assert_listed_as_they_are(&v, vol, &before, GROUP);
     let warning = first.stderr_lines().into_iter().find(|l| l.contains("entries owned by other users do not conform"));
     let warning = warning.unwrap_or_else(|| panic!("no log line about the entries left\n{}", first.describe()));
     for part in ["6 entries", "2 of them directories this user may not read", "A privileged run", "examples/fleet"] {
@@ -155,18 +87,7 @@ fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
     // Every entry of the app conforms now, exactly as the kubelet would leave it; every other
     // entry is untouched, ctime included (the root is the app's: it is fixed too).
     let after = snapshot(vol);
-    assert_eq!(after.len(), before.len());
-    let mut fixed = 0;
-    for (path, a) in &after {
-        let b = before[path];
-        if b.uid == APP {
-            let (uid, gid, mode) = kubelet_target(&b, GROUP, false);
-            assert_eq!((a.uid, a.gid, snap::Octal(a.mode)), (uid, gid, snap::Octal(mode)), "{}", snap::show(path));
-            fixed += 1;
-        } else {
-            assert_eq!(a.attrs_ctime(), b.attrs_ctime(), "{}: another user's entry must not change", snap::show(path));
-        }
-    }
+    let fixed = mixed::assert_app_fixed_others_untouched(&before, &after, GROUP, "first run");
     assert_eq!(fixed, 13, "the app's entries, the root included");
     assert_eq!(after[&b"app/suid"[..]].mode, 0o4775, "setuid comes back after the app's chgrp cleared it");
     assert_eq!(after[&b"app/sgid"[..]].mode, 0o2775, "setgid too");

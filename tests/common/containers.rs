@@ -96,21 +96,41 @@ pub fn probe_image() -> &'static str {
     })
 }
 
-/// `podman run --rm` with the init container's securityContext of the examples, as the
-/// kubelet hands it to the runtime: root, read-only root filesystem (and no writable tmpfs),
-/// every capability dropped but `caps`, no-new-privileges, no network.
-pub fn run_as_init_container(image: &str, caps: &[&str], mounts: &[(PathBuf, &str)], args: &[&str]) -> Output {
+/// Who a container runs as and what it may do, as the kubelet hands it to the runtime: the
+/// resolved `runAsUser` and `runAsGroup`, the pod's `supplementalGroups`, and the capabilities
+/// added back after `drop: [ALL]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityContext {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub caps: Vec<String>,
+}
+
+/// `podman run --rm` with an init container's securityContext of the examples: `sc`'s user,
+/// groups and capabilities (every other one dropped), a read-only root filesystem (and no
+/// writable tmpfs), no-new-privileges, no network; `mounts` as volumes. The image and its args
+/// are the caller's to add.
+pub fn init_container_command(sc: &SecurityContext, mounts: &[(PathBuf, &str)]) -> Command {
     let mut cmd = podman();
-    cmd.args(["run", "--rm", "--network=none", "--read-only", "--read-only-tmpfs=false", "--user=0:0"]);
+    cmd.args(["run", "--rm", "--network=none", "--read-only", "--read-only-tmpfs=false"]);
+    cmd.arg(format!("--user={}:{}", sc.uid, sc.gid));
+    for gid in &sc.groups {
+        cmd.arg(format!("--group-add={gid}"));
+    }
     cmd.args(["--cap-drop=ALL", "--security-opt=no-new-privileges"]);
-    for cap in caps {
+    for cap in &sc.caps {
         cmd.arg(format!("--cap-add={cap}"));
     }
     for (host, inside) in mounts {
         cmd.arg(format!("--volume={}:{inside}", host.display()));
     }
-    cmd.arg(image).args(args);
-    output(&mut cmd)
+    cmd
+}
+
+/// Runs `image` with `args` under `sc` (see `init_container_command`).
+pub fn run_as_init_container(image: &str, sc: &SecurityContext, mounts: &[(PathBuf, &str)], args: &[&str]) -> Output {
+    output(init_container_command(sc, mounts).arg(image).args(args))
 }
 
 /// A Debian `docker-registry` on 127.0.0.1, its storage in a temp dir; killed on drop.

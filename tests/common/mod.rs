@@ -1,13 +1,15 @@
 //! Shared helpers of the integration tests: the privileged-test gate, running the real binary,
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
-//! (`snap`), the Kubernetes examples' tools and checks (`k8s`), a pass killed midway (`kill`).
-//! Each test file uses a part of it.
+//! (`snap`), the mixed-owner volume of the unprivileged mode (`mixed`), the Kubernetes
+//! examples' tools and checks (`k8s`), a pass killed midway (`kill`). Each test file uses a
+//! part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod containers;
 pub mod fd;
 pub mod k8s;
 pub mod kill;
+pub mod mixed;
 pub mod mounts;
 pub mod play;
 pub mod snap;
