@@ -23,6 +23,8 @@ pub struct Options {
     pub run: RunOptions,
     /// Per-entry errors tolerated before the exit code becomes 1.
     pub max_errors: u64,
+    /// Entries of other users left (unprivileged) are not a reason to exit 4.
+    pub allow_foreign: bool,
     /// Where the JSON report goes ('-': stdout).
     pub report: Option<PathBuf>,
     /// The Kubernetes termination message file (default: /dev/termination-log when it exists).
@@ -80,7 +82,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
                 };
                 s.spawn(move || match pool.install(run) {
                     Ok(v) => {
-                        log_summary(&v, o.max_errors);
+                        log_summary(&v, o.max_errors, o.allow_foreign);
                         v
                     }
                     Err(e) => {
@@ -93,7 +95,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
         handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
     });
     volumes.extend(walked);
-    let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors)).collect();
+    let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors, o.allow_foreign)).collect();
     let missing = missing_capabilities(&volumes);
     write_termination_log(o.termination_log.as_deref(), &volumes, &missing);
     if let Some(dest) = &o.report {
@@ -191,7 +193,7 @@ fn fit_threads(mut run: RunOptions, asked: bool) -> RunOptions {
 
 /// The summary line, with its figures as fields: an error when the volume fails the run (exit
 /// code 1), a warning when it had only tolerated errors (`--max-errors`).
-fn log_summary(v: &VolumeReport, max_errors: u64) {
+fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
     let action = format!("{:?}", v.action).to_lowercase();
     macro_rules! summary {
         ($level:expr) => {
@@ -211,7 +213,7 @@ fn log_summary(v: &VolumeReport, max_errors: u64) {
             )
         };
     }
-    let code = v.exit_code(max_errors);
+    let code = v.exit_code(max_errors, allow_foreign);
     if code == ExitCode::Failure {
         summary!(tracing::Level::ERROR)
     } else if v.errors > 0 || v.foreign_owned > 0 {
@@ -263,6 +265,7 @@ mod tests {
             shard: None,
             run: RunOptions { privilege, ..RunOptions::new(Mode::Apply, 1) },
             max_errors: 0,
+            allow_foreign: false,
             report: None,
             termination_log: None,
             allow_system_path: false,

@@ -133,6 +133,11 @@ pub struct PassArgs {
     #[arg(long, env = "VOLPREP_UNPRIVILEGED", value_parser = BoolishValueParser::new())]
     pub unprivileged: bool,
 
+    /// Exit 0 instead of 4 when entries of other users were left (unprivileged mode), e.g. an
+    /// unreadable root-owned lost+found; the warning, report and in-progress marker still say so.
+    #[arg(long, env = "VOLPREP_ALLOW_FOREIGN", value_parser = BoolishValueParser::new())]
+    pub allow_foreign: bool,
+
     /// How long to wait for another volprep holding the volume's lock.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30m",
           env = "VOLPREP_LOCK_TIMEOUT")]
@@ -395,6 +400,7 @@ impl PassArgs {
             shard,
             run: self.run_options(mode, text_logs, privilege),
             max_errors: self.max_errors,
+            allow_foreign: self.allow_foreign,
             report: self.report.clone(),
             termination_log: self.termination_log.clone(),
             allow_system_path: self.allow_system_path,

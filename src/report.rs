@@ -209,9 +209,11 @@ impl VolumeReport {
         matches!(self.action, Action::Walked | Action::Checked) && self.foreign_owned > 0
     }
 
-    /// The exit code this volume alone asks for, with `max_errors` tolerated.
-    pub fn exit_code(&self, max_errors: u64) -> ExitCode {
-        ExitCode::for_volume(self.fatal.is_some(), self.errors, max_errors, self.left_foreign(), self.would_change())
+    /// The exit code this volume alone asks for, with `max_errors` tolerated, and entries of
+    /// other users left too when `allow_foreign`.
+    pub fn exit_code(&self, max_errors: u64, allow_foreign: bool) -> ExitCode {
+        let partial = self.left_foreign() && !allow_foreign;
+        ExitCode::for_volume(self.fatal.is_some(), self.errors, max_errors, partial, self.would_change())
     }
 
     /// The one-line human summary.

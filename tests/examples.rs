@@ -222,10 +222,12 @@ podSecurityContext:
 volumePermissions:
   mode: unprivileged
   readOnly: true
+  allowForeign: true
 "#,
         args: Some(&[
             "apply",
             "--unprivileged",
+            "--allow-foreign",
             "--fs-group=2500",
             "--read-only",
             "--log-format=json",
@@ -376,6 +378,7 @@ fn demo_chart_rejects_bad_volume_permissions() {
         ("no-group", "podSecurityContext:\n  fsGroup: null\n", "set fsGroup"),
         ("bad-mode", "volumePermissions:\n  mode: rootless\n", "\"rootless\" is neither root nor unprivileged"),
         ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
+        ("root-allow-foreign", "volumePermissions:\n  allowForeign: true\n", "allowForeign is for mode unprivileged"),
         (
             "unprivileged-sticky",
             "volumePermissions:\n  mode: unprivileged\n  sticky: [/var/tmp]\n",

@@ -113,6 +113,17 @@ fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
     assert_eq!(after.remove(ROOT).map(|m| m.attrs()), again.remove(ROOT).map(|m| m.attrs()));
     assert_same(&after, &again, |m| m.attrs_ctime(), "a second unprivileged run changes nothing");
 
+    // `--allow-foreign`: the same walk, list, warning and in-progress marker, but exit 0 (a pod
+    // may start on a volume whose root-owned lost+found the app never uses).
+    let allowed = as_app("apply", &[&spec[..], &["--allow-foreign"]].concat(), &[GROUP], vol).expect_code(0);
+    assert_eq!(listed(&allowed, vol), expected_left(), "{}", allowed.describe());
+    assert_eq!(allowed.volume()["marker_after"], "in-progress", "{}", allowed.describe());
+    assert!(
+        allowed.stderr_lines().iter().any(|l| l.contains("WARN") && l.contains("left 6 entries of other users")),
+        "{}",
+        allowed.describe()
+    );
+
     // A privileged run finishes the volume; after it the app's runs skip.
     let root_run = apply_fs_group(vol, GROUP, &[]);
     assert_eq!(root_run.volume()["marker_after"], "done", "{}", root_run.describe());

@@ -56,10 +56,11 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--termination-log",
     "--shard",
     "--unprivileged",
+    "--allow-foreign",
 ];
 
 /// The flags of APPLY_FLAGS that take no value; the others are written `--name=VALUE`, one arg.
-pub const SWITCHES: &[&str] = &["--read-only", "--unprivileged"];
+pub const SWITCHES: &[&str] = &["--read-only", "--unprivileged", "--allow-foreign"];
 
 /// Pod Security Standards, restricted: the only volume types a pod may use.
 pub const RESTRICTED_VOLUME_TYPES: &[&str] =

@@ -26,6 +26,10 @@ mode: root
 # mode unprivileged: the app's uid (required, not 0) and gid (default: runAsUser).
 runAsUser: null
 runAsGroup: null
+# mode unprivileged: let the pod start (exit 0, not 4) when entries of other users are left, e.g.
+# the root-owned lost+found of a fresh ext4 volume; they are still listed and warned about
+# (--allow-foreign).
+allowForeign: false
 image:
   registry: registry.example.com
   repository: volprep
@@ -198,6 +202,11 @@ float or a string). Anything else fails the render.
 {{- fail "volumePermissions.mode unprivileged: set fsGroup (the app's group, also in the pod's supplementalGroups)" -}}
 {{- end -}}
 {{- $args = append $args "--unprivileged" -}}
+{{- if $v.allowForeign -}}
+{{- $args = append $args "--allow-foreign" -}}
+{{- end -}}
+{{- else if $v.allowForeign -}}
+{{- fail "volumePermissions.allowForeign is for mode unprivileged: a root run leaves nothing" -}}
 {{- end -}}
 {{- if $fsGroup -}}
 {{- $gid := include "volprep.id" $v.fsGroup -}}
