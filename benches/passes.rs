@@ -15,8 +15,8 @@
 //! fixed), `onrootmismatch` (the kubelet's root-only check, on a prepared tree), `chown`
 //! (`chown -R 1001:2000`), `chgrp` (`chgrp -R 2000 && chmod -R g+rwX`), and volprep `full` (every
 //! entry needs a change), `rescan` (tree already right, `--verify full` when the binary has it),
-//! `skip` (valid marker), `resume` (SIGKILL at half the measured `full` time, then a rerun;
-//! reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
+//! `skip` (valid marker), `resume` and `resume80` (SIGKILL at 50 % or 80 % of the measured
+//! `full` time, then a rerun; reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
 //! other volprep runs use `0`). `skip` and `resume` show n/a unless the report says "skipped".
 //!
 //! Cold: `syncfs`, unmount, mount, `echo 3 > /proc/sys/vm/drop_caches` (dropping caches alone
@@ -583,7 +583,7 @@ impl Bench<'_> {
             rep + 1,
             self.a.reps
         );
-        if m.kind == Kind::Resume
+        if matches!(m.kind, Kind::Resume(_))
             && let Some(why) = self.na.get("skip")
         {
             let why = format!("needs the marker, not built yet ({why})");
@@ -614,7 +614,7 @@ impl Bench<'_> {
                     return Ok(());
                 }
             }
-            Kind::Resume => {
+            Kind::Resume(pct) => {
                 let full = self.full_time(&sname, m.threads, temp.name());
                 let full = match full {
                     Some(t) => t,
@@ -636,9 +636,9 @@ impl Bench<'_> {
                 }
                 self.temperature(storage, temp)?;
                 let root = self.attach(storage, tree)?;
-                let half = Duration::from_secs_f64(full / 2.0);
+                let at = Duration::from_secs_f64(full * f64::from(pct) / 100.0);
                 let d = self.run_dir("resume-killed")?;
-                let r = self.exec(&timed, &root, &d, Some(half))?;
+                let r = self.exec(&timed, &root, &d, Some(at))?;
                 note = match r.exit {
                     child::Exit::Signal(libc::SIGKILL) => String::new(),
                     e => format!("first pass ended before the kill ({})", e.describe()),
@@ -704,7 +704,7 @@ impl Bench<'_> {
             let got = action.clone().unwrap_or_else(|| "none".into());
             self.na.insert("skip", format!("report action is \"{got}\", not \"skipped\""));
         }
-        if m.kind == Kind::Resume
+        if matches!(m.kind, Kind::Resume(_))
             && let Some(n) = entries_read
         {
             let pct = 100.0 * n as f64 / tree.counts.entries as f64;

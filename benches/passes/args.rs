@@ -22,7 +22,8 @@ options:
   --storages L         local,slow,ceph (default local,slow): where the methods run
   --temps L            cold,warm (default both)
   --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
-                       onrootmismatch,chown,chgrp,full,rescan,skip,resume,progress
+                       onrootmismatch,chown,chgrp,full,rescan,skip,resume,
+                       resume80,progress
   --seed N             tree generator seed (default 1)
   --smoke              10k entries (CephFS 500), 1 repetition, every method, short
                        thread list
