@@ -15,8 +15,9 @@
 //! fixed), `onrootmismatch` (the kubelet's root-only check, on a prepared tree), `chown`
 //! (`chown -R 1001:2000`), `chgrp` (`chgrp -R 2000 && chmod -R g+rwX`), and volprep `full` (every
 //! entry needs a change), `rescan` (tree already right, `--verify full` when the binary has it),
-//! `skip` (valid marker), `resume` and `resume80` (SIGKILL at 50 % or 80 % of the measured
-//! `full` time, then a rerun; reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
+//! `skip` (valid marker), `resume` and `resume80` (SIGKILL once a progress line counts 50 % or
+//! 80 % of the entries, or with `--resume-by-time` at that share of the measured `full` time,
+//! then a rerun; reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
 //! other volprep runs use `0`). `skip` and `resume` show n/a unless the report says "skipped".
 //!
 //! Cold: `syncfs`, unmount, mount, `echo 3 > /proc/sys/vm/drop_caches` (dropping caches alone
@@ -545,17 +546,11 @@ impl Bench<'_> {
     }
 
     /// Runs `m`'s command once, untimed setup or timed, with stdout/stderr in `dir`.
-    fn exec(
-        &mut self,
-        m: &Method,
-        root: &Path,
-        dir: &Path,
-        kill_after: Option<Duration>,
-    ) -> io::Result<child::Measured> {
+    fn exec(&mut self, m: &Method, root: &Path, dir: &Path, kill: Option<child::Kill>) -> io::Result<child::Measured> {
         let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
         let (cmd, _) = runner.command(m, root, &dir.join("report.json"));
         let stdout = (m.kind != Kind::Floor).then(|| dir.join("stdout"));
-        let r = self.spawner.run(&cmd, stdout.as_deref(), Some(&dir.join("stderr")), kill_after);
+        let r = self.spawner.run(&cmd, stdout.as_deref(), Some(&dir.join("stderr")), kill);
         interrupted()?;
         r
     }
@@ -636,9 +631,21 @@ impl Bench<'_> {
                 }
                 self.temperature(storage, temp)?;
                 let root = self.attach(storage, tree)?;
-                let at = Duration::from_secs_f64(full * f64::from(pct) / 100.0);
+                // At that share of the entries (progress lines every 20 ms), or of the time.
                 let d = self.run_dir("resume-killed")?;
-                let r = self.exec(&timed, &root, &d, Some(at))?;
+                let (killed, kill) = match (self.a.resume_by_time, &timed.kind) {
+                    (false, Kind::Apply(extra)) if self.features.progress_interval => {
+                        let mut extra = extra.clone();
+                        extra.extend(["--progress-interval", "20ms", "--log-format", "text"].map(String::from));
+                        let at = tree.counts.entries * u64::from(pct) / 100;
+                        (
+                            Method { kind: Kind::Apply(extra), ..timed.clone() },
+                            child::Kill::AtEntries(at, d.join("stderr")),
+                        )
+                    }
+                    _ => (timed.clone(), child::Kill::After(Duration::from_secs_f64(full * f64::from(pct) / 100.0))),
+                };
+                let r = self.exec(&killed, &root, &d, Some(kill))?;
                 note = match r.exit {
                     child::Exit::Signal(libc::SIGKILL) => String::new(),
                     e => format!("first pass ended before the kill ({})", e.describe()),

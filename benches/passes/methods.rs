@@ -25,8 +25,8 @@ pub enum Kind {
     Check,
     /// `volprep apply` on a tree it prepared before (valid marker).
     Skip,
-    /// `volprep apply` after a SIGKILL at this per cent of a full pass's time (runs as `Apply`
-    /// with `--checkpoint-interval` set from the measured full pass).
+    /// `volprep apply` after a SIGKILL at this per cent of a full pass (of its entries, or of
+    /// its time; runs as `Apply` with `--checkpoint-interval` set from the measured full pass).
     Resume(u32),
 }
 
@@ -173,7 +173,8 @@ impl Runner<'_> {
     /// `--progress-interval 0` where it exists.
     pub fn command(&self, m: &Method, root: &Path, report: &Path) -> (Command, Option<PathBuf>) {
         let threads = m.threads.unwrap_or(1);
-        let quiet = self.features.progress_interval && m.id != "progress";
+        let own = matches!(&m.kind, Kind::Apply(x) if x.iter().any(|a| a == "--progress-interval"));
+        let quiet = self.features.progress_interval && m.id != "progress" && !own;
         let volprep = |sub: &str, extra: &[String]| {
             let mut c = self.volprep(sub, threads, report);
             if quiet {
