@@ -625,8 +625,9 @@ impl Bench<'_> {
                     }
                 };
                 if self.features.checkpoint_interval {
-                    // Checkpoints about 20 times per pass, so a kill at 50 % leaves several.
-                    let every = format!("{}ms", ((full * 1000.0 / 20.0) as u64).max(10));
+                    // Checkpoints about 100 times per pass: what the default 3 s gives a 5-minute
+                    // pass (the incident's took 30), so the kill loses what it would there.
+                    let every = format!("{}ms", ((full * 1000.0 / 100.0) as u64).max(10));
                     timed.kind = Kind::Apply(vec!["--checkpoint-interval".into(), every]);
                 }
                 self.temperature(storage, temp)?;

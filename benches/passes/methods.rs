@@ -51,7 +51,7 @@ pub struct Features {
     pub progress_interval: bool,
     /// `--verify full` exists (rescan even with a valid marker).
     pub verify_full: bool,
-    /// `--checkpoint-interval` exists (resume checkpoints; `resume` sets it to 1/20 of a pass).
+    /// `--checkpoint-interval` exists (resume checkpoints; `resume` sets it to 1/100 of a pass).
     pub checkpoint_interval: bool,
 }
 
