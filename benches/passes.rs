@@ -15,8 +15,9 @@
 //! fixed), `onrootmismatch` (the kubelet's root-only check, on a prepared tree), `chown`
 //! (`chown -R 1001:2000`), `chgrp` (`chgrp -R 2000 && chmod -R g+rwX`), and volprep `full` (every
 //! entry needs a change), `rescan` (tree already right, `--verify full` when the binary has it),
-//! `skip` (valid marker), `resume` (SIGKILL at half the measured `full` time, then a rerun;
-//! reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
+//! `skip` (valid marker), `resume` and `resume80` (SIGKILL once a progress line counts 50 % or
+//! 80 % of the entries, or with `--resume-by-time` at that share of the measured `full` time,
+//! then a rerun; reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
 //! other volprep runs use `0`). `skip` and `resume` show n/a unless the report says "skipped".
 //!
 //! Cold: `syncfs`, unmount, mount, `echo 3 > /proc/sys/vm/drop_caches` (dropping caches alone
@@ -545,17 +546,11 @@ impl Bench<'_> {
     }
 
     /// Runs `m`'s command once, untimed setup or timed, with stdout/stderr in `dir`.
-    fn exec(
-        &mut self,
-        m: &Method,
-        root: &Path,
-        dir: &Path,
-        kill_after: Option<Duration>,
-    ) -> io::Result<child::Measured> {
+    fn exec(&mut self, m: &Method, root: &Path, dir: &Path, kill: Option<child::Kill>) -> io::Result<child::Measured> {
         let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
         let (cmd, _) = runner.command(m, root, &dir.join("report.json"));
         let stdout = (m.kind != Kind::Floor).then(|| dir.join("stdout"));
-        let r = self.spawner.run(&cmd, stdout.as_deref(), Some(&dir.join("stderr")), kill_after);
+        let r = self.spawner.run(&cmd, stdout.as_deref(), Some(&dir.join("stderr")), kill);
         interrupted()?;
         r
     }
@@ -583,7 +578,7 @@ impl Bench<'_> {
             rep + 1,
             self.a.reps
         );
-        if m.kind == Kind::Resume
+        if matches!(m.kind, Kind::Resume(_))
             && let Some(why) = self.na.get("skip")
         {
             let why = format!("needs the marker, not built yet ({why})");
@@ -614,7 +609,7 @@ impl Bench<'_> {
                     return Ok(());
                 }
             }
-            Kind::Resume => {
+            Kind::Resume(pct) => {
                 let full = self.full_time(&sname, m.threads, temp.name());
                 let full = match full {
                     Some(t) => t,
@@ -630,15 +625,28 @@ impl Bench<'_> {
                     }
                 };
                 if self.features.checkpoint_interval {
-                    // Checkpoints about 20 times per pass, so a kill at 50 % leaves several.
-                    let every = format!("{}ms", ((full * 1000.0 / 20.0) as u64).max(10));
+                    // Checkpoints about 100 times per pass: what the default 3 s gives a 5-minute
+                    // pass (the incident's took 30), so the kill loses what it would there.
+                    let every = format!("{}ms", ((full * 1000.0 / 100.0) as u64).max(10));
                     timed.kind = Kind::Apply(vec!["--checkpoint-interval".into(), every]);
                 }
                 self.temperature(storage, temp)?;
                 let root = self.attach(storage, tree)?;
-                let half = Duration::from_secs_f64(full / 2.0);
+                // At that share of the entries (progress lines every 20 ms), or of the time.
                 let d = self.run_dir("resume-killed")?;
-                let r = self.exec(&timed, &root, &d, Some(half))?;
+                let (killed, kill) = match (self.a.resume_by_time, &timed.kind) {
+                    (false, Kind::Apply(extra)) if self.features.progress_interval => {
+                        let mut extra = extra.clone();
+                        extra.extend(["--progress-interval", "20ms", "--log-format", "text"].map(String::from));
+                        let at = tree.counts.entries * u64::from(pct) / 100;
+                        (
+                            Method { kind: Kind::Apply(extra), ..timed.clone() },
+                            child::Kill::AtEntries(at, d.join("stderr")),
+                        )
+                    }
+                    _ => (timed.clone(), child::Kill::After(Duration::from_secs_f64(full * f64::from(pct) / 100.0))),
+                };
+                let r = self.exec(&killed, &root, &d, Some(kill))?;
                 note = match r.exit {
                     child::Exit::Signal(libc::SIGKILL) => String::new(),
                     e => format!("first pass ended before the kill ({})", e.describe()),
@@ -704,7 +712,7 @@ impl Bench<'_> {
             let got = action.clone().unwrap_or_else(|| "none".into());
             self.na.insert("skip", format!("report action is \"{got}\", not \"skipped\""));
         }
-        if m.kind == Kind::Resume
+        if matches!(m.kind, Kind::Resume(_))
             && let Some(n) = entries_read
         {
             let pct = 100.0 * n as f64 / tree.counts.entries as f64;

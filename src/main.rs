@@ -29,6 +29,7 @@ mod walk;
 // Ground: syscalls, the spec, option values, errors, escaping:
 mod error;
 mod escape;
+mod frontier;
 mod options;
 mod spec;
 mod sys;

@@ -1,5 +1,6 @@
 //! The marker: xattr state on the volume root (`user.volprep`) saying which spec the volume was
-//! prepared for, and the resume checkpoint (`user.volprep.checkpoint`) of an unfinished pass.
+//! prepared for, and the resume checkpoint (`user.volprep.checkpoint`, `.checkpoint.I` for shard
+//! I) of an unfinished pass.
 //! Encoding and the skip/walk decision are pure; reads and writes go through `sys`.
 
 use std::ffi::CStr;
@@ -20,12 +21,22 @@ pub fn escape_str(s: &str) -> String {
 
 /// The root xattr holding the [`Marker`].
 pub const MARKER_XATTR: &CStr = c"user.volprep";
-/// The root xattr holding the [`Checkpoint`] of an unfinished pass.
+/// The root xattr holding the [`Checkpoint`] of an unfinished (unsharded) pass.
 pub const CHECKPOINT_XATTR: &CStr = c"user.volprep.checkpoint";
 /// Format version written in every marker.
 pub const FORMAT: u32 = 1;
-/// A checkpoint never grows past this (it must fit one xattr block beside the marker).
+/// Format of [`Checkpoint::dirs`]; a checkpoint of another format skips nothing.
+pub const CHECKPOINT_FORMAT: u32 = 2;
+/// A checkpoint never grows past this (it must fit one xattr block beside the marker: ext4
+/// keeps all of an inode's xattrs in one 4 KiB block by default).
 pub const CHECKPOINT_MAX_BYTES: usize = 3000;
+
+/// The xattr of the checkpoint of the unsharded pass (`None`) or of shard I.
+pub fn checkpoint_xattr(shard: Option<u32>) -> std::ffi::CString {
+    let base = CHECKPOINT_XATTR.to_str().expect("ASCII");
+    let name = shard.map_or_else(|| base.to_string(), |i| format!("{base}.{i}"));
+    std::ffi::CString::new(name).expect("no NUL")
+}
 
 /// The state a pass leaves on the root. Short keys keep it small.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -108,9 +119,12 @@ pub enum State {
 pub struct Checkpoint {
     pub run: String,
     pub digest: String,
-    /// Top-level directories whose whole subtree conforms: (inode, escaped name).
+    /// [`CHECKPOINT_FORMAT`] (absent in checkpoints of the first format, which skip nothing).
     #[serde(default)]
-    pub done: Vec<(u64, String)>,
+    pub v: u32,
+    /// Finished work, one record per unfinished directory (see the `frontier` module).
+    #[serde(default)]
+    pub dirs: Vec<String>,
     /// Files whose setuid/setgid bits a chown is about to clear: (escaped relative path, inode,
     /// mode to restore). Normally empty: an entry lives here for the time of two syscalls.
     #[serde(default)]
@@ -119,27 +133,16 @@ pub struct Checkpoint {
 
 impl Checkpoint {
     pub fn new(run: &str, digest: &str) -> Self {
-        Checkpoint { run: run.into(), digest: digest.into(), ..Default::default() }
+        Checkpoint { run: run.into(), digest: digest.into(), v: CHECKPOINT_FORMAT, ..Default::default() }
     }
 
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("checkpoint serializes")
     }
 
-    /// Adds a finished subtree unless the checkpoint would outgrow [`CHECKPOINT_MAX_BYTES`]
-    /// (resume then simply re-reads the subtrees it could not record).
-    pub fn add_done(&mut self, ino: u64, name: String) -> bool {
-        let grows = name.len() + 24;
-        if self.encode().len() + grows > CHECKPOINT_MAX_BYTES {
-            return false;
-        }
-        self.done.push((ino, name));
-        true
-    }
-
-    /// Whether the top-level directory `(ino, name)` was finished by this checkpoint's run.
-    pub fn is_done(&self, ino: u64, name: &str) -> bool {
-        self.done.iter().any(|(i, n)| *i == ino && n == name)
+    /// The directory records, if they are of this version's format.
+    pub fn records(&self) -> &[String] {
+        if self.v == CHECKPOINT_FORMAT { &self.dirs } else { &[] }
     }
 }
 
@@ -327,14 +330,15 @@ pub fn write(root: BorrowedFd<'_>, m: &Marker) -> Result<(), Errno> {
     sys::set_xattr(root, MARKER_XATTR, &m.encode())
 }
 
-/// Reads the checkpoint; a missing or unreadable one is no checkpoint.
-pub fn read_checkpoint(root: BorrowedFd<'_>) -> Option<Checkpoint> {
-    let bytes = sys::get_xattr(root, CHECKPOINT_XATTR).ok()??;
+/// Reads the checkpoint in xattr `name` ([`checkpoint_xattr`]); a missing or unreadable one is
+/// no checkpoint.
+pub fn read_checkpoint(root: BorrowedFd<'_>, name: &CStr) -> Option<Checkpoint> {
+    let bytes = sys::get_xattr(root, name).ok()??;
     serde_json::from_slice(&bytes).ok()
 }
 
-pub fn write_checkpoint(root: BorrowedFd<'_>, c: &Checkpoint) -> Result<(), Errno> {
-    sys::set_xattr(root, CHECKPOINT_XATTR, &c.encode())
+pub fn write_checkpoint(root: BorrowedFd<'_>, name: &CStr, c: &Checkpoint) -> Result<(), Errno> {
+    sys::set_xattr(root, name, &c.encode())
 }
 
 /// Removes the marker (an absent one is no error).
@@ -342,8 +346,8 @@ pub fn remove(root: BorrowedFd<'_>) -> Result<(), Errno> {
     sys::remove_xattr(root, MARKER_XATTR)
 }
 
-pub fn remove_checkpoint(root: BorrowedFd<'_>) -> Result<(), Errno> {
-    sys::remove_xattr(root, CHECKPOINT_XATTR)
+pub fn remove_checkpoint(root: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+    sys::remove_xattr(root, name)
 }
 
 #[cfg(test)]
@@ -490,18 +494,17 @@ mod tests {
     }
 
     #[test]
-    fn checkpoint_is_bounded_and_exact() {
-        let mut c = Checkpoint::new("r1", "d1");
-        assert!(c.add_done(7, "repo-1".into()));
-        assert!(c.is_done(7, "repo-1"));
-        assert!(!c.is_done(8, "repo-1"), "another inode with that name is not done");
-        assert!(!c.is_done(7, "repo-2"));
-        let mut n = 0;
-        while c.add_done(n, format!("some-longer-directory-name-{n}")) {
-            n += 1;
-        }
-        assert!(c.encode().len() <= CHECKPOINT_MAX_BYTES);
-        assert!(n > 20);
+    fn checkpoints_of_the_first_format_skip_nothing() {
+        let old = br#"{"run":"r1","digest":"d1","done":[[7,"repo-1"]],"pending":[["a",1,2048]]}"#;
+        let c: Checkpoint = serde_json::from_slice(old).unwrap();
+        assert!(c.records().is_empty(), "{c:?}");
+        assert_eq!(c.pending.len(), 1, "its special-bit records are still honoured");
+        let mut new = Checkpoint::new("r1", "d1");
+        new.dirs.push("2:1.0:3:4:0@9".into());
+        let back: Checkpoint = serde_json::from_slice(&new.encode()).unwrap();
+        assert_eq!(back.records(), ["2:1.0:3:4:0@9".to_string()]);
+        assert_eq!(checkpoint_xattr(None).as_c_str(), CHECKPOINT_XATTR);
+        assert_eq!(checkpoint_xattr(Some(3)).to_str().unwrap(), "user.volprep.checkpoint.3");
     }
 
     #[test]

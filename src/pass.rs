@@ -1,8 +1,8 @@
 //! The visitor of one pass: decides each entry, fixes it in `apply` (unprivileged: only the
 //! entries this user owns; the others that do not conform are listed), counts everything, and
-//! feeds the resume state (finished top-level subtrees, special bits in flight).
+//! feeds the resume state (finished subtrees at any depth, special bits in flight).
 
-use std::ffi::{CStr, OsStr};
+use std::ffi::CStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -108,15 +108,13 @@ impl<'a> Fixer<'a> {
     }
 
     /// An entry of another user that does not conform: left as it is, counted and listed (with
-    /// what a privileged run would change), and its top-level subtree is not finished.
+    /// what a privileged run would change), and no directory above it is finished.
     fn left(&self, dir: &Node, name: Option<&CStr>, meta: &Meta, change: Change, unread: bool) {
         Counters::add(&self.counters.foreign_owned);
         if unread {
             Counters::add(&self.counters.foreign_unread);
         }
-        if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
-            r.taint(top.meta.ino);
-        }
+        dir.taint();
         let mut list = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
         if list.len() < MAX_LISTED_FOREIGN || tracing::enabled!(tracing::Level::DEBUG) {
             let path = Escaped(self.path_of(dir, name).as_os_str()).to_string();
@@ -229,6 +227,19 @@ impl<'a> Fixer<'a> {
         }
     }
 
+    /// Counts, judges and (in `apply`) fixes a directory whose contents are all visited.
+    fn fix_dir(&self, dir: &Node) {
+        self.counters.seen(Kind::Dir);
+        if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, self.privilege) {
+            return self.left(dir, None, &dir.meta, change, false);
+        }
+        let outcome = match self.mode {
+            Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec)),
+            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
+        };
+        self.record(dir, None, outcome);
+    }
+
     /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
     /// is recorded on the root first, so a kill between chown and chmod can be repaired.
     fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Fixed, Failure> {
@@ -254,6 +265,9 @@ impl Visitor for Fixer<'_> {
             return;
         }
         self.counters.seen_meta(meta);
+        if self.resume.is_some() {
+            parent.add_entries(1);
+        }
         if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, self.privilege) {
             return self.left(parent, Some(name), meta, change, false);
         }
@@ -266,23 +280,19 @@ impl Visitor for Fixer<'_> {
     }
 
     fn dir_done(&self, dir: &Node) {
-        if self.shard.is_some_and(|s| !s.owns(dir.depth, || dir.rel_path())) {
-            return;
+        let owned = self.shard.is_none_or(|s| s.owns(dir.depth, || dir.rel_path()));
+        if owned {
+            self.fix_dir(dir);
         }
-        self.counters.seen(Kind::Dir);
-        if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, self.privilege) {
-            return self.left(dir, None, &dir.meta, change, false);
-        }
-        let outcome = match self.mode {
-            Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec)),
-            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
-        };
-        let failed = outcome.as_ref().is_err_and(|f| f.errno != Errno::NOENT);
-        self.record(dir, None, outcome);
-        if let (Some(r), 1, false) = (&self.resume, dir.depth, failed) {
-            // A checkpoint that can't be written only costs a later resume some re-reading.
-            if let Err(e) = r.finished_top(dir.meta.ino, escape_bytes(dir.name())) {
-                debug!("cannot write the checkpoint: {e}");
+        if let Some(r) = &self.resume {
+            // A failure (or an entry left) marked `dir` and its ancestors: then it is not
+            // finished work. A shard's part of a directory it does not own is.
+            if owned {
+                dir.add_entries(1);
+            }
+            r.finished(dir);
+            if let Some(p) = dir.parent() {
+                p.add_entries(dir.entries());
             }
         }
     }
@@ -296,24 +306,32 @@ impl Visitor for Fixer<'_> {
         self.skipped_mounts.lock().unwrap_or_else(|e| e.into_inner()).push(path);
     }
 
-    fn enter(&self, parent: &Node, name: &CStr, ino: u64) -> bool {
+    fn enter(&self, parent: &Node, name: &CStr, ino: u64, ord: Option<u32>) -> bool {
         if let Some(s) = self.shard {
             let depth = parent.depth + 1;
-            return depth != s.depth || s.owns(depth, || walk::rel_child(parent, name));
+            if depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name)) {
+                return false;
+            }
         }
         let Some(r) = &self.resume else {
             return true;
         };
-        if parent.depth != 0 || !r.was_done(ino, &escape_bytes(name.to_bytes())) {
+        if !r.was_done(parent, ino, ord) {
             return true;
         }
         Counters::add(&self.counters.skipped_subtrees);
-        debug!(name = %Escaped(OsStr::from_bytes(name.to_bytes())), "finished by the interrupted run: not read again");
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let path = self.path_of(parent, Some(name));
+            debug!(path = %Escaped(path.as_os_str()), "finished by the interrupted run: not read again");
+        }
         false
     }
 
-    fn dir_read(&self, _dir: &Node) {
+    fn dir_read(&self, dir: &Node) {
         Counters::add(&self.counters.dirs_read);
+        if let Some(r) = &self.resume {
+            r.begin(dir);
+        }
     }
 
     fn stopped(&self) -> bool {
@@ -327,9 +345,7 @@ impl Visitor for Fixer<'_> {
                 return;
             }
         }
-        if let (Some(r), Some(top)) = (&self.resume, dir.ancestor_at(1)) {
-            r.taint(top.meta.ino);
-        }
+        dir.taint();
         self.error_at(&self.path_of(dir, name), op, errno);
     }
 }

@@ -1,13 +1,37 @@
-//! Resume state of one `apply`: what an interrupted run had finished, what this run has finished
-//! so far (the checkpoint written to the root now and then), and the repair of files that a
-//! killed run left between chown and chmod.
+//! Resume state of one `apply` (or one shard): what an interrupted run had finished, what this
+//! run has finished so far (the checkpoint written to the root now and then), and the repair of
+//! files that a killed run left between chown and chmod.
+//!
+//! Finished work is recorded at any depth: when a directory finishes with nothing left
+//! unfinished below it (no error, no entry of another user left as it is), its ordinal goes into
+//! its parent's record and its own record goes away (see `frontier`). A resumed walk reads
+//! every directory it reaches; where the directory's inode, change time and link count are
+//! those of a record (the root's modification time stands in for its change time, which the
+//! checkpoint writes themselves change), the subdirectories at recorded ordinals are not
+//! entered, after the inode at the first ordinal of each range matched (a mismatch drops the
+//! record: the rest is read). Unmatched records are carried into the new checkpoint until their
+//! directory is read or the pass ends. The checkpoint keeps the records that save most within
+//! [`CHECKPOINT_MAX_BYTES`]; special-bit records always stay.
+//!
+//! Where it cannot be kept: on a filesystem without xattrs (ramfs) there is no marker and no
+//! checkpoint, so every start walks everything, as before. A write that fails (a full
+//! filesystem, a smaller xattr limit) is warned about once and retried at the next interval;
+//! a later resume reads again what the last written checkpoint did not cover.
+//!
+//! Safety: the checkpoint lies on the app-writable root, like the marker. A forged or stale one
+//! can only make volprep skip subtrees it would otherwise read (as a forged `done` marker skips
+//! all of them): it never makes volprep change anything it would not, nor follow anything, and
+//! the `done` marker is still written only by a pass in which every entry it read conformed or
+//! was fixed. Special-bit records are checked against the file they name (see
+//! [`restore_pending`]). `--verify full` skips nothing on a checkpoint's word.
 
 use std::collections::HashSet;
-use std::ffi::OsStr;
+use std::ffi::{CString, OsStr};
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
@@ -15,90 +39,236 @@ use tracing::warn;
 
 use crate::error::{Op, errno_text};
 use crate::escape::{Escaped, escape_bytes};
-use crate::marker::{self, Checkpoint};
+use crate::frontier::{DirId, Frontier, Seal};
+use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint};
 use crate::spec::Spec;
 use crate::sys::{self, Kind};
+use crate::walk::Node;
 
 /// Resume bookkeeping of an `apply` on a filesystem with xattrs.
 pub struct Resume<'a> {
     root: BorrowedFd<'a>,
-    /// What the interrupted run had finished: these top-level subtrees are not read again.
-    pub previous: Option<Checkpoint>,
+    /// The xattr the checkpoint lives in (one per shard).
+    xattr: CString,
+    /// The checkpoint's byte bound (shards share the root's xattr space).
+    max_bytes: usize,
+    /// The device of the root: records name directories of other devices with theirs.
+    root_dev: u64,
+    /// What the interrupted run had finished (empty under `--verify full`).
+    previous: Frontier,
+    /// Special-bit records of the interrupted run.
+    pub previous_pending: Vec<(String, u64, u32)>,
+    /// Records of `previous` found not to hold while their directory was read.
+    dropped: Mutex<HashSet<DirId>>,
     /// What this run has finished so far, written to the root now and then.
-    current: Mutex<(Checkpoint, Instant)>,
+    current: Mutex<Current>,
     /// How often `current` is written to the root, at most.
     every: Duration,
-    /// Top-level directories (by inode) with an error somewhere inside: not finished.
-    tainted: Mutex<HashSet<u64>>,
+    /// A failed write was warned about.
+    warned: AtomicBool,
+}
+
+struct Current {
+    checkpoint: Checkpoint,
+    frontier: Frontier,
+    written: Instant,
+}
+
+/// Where the checkpoint lives and how big it may grow.
+pub struct Place<'a> {
+    pub root: BorrowedFd<'a>,
+    pub xattr: CString,
+    pub max_bytes: usize,
+}
+
+impl<'a> Place<'a> {
+    /// The unsharded pass's checkpoint, or shard I of N's (a share of the bound each).
+    pub fn new(root: BorrowedFd<'a>, shard: Option<(u32, u32)>) -> Self {
+        let max_bytes = shard.map_or(CHECKPOINT_MAX_BYTES, |(_, n)| (CHECKPOINT_MAX_BYTES / n as usize).max(600));
+        Place { root, xattr: marker::checkpoint_xattr(shard.map(|s| s.0)), max_bytes }
+    }
+
+    /// The checkpoint there, if it belongs to `run` and `digest`.
+    pub fn read(&self, run: &str, digest: &str) -> Option<Checkpoint> {
+        marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == run && c.digest == digest)
+    }
+
+    pub fn remove(&self) -> Result<(), Errno> {
+        marker::remove_checkpoint(self.root, &self.xattr)
+    }
 }
 
 impl<'a> Resume<'a> {
-    pub fn new(root: BorrowedFd<'a>, previous: Option<Checkpoint>, run: &str, digest: &str, every: Duration) -> Self {
-        let mut current = Checkpoint::new(run, digest);
+    /// `previous`: the interrupted run's checkpoint; `skip`: whether its records may skip
+    /// anything (not under `--verify full`).
+    pub fn new(
+        place: Place<'a>,
+        previous: Option<Checkpoint>,
+        skip: bool,
+        run: &str,
+        digest: &str,
+        every: Duration,
+    ) -> Self {
+        let mut checkpoint = Checkpoint::new(run, digest);
+        let (mut frontier, mut pending) = (Frontier::default(), Vec::new());
         if let Some(p) = &previous {
-            current.done = p.done.clone();
-            current.pending = p.pending.clone();
+            if skip {
+                frontier = Frontier::decode(p.records());
+            }
+            pending = p.pending.clone();
         }
+        checkpoint.pending = pending.clone();
         Resume {
-            root,
-            previous,
-            current: Mutex::new((current, Instant::now())),
+            root: place.root,
+            xattr: place.xattr,
+            max_bytes: place.max_bytes,
+            root_dev: sys::stat_fd(place.root).map_or(0, |m| m.dev),
+            previous: frontier.clone(),
+            previous_pending: pending,
+            dropped: Mutex::new(HashSet::new()),
+            current: Mutex::new(Current { checkpoint, frontier, written: Instant::now() }),
             every,
-            tainted: Mutex::new(HashSet::new()),
+            warned: AtomicBool::new(false),
         }
     }
 
-    /// The checkpoint as it stands (for the final write).
-    pub fn snapshot(&self) -> Checkpoint {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.clone()
+    /// Directory records of the interrupted run and the entries they cover.
+    pub fn adopted(&self) -> (usize, u64) {
+        (self.previous.len(), self.previous.covered())
     }
 
-    /// Whether the interrupted run finished the top-level subtree `name` (inode `ino`).
-    pub fn was_done(&self, ino: u64, name: &str) -> bool {
-        self.previous.as_ref().is_some_and(|p| p.is_done(ino, name))
+    fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Marks the top-level directory `ino` as holding an error: it is never recorded finished.
-    pub fn taint(&self, top_ino: u64) {
-        self.tainted.lock().unwrap_or_else(|e| e.into_inner()).insert(top_ino);
+    fn bounded(&self, cur: &Current) -> Checkpoint {
+        let mut c = cur.checkpoint.clone();
+        let base = c.encode().len();
+        // Each record costs its quotes and a comma.
+        c.dirs = cur.frontier.encode(self.max_bytes.saturating_sub(base), 3);
+        c
     }
 
-    /// Records the top-level subtree `name` as finished, unless an error was seen inside it.
-    /// The checkpoint is written when the interval has passed.
-    pub fn finished_top(&self, ino: u64, name: String) -> Result<(), Errno> {
-        if self.tainted.lock().unwrap_or_else(|e| e.into_inner()).contains(&ino) {
-            return Ok(());
+    fn id(&self, dir: &Node) -> DirId {
+        DirId { ino: dir.meta.ino, dev: (dir.meta.dev != self.root_dev).then_some(dir.meta.dev) }
+    }
+
+    /// The seal of a directory as read when the walk opened it, before reading it. The root's
+    /// change time moves with every checkpoint written on it: its modification time (which
+    /// moves with every entry added, removed or renamed in it) stands in.
+    fn seal(dir: &Node) -> Seal {
+        let (sec, nsec) = if dir.depth == 0 { dir.times.mtime } else { dir.times.ctime };
+        Seal { sec, nsec, nlink: dir.meta.nlink }
+    }
+
+    /// The record of the interrupted run that holds for `dir` as it is now.
+    fn holding(&self, dir: &Node) -> Option<(DirId, &crate::frontier::Record)> {
+        if self.previous.is_empty() {
+            return None;
         }
-        self.update(false, |c| {
-            c.add_done(ino, name);
-        })
+        let id = self.id(dir);
+        let r = self.previous.get(id).filter(|r| r.seal == Self::seal(dir))?;
+        Some((id, r))
+    }
+
+    /// `dir` is about to be read: a record of the interrupted run that holds for it is carried
+    /// over (and the entries it covers counted into `dir`); one that does not is dropped.
+    pub fn begin(&self, dir: &Node) {
+        if self.previous.is_empty() {
+            return;
+        }
+        let id = self.id(dir);
+        let mut cur = self.lock();
+        cur.frontier.remove(id);
+        if let Some((_, r)) = self.holding(dir) {
+            dir.add_entries(r.covered);
+            cur.frontier.insert(id, r.clone());
+        }
+    }
+
+    /// Whether the subdirectory at ordinal `ord` (inode `ino`) of `dir` was finished by the
+    /// interrupted run. At the first ordinal of a range the inode must be the recorded one, or
+    /// the record is dropped and nothing more of `dir` is skipped.
+    pub fn was_done(&self, dir: &Node, ino: u64, ord: Option<u32>) -> bool {
+        let (Some(ord), Some((id, r))) = (ord, self.holding(dir)) else {
+            return false;
+        };
+        let Some(span) = r.span_of(ord) else {
+            return false;
+        };
+        let mut dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
+        if dropped.contains(&id) {
+            return false;
+        }
+        if ord == span.first && ino != span.first_ino {
+            dropped.insert(id);
+            drop(dropped);
+            self.lock().frontier.remove(id);
+            warn!(dir = %Escaped(dir.rel_path().as_os_str()), "the checkpoint's record of this directory does not match it: reading all of it");
+            return false;
+        }
+        true
+    }
+
+    /// `dir` is finished: if nothing below it is left unfinished, it goes into its parent's
+    /// record (its own record is no longer needed). The checkpoint is written when the interval
+    /// has passed.
+    pub fn finished(&self, dir: &Node) {
+        let (Some(parent), Some(ord)) = (dir.parent(), dir.ord()) else {
+            return;
+        };
+        if dir.tainted() {
+            return;
+        }
+        let (id, pid) = (self.id(dir), self.id(parent));
+        let mut cur = self.lock();
+        cur.frontier.remove(id);
+        cur.frontier.finish(pid, Self::seal(parent), ord, dir.meta.ino, dir.entries());
+        // A failed write is warned about (once) inside: it only costs a later resume re-reading.
+        let _ = self.write_if_due(cur, false);
     }
 
     /// Records (and writes at once) the mode a setuid/setgid file must get back if this run is
     /// killed between its chown and chmod.
     pub fn stage_pending(&self, record: (String, u64, u32)) -> Result<(), Errno> {
-        self.update(true, |c| c.pending.push(record))
+        let mut cur = self.lock();
+        cur.checkpoint.pending.push(record);
+        self.write_if_due(cur, true)
     }
 
     /// Replaces the pending records taken over from the interrupted run with those still needed
     /// (see [`Restored::kept`]); written out with the next checkpoint.
     pub fn keep_pending(&self, kept: Vec<(String, u64, u32)>) {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.pending = kept;
+        self.lock().checkpoint.pending = kept;
     }
 
     /// Drops a pending record (written out with the next checkpoint).
     pub fn forget_pending(&self, record: &(String, u64, u32)) {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).0.pending.retain(|p| p != record);
+        self.lock().checkpoint.pending.retain(|p| p != record);
     }
 
-    fn update(&self, force: bool, f: impl FnOnce(&mut Checkpoint)) -> Result<(), Errno> {
-        let mut guard = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut guard.0);
-        if force || guard.1.elapsed() >= self.every {
-            guard.1 = Instant::now();
-            return marker::write_checkpoint(self.root, &guard.0);
+    /// Writes the checkpoint now (at the end of an interrupted pass).
+    pub fn write(&self) -> Result<(), Errno> {
+        let cur = self.lock();
+        self.write_if_due(cur, true)
+    }
+
+    fn write_if_due(&self, mut cur: std::sync::MutexGuard<'_, Current>, force: bool) -> Result<(), Errno> {
+        if !force && cur.written.elapsed() < self.every {
+            return Ok(());
         }
-        Ok(())
+        cur.written = Instant::now();
+        let res = marker::write_checkpoint(self.root, &self.xattr, &self.bounded(&cur));
+        if let Err(e) = res {
+            if !self.warned.swap(true, Ordering::Relaxed) {
+                warn!(
+                    "cannot write the resume checkpoint ({}): {}; a resumed run may read again what it did not record",
+                    escape_bytes(self.xattr.as_bytes()),
+                    errno_text(e.raw_os_error())
+                );
+            }
+        }
+        res
     }
 }
 

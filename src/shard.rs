@@ -8,16 +8,17 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::fix;
 use crate::marker::{self, Found, Marker, Shards, State};
-use crate::options::{RunOptions, ShardFilter, Verify};
+use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::progress::{self, Counters};
 use crate::report::{Action, VolumeReport};
+use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
 use crate::sys;
 use crate::volume;
@@ -90,9 +91,20 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
     };
     let (fs, estimate) = sys::fs_info(root);
     info!(path = %shown, shard = %name, fs = %fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {shown}");
-    let mut fixer = Fixer::new(path, spec, opts.mode, None);
+    let resume = (walk_needed && opts.mode == Mode::Apply).then(|| shard_resume(root, spec, opts, filter));
+    let mut fixer = Fixer::new(path, spec, opts.mode, resume);
     fixer.shard = Some(filter);
     fixer.privilege = opts.privilege;
+    if let Some(r) = &fixer.resume {
+        let (records, covered) = r.adopted();
+        if records > 0 || !r.previous_pending.is_empty() {
+            info!(path = %shown, shard = %name, records, covered,
+                  "shard {name}: resuming: {records} directory records of finished work, covering {covered} entries, are not read again");
+        }
+        let restored = resume::restore_pending(root, path, &r.previous_pending, spec, false);
+        fixer.record_restored(&restored);
+        r.keep_pending(restored.kept);
+    }
     if walk_needed {
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(path, Op::Open, e))?;
@@ -111,6 +123,13 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
     }
     let after =
         with_lock(root, path, opts.lock_timeout, |root| finish(root, path, spec, opts, filter, &run_id, &fixer))?;
+    if let Some(r) = &fixer.resume {
+        // This shard's checkpoint: gone once its part is done, kept for its next run otherwise.
+        let res = if clean(&fixer) { Place::new(root, Some((filter.index, filter.count))).remove() } else { r.write() };
+        if let Err(e) = res {
+            debug!("{shown}: shard {name}: cannot write or remove its checkpoint: {e}");
+        }
+    }
     report.reason = reason;
     report.fs_type = fs;
     report.estimated_entries = estimate;
@@ -231,10 +250,7 @@ fn finish(
         warn!(path = %Escaped(path.as_os_str()), "the shard record on the root no longer fits the layout: {why}; starting a new round");
         *shards = Shards { n: f.count, depth: f.depth, ..Default::default() };
     }
-    // A shard that left entries of other users (unprivileged) is not done: a privileged run is.
-    let clean = Counters::get(&fixer.counters.errors) == 0
-        && fixer.interrupted.is_none()
-        && Counters::get(&fixer.counters.foreign_owned) == 0;
+    let clean = clean(fixer);
     if clean && !shards.done.contains(&f.index) {
         shards.done.push(f.index);
         shards.done.sort_unstable();
@@ -249,6 +265,10 @@ fn finish(
                 m.state = State::Done;
                 m.finished = Some(marker::now());
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
+                // No shard's checkpoint is needed any more.
+                for i in 0..f.count.min(1024) {
+                    let _ = Place::new(root, Some((i, f.count))).remove();
+                }
                 info!(path = %Escaped(path.as_os_str()), "every shard is done: root fixed, volume marked done");
             }
             Err(f) => {
@@ -259,6 +279,28 @@ fn finish(
     }
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
     Ok(if m.state == State::Done { "done" } else { "in-progress" }.into())
+}
+
+/// Whether this shard's part is done: no error, no signal, and (unprivileged) no entry of
+/// another user left (a privileged run must finish that).
+fn clean(fixer: &Fixer<'_>) -> bool {
+    Counters::get(&fixer.counters.errors) == 0
+        && fixer.interrupted.is_none()
+        && Counters::get(&fixer.counters.foreign_owned) == 0
+}
+
+/// The resume state of this shard: its own checkpoint (`user.volprep.checkpoint.I`, with its
+/// special-bit records), adopted when it belongs to this round of shards (the marker's run) and
+/// spec. Under `--verify full` its records skip nothing.
+fn shard_resume<'a>(root: BorrowedFd<'a>, spec: &Spec, opts: &RunOptions, f: ShardFilter) -> Resume<'a> {
+    let digest = spec.coverage_digest(opts.cross_devices);
+    let round = match marker::read(root) {
+        Found::Marker(m) => m.run,
+        _ => String::new(),
+    };
+    let place = Place::new(root, Some((f.index, f.count)));
+    let previous = place.read(&round, &digest);
+    Resume::new(place, previous, opts.verify != Verify::Full, &round, &digest, opts.checkpoint_interval)
 }
 
 /// Renews this run's heartbeat in the marker until `stopped` fires.

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::Escaped;
-use crate::marker::{self, Found, escape_str};
+use crate::frontier::Frontier;
+use crate::marker::{self, Checkpoint, Found, escape_str};
 use crate::report;
 use crate::sys;
 
@@ -25,15 +26,27 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     for path in &args.paths {
         let root = sys::open_root(path).map_err(|e| Error::sys(path, Op::Open, e))?;
         let found = marker::read(sys::fd(&root));
-        let checkpoint = marker::read_checkpoint(sys::fd(&root));
+        // The unsharded pass's checkpoint, or each shard's.
+        let shards = match &found {
+            Found::Marker(m) => m.shards.as_ref().map(|s| s.n),
+            _ => None,
+        };
+        let checkpoints: Vec<(Option<u32>, Checkpoint)> = match shards {
+            None => vec![None],
+            Some(n) => (0..n.min(1024)).map(Some).collect(),
+        }
+        .into_iter()
+        .filter_map(|i| marker::read_checkpoint(sys::fd(&root), &marker::checkpoint_xattr(i)).map(|c| (i, c)))
+        .collect();
+        let checkpoint = checkpoints.iter().find(|(i, _)| i.is_none()).map(|(_, c)| c);
         let shown = Escaped(path.as_os_str()).to_string();
         if args.json {
             out.push(json!({
                 "path": shown,
                 "state": found.state_word(),
                 "marker": match &found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
-                "checkpoint": checkpoint.as_ref().map(|c| json!({
-                    "run": c.run, "finished_subtrees": c.done.len(), "pending": c.pending.len() })),
+                "checkpoint": checkpoint.map(|c| summary(c, None)),
+                "shard_checkpoints": checkpoints.iter().filter(|(i, _)| i.is_some()).map(|(i, c)| summary(c, *i)).collect::<Vec<_>>(),
             }));
             continue;
         }
@@ -65,8 +78,14 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
                         sh.running.iter().map(|(i, r, _)| format!("{i} (run {})", escape_str(r))).collect();
                     s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
                 }
-                if let Some(c) = &checkpoint {
-                    s += &format!(", checkpoint: {} finished top-level directories", c.done.len());
+                for (i, c) in &checkpoints {
+                    let f = Frontier::decode(c.records());
+                    let whose = i.map_or_else(String::new, |i| format!(" of shard {i}"));
+                    s += &format!(
+                        ", checkpoint{whose}: {} directory records covering {} finished entries",
+                        f.len(),
+                        f.covered()
+                    );
                     if !c.pending.is_empty() {
                         s += &format!(", {} special-bit record(s)", c.pending.len());
                     }
@@ -88,4 +107,16 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     // `volprep status --json | grep -q done`: a reader that stops early is no error.
     report::print(text.as_bytes())?;
     Ok(ExitCode::Success)
+}
+
+/// A checkpoint in figures: its run (escaped), directory records, entries they cover, and
+/// special-bit records.
+fn summary(c: &Checkpoint, shard: Option<u32>) -> serde_json::Value {
+    let f = Frontier::decode(c.records());
+    let mut v =
+        json!({ "run": escape_str(&c.run), "records": f.len(), "covered": f.covered(), "pending": c.pending.len() });
+    if let Some(i) = shard {
+        v["shard"] = json!(i);
+    }
+    v
 }

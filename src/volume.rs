@@ -17,7 +17,7 @@ use crate::options::{Mode, Privilege, RunOptions, Verify};
 use crate::pass::Fixer;
 use crate::progress::{self, Counters};
 use crate::report::{Action, VolumeReport};
-use crate::resume::{self, Resume};
+use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Meta};
 use crate::walk::Walk;
@@ -98,9 +98,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
         (Decision::Walk { resume, .. }, Mode::Check) => {
             // What `apply` would do with the special-bit records of the interrupted run.
             let pending = match &found {
-                Found::Marker(m) if *resume => {
-                    marker::read_checkpoint(root).filter(|c| c.run == m.run && c.digest == digest).map(|c| c.pending)
-                }
+                Found::Marker(m) if *resume => Place::new(root, None).read(&m.run, &digest).map(|c| c.pending),
                 _ => None,
             };
             walk(
@@ -113,15 +111,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
         (Decision::Walk { resume, .. }, Mode::Apply) => {
             let resume = (found != Found::Unsupported).then(|| {
                 let prev = match &found {
-                    Found::Marker(m) if *resume => {
-                        marker::read_checkpoint(root).filter(|c| c.run == m.run && c.digest == digest).map(|mut c| {
-                            if opts.verify == Verify::Full {
-                                // Nothing is skipped on the checkpoint's word.
-                                c.done.clear();
-                            }
-                            c
-                        })
-                    }
+                    Found::Marker(m) if *resume => Place::new(root, None).read(&m.run, &digest),
                     _ => None,
                 };
                 let run = match &found {
@@ -188,9 +178,12 @@ fn walk(
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
     let marker_fd = resume.as_ref().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
     let root = marker_fd.as_ref().map(sys::fd);
+    let resumed = matches!(&resume, Some((_, Some(_))));
     let (run, resume) = match (resume, root) {
         (Some((run, prev)), Some(root)) => {
-            let r = Resume::new(root, prev, &run, &ctx.digest, opts.checkpoint_interval);
+            // Nothing is skipped on the checkpoint's word under --verify full.
+            let skip = opts.verify != Verify::Full;
+            let r = Resume::new(Place::new(root, None), prev, skip, &run, &ctx.digest, opts.checkpoint_interval);
             (Some(run), Some(r))
         }
         _ => (None, None),
@@ -233,18 +226,17 @@ fn walk(
                       crate::error::errno_text(e.raw_os_error()));
             }
         }
-        if let Some(prev) = fixer.resume.as_ref().and_then(|r| r.previous.clone()) {
+        if let (Some(r), true) = (&fixer.resume, resumed) {
+            let (records, covered) = r.adopted();
             info!(
-                subtrees = prev.done.len(),
-                "resuming run {}: {} finished top-level directories are not read again",
+                records,
+                covered,
+                "resuming run {}: {records} directory records of finished work, covering {covered} entries, are not read again",
                 marker::escape_str(run),
-                prev.done.len()
             );
-            let restored = resume::restore_pending(root, path, &prev.pending, spec, false);
+            let restored = resume::restore_pending(root, path, &r.previous_pending, spec, false);
             fixer.record_restored(&restored);
-            if let Some(r) = &fixer.resume {
-                r.keep_pending(restored.kept);
-            }
+            r.keep_pending(restored.kept);
         }
     }
     let shown = Escaped(path.as_os_str()).to_string();
@@ -303,7 +295,7 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
     let errors = Counters::get(&fixer.counters.errors);
     if errors > 0 || fixer.interrupted.is_some() {
         if let Some(r) = &fixer.resume {
-            if let Err(e) = marker::write_checkpoint(root, &r.snapshot()) {
+            if let Err(e) = r.write() {
                 debug!("{}: cannot write the checkpoint: {e}", Escaped(path.as_os_str()));
             }
         }
@@ -322,7 +314,7 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
         shards: None,
         left: (left > 0).then_some(left),
     };
-    match marker::write(root, &m).and_then(|()| marker::remove_checkpoint(root)) {
+    match marker::write(root, &m).and_then(|()| Place::new(root, None).remove()) {
         Ok(()) if left > 0 => "in-progress".into(),
         Ok(()) => "done".into(),
         // Every entry conforms: the app may start. Only the next start's skip is lost.

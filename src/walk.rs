@@ -13,13 +13,13 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::io::Errno;
 
 use crate::error::Op;
-use crate::sys::{self, DType, Kind, Meta};
+use crate::sys::{self, DType, Kind, Meta, Times};
 
 /// Names handled per batch job.
 const BATCH: usize = 256;
@@ -53,14 +53,22 @@ pub struct Node {
     slot: Mutex<Slot>,
     /// The raw fd in `slot` (-1 while closed), read by [`Node::fd`] without the lock.
     raw: AtomicI32,
-    /// Metadata read through the fd when the directory was first opened.
+    /// Metadata read through the fd when the directory was first opened (before it was read).
     pub meta: Meta,
+    /// Its change and modification times, read with `meta`.
+    pub times: Times,
     parent: Option<Arc<Node>>,
     name: Box<CStr>,
     /// 0 for the root.
     pub depth: u32,
+    /// Its index among its parent's `DT_DIR` entries in `getdents` order.
+    ord: Option<u32>,
     /// Unfinished work: 1 while being read, plus one per pending child directory or batch.
     pending: AtomicUsize,
+    /// Entries the walk's user counted in this subtree (see [`Node::add_entries`]).
+    entries: AtomicU64,
+    /// Set on this directory and its ancestors by [`Node::taint`].
+    tainted: AtomicBool,
 }
 
 struct Slot {
@@ -73,17 +81,64 @@ fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
 }
 
 impl Node {
-    fn new(fd: OwnedFd, meta: Meta, parent: Option<Arc<Node>>, name: &CStr) -> Arc<Node> {
+    fn new(
+        fd: OwnedFd,
+        (meta, times): (Meta, Times),
+        parent: Option<Arc<Node>>,
+        name: &CStr,
+        ord: Option<u32>,
+    ) -> Arc<Node> {
         OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
         Arc::new(Node {
             raw: AtomicI32::new(fd.as_raw_fd()),
             slot: Mutex::new(Slot { fd: Some(fd), leases: 0 }),
             meta,
+            times,
             depth: parent.as_ref().map_or(0, |p| p.depth + 1),
             parent,
             name: name.into(),
+            ord,
             pending: AtomicUsize::new(1),
+            entries: AtomicU64::new(0),
+            tainted: AtomicBool::new(false),
         })
+    }
+
+    /// Its index among its parent's `DT_DIR` entries in `getdents` order: `None` for the root
+    /// and for a subdirectory whose type `getdents` did not tell (found by a stat).
+    pub fn ord(&self) -> Option<u32> {
+        self.ord
+    }
+
+    pub fn parent(&self) -> Option<&Node> {
+        self.parent.as_deref()
+    }
+
+    /// Adds `n` to the entries counted in this subtree. The walk itself counts nothing here: its
+    /// user does (e.g. each entry into its directory, each finished directory into its parent).
+    pub fn add_entries(&self, n: u64) {
+        self.entries.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn entries(&self) -> u64 {
+        self.entries.load(Ordering::Relaxed)
+    }
+
+    /// Marks this directory and every ancestor: something below them is left unfinished (an
+    /// error, an entry left as it is).
+    pub fn taint(&self) {
+        let mut cur = Some(self);
+        while let Some(n) = cur {
+            if n.tainted.swap(true, Ordering::Relaxed) {
+                return;
+            }
+            cur = n.parent.as_deref();
+        }
+    }
+
+    /// Whether [`Node::taint`] was called on this directory or one below it.
+    pub fn tainted(&self) -> bool {
+        self.tainted.load(Ordering::Relaxed)
     }
 
     /// This directory's fd. The walk keeps it open during every [`Visitor`] call about this
@@ -99,15 +154,6 @@ impl Node {
     /// This directory's name in its parent (empty for the root).
     pub fn name(&self) -> &[u8] {
         self.name.to_bytes()
-    }
-
-    /// The ancestor (or self) at `depth`, e.g. the top-level directory a node is in.
-    pub fn ancestor_at(&self, depth: u32) -> Option<&Node> {
-        let mut cur = self;
-        while cur.depth > depth {
-            cur = cur.parent.as_deref()?;
-        }
-        (cur.depth == depth).then_some(cur)
     }
 
     /// The path relative to the walk's root ("" for the root). Built only when needed (errors,
@@ -200,9 +246,10 @@ pub trait Visitor: Sync {
     /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
     /// of the same filesystem or not): not entered, not handed to [`Visitor::entry`].
     fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
-    /// Whether to enter the subdirectory `name` (inode `ino`) of `parent` (default: yes).
-    /// A skipped subtree is neither read nor reported.
-    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64) -> bool {
+    /// Whether to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see [`Node::ord`])
+    /// of `parent` (default: yes). A skipped subtree is neither read nor reported. Called while
+    /// `parent` is being read, in `getdents` order for the typed ones.
+    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64, _ord: Option<u32>) -> bool {
         true
     }
     /// A directory is about to be read (counts `getdents` work).
@@ -267,7 +314,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
             let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
             self.budget = Some(left.max(threads).min(usize::MAX as u64) as usize);
         }
-        let root = Node::new(root_fd, root_meta, None, c"");
+        let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
+        let root = Node::new(root_fd, (root_meta, times), None, c"", None);
         let lease = root.try_lease().expect("a new node is open");
         drop(root);
         let this = &self;
@@ -281,9 +329,13 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
+        let mut ord = 0u32;
         self.visitor.dir_read(&node);
         let res = sys::read_dir(lease.fd(), &mut buf, |name, dtype, ino| match dtype {
-            DType::Dir => self.subdir(s, &node, name, ino),
+            DType::Dir => {
+                self.subdir(s, &node, name, ino, Some(ord));
+                ord = ord.saturating_add(1);
+            }
             DType::Other | DType::Unknown => {
                 batch.push(name);
                 if batch.len() >= BATCH {
@@ -329,7 +381,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 return;
             }
             match sys::stat_at(lease.fd(), name) {
-                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
+                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino, None),
                 Ok(meta) => self.leaf(node, name, &meta),
                 Err(Errno::NOENT) => {}
                 Err(e) => self.visitor.error(node, Some(name), Op::Stat, e),
@@ -339,15 +391,15 @@ impl<'v, V: Visitor> Walk<'v, V> {
 
     /// Queues subdirectory `name` of `parent`. It is opened by the job that reads it, not here:
     /// a directory of a million subdirectories queues a million names, not a million open fds.
-    fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64) {
-        if self.visitor.stopped() || !self.visitor.enter(parent, name, ino) {
+    fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64, ord: Option<u32>) {
+        if self.visitor.stopped() || !self.visitor.enter(parent, name, ino, ord) {
             return;
         }
         parent.pending.fetch_add(1, Ordering::Relaxed);
         let parent = Arc::clone(parent);
         let name: Box<CStr> = name.into();
         s.spawn(move |s| match self.lease(&parent) {
-            Ok(pl) => match self.open_child(&pl, &name) {
+            Ok(pl) => match self.open_child(&pl, &name, ord) {
                 Some(child) => {
                     // Neither the parent's fd nor (through it) its ancestors' are held while
                     // this subtree is walked: the budget may close them.
@@ -366,7 +418,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
     /// read, or handles it as the entry it turned out to be (nested mount, or no longer a
     /// directory).
-    fn open_child(&self, parent: &Lease, name: &CStr) -> Option<Lease> {
+    fn open_child(&self, parent: &Lease, name: &CStr, ord: Option<u32>) -> Option<Lease> {
         let p = parent.node();
         let fd = match self.open_dir(p, || sys::open_subdir(parent.fd(), name)) {
             Ok(fd) => fd,
@@ -387,7 +439,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 return None;
             }
         };
-        let meta = match sys::stat_fd(sys::fd(&fd)) {
+        let (meta, times) = match sys::stat_fd_times(sys::fd(&fd)) {
             Ok(m) => m,
             Err(e) => {
                 self.visitor.error(p, Some(name), Op::Stat, e);
@@ -398,7 +450,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(p, name, &meta);
             return None;
         }
-        let child = Node::new(fd, meta, Some(Arc::clone(p)), name);
+        let child = Node::new(fd, (meta, times), Some(Arc::clone(p)), name, ord);
         let lease = child.try_lease().expect("a new node is open");
         self.trim(&child);
         Some(lease)

@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["pass"],
     &["resume"],
     &["caps", "fix", "guard", "marker", "progress", "report", "walk"],
-    &["error", "options", "spec", "sys"],
+    &["error", "frontier", "options", "spec", "sys"],
     &["escape"],
 ];
 

@@ -22,7 +22,8 @@ options:
   --storages L         local,slow,ceph (default local,slow): where the methods run
   --temps L            cold,warm (default both)
   --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
-                       onrootmismatch,chown,chgrp,full,rescan,skip,resume,progress
+                       onrootmismatch,chown,chgrp,full,rescan,skip,resume,
+                       resume80,progress
   --seed N             tree generator seed (default 1)
   --smoke              10k entries (CephFS 500), 1 repetition, every method, short
                        thread list
@@ -32,6 +33,8 @@ options:
   --fuse-ttl-s N       slow storage: entry/attr cache TTL the model grants (default 60)
   --ceph-entries N     CephFS: tree size (default 20000)
   --syscalls           also count syscalls per entry with `strace -c -f`
+  --resume-by-time     resume/resume80: SIGKILL at 50/80 % of the measured full time
+                       (default: once a progress line counts 50/80 % of the entries)
   --workdir DIR        where the sparse image and mount points go (default target/tmp)
 ";
 
@@ -115,6 +118,7 @@ pub struct Args {
     pub storages: Vec<StorageKind>,
     pub ceph_entries: u64,
     pub syscalls: bool,
+    pub resume_by_time: bool,
     pub workdir: PathBuf,
 }
 
@@ -213,6 +217,7 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
         storages: vec![StorageKind::Local, StorageKind::Slow],
         ceph_entries: 20_000,
         syscalls: false,
+        resume_by_time: false,
         workdir: target_dir.join("tmp"),
     };
     let mut it = raw.into_iter();
@@ -226,6 +231,7 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
             "-h" | "--help" => return Ok(Command::Help),
             "--smoke" => a.smoke = true,
             "--syscalls" => a.syscalls = true,
+            "--resume-by-time" => a.resume_by_time = true,
             "--entries" => entries = Some(num(&value()?)?),
             "--reps" => reps = Some(num(&value()?)?.max(1) as usize),
             "--threads-list" => threads = Some(list(&value()?)?),

@@ -35,9 +35,37 @@ pub struct Measured {
     pub exit: Exit,
 }
 
-/// Spawns `cmd`; when it is still running after `kill_after`, SIGKILLs it. The kill only ever
-/// targets our own unreaped child (checked with `WNOHANG` first), never a reused pid.
-pub fn run_until(cmd: &mut Command, kill_after: Option<Duration>) -> io::Result<Measured> {
+/// When to SIGKILL a child that is still running.
+#[derive(Debug, Clone)]
+pub enum Kill {
+    /// This long after its start.
+    After(Duration),
+    /// Once a volprep progress line in its stderr file (text log) counts this many entries.
+    AtEntries(u64, std::path::PathBuf),
+}
+
+/// The largest `entries=` of the progress lines in volprep's text log `log` (read from
+/// `*offset` on, which moves past the whole lines read).
+fn progress_in(log: &Path, offset: &mut u64) -> u64 {
+    use std::io::{Read, Seek};
+    let Ok(mut f) = std::fs::File::open(log) else { return 0 };
+    let mut text = String::new();
+    if f.seek(io::SeekFrom::Start(*offset)).is_err() || f.read_to_string(&mut text).is_err() {
+        return 0;
+    }
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    *offset += whole as u64;
+    text[..whole]
+        .lines()
+        .filter(|l| l.contains(" progress "))
+        .filter_map(|l| l.split(" entries=").nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Spawns `cmd`; when it is still running at `kill`, SIGKILLs it. The kill only ever targets
+/// our own unreaped child (checked with `WNOHANG` first), never a reused pid.
+pub fn run_until(cmd: &mut Command, kill: Option<Kill>) -> io::Result<Measured> {
     let start = Instant::now();
     let child = cmd.spawn()?;
     let pid = child.id() as libc::pid_t;
@@ -46,8 +74,12 @@ pub fn run_until(cmd: &mut Command, kill_after: Option<Duration>) -> io::Result<
     let mut status = 0;
     // SAFETY: rusage is plain old data; zeroed is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if let Some(after) = kill_after {
-        let deadline = start + after;
+    if let Some(kill) = kill {
+        let deadline = match &kill {
+            Kill::After(after) => start + *after,
+            Kill::AtEntries(..) => start + Duration::from_secs(3600),
+        };
+        let (mut offset, mut seen) = (0, 0);
         loop {
             // SAFETY: valid pointers to locals.
             let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
@@ -56,6 +88,14 @@ pub fn run_until(cmd: &mut Command, kill_after: Option<Duration>) -> io::Result<
             }
             if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 return Err(io::Error::last_os_error());
+            }
+            if let Kill::AtEntries(at, log) = &kill {
+                seen = seen.max(progress_in(log, &mut offset));
+                if seen >= *at {
+                    // SAFETY: pid is our child and has not been reaped (wait4 returned 0).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    break;
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -113,14 +153,19 @@ impl Spawner {
     }
 
     /// Runs `cmd` (program, arguments, environment changes) with stdout and stderr sent to
-    /// the given files (`None`: /dev/null); SIGKILLs it after `kill_after`.
+    /// the given files (`None`: /dev/null); SIGKILLs it at `kill`.
     pub fn run(
         &mut self,
         cmd: &Command,
         stdout: Option<&Path>,
         stderr: Option<&Path>,
-        kill_after: Option<Duration>,
+        kill: Option<Kill>,
     ) -> io::Result<Measured> {
+        let (kill_after, kill_at) = match &kill {
+            Some(Kill::After(d)) => (Some(d.as_secs_f64()), None),
+            Some(Kill::AtEntries(n, _)) => (None, Some(*n)),
+            None => (None, None),
+        };
         let s = |p: &OsStr| p.to_string_lossy().into_owned();
         let req = json!({
             "program": s(cmd.get_program()),
@@ -128,7 +173,8 @@ impl Spawner {
             "env": cmd.get_envs().map(|(k, v)| json!([s(k), v.map(s)])).collect::<Vec<_>>(),
             "stdout": stdout.map(|p| s(p.as_os_str())),
             "stderr": stderr.map(|p| s(p.as_os_str())),
-            "kill_after_s": kill_after.map(|d| d.as_secs_f64()),
+            "kill_after_s": kill_after,
+            "kill_at_entries": kill_at,
         });
         let tx = self.tx.as_mut().ok_or_else(|| io::Error::other("spawner closed"))?;
         writeln!(tx, "{req}")?;
@@ -188,8 +234,19 @@ fn serve_one(req: &Value) -> io::Result<Measured> {
         };
     }
     cmd.stdin(Stdio::null()).stdout(output(req.get("stdout"))?).stderr(output(req.get("stderr"))?);
-    let kill_after = req.get("kill_after_s").and_then(Value::as_f64).map(Duration::from_secs_f64);
-    run_until(&mut cmd, kill_after)
+    let kill =
+        match (req.get("kill_after_s").and_then(Value::as_f64), req.get("kill_at_entries").and_then(Value::as_u64)) {
+            (Some(s), _) => Some(Kill::After(Duration::from_secs_f64(s))),
+            (None, Some(n)) => {
+                let log = req
+                    .get("stderr")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| io::Error::other("kill at entries needs a stderr file"))?;
+                Some(Kill::AtEntries(n, log.into()))
+            }
+            (None, None) => None,
+        };
+    run_until(&mut cmd, kill)
 }
 
 /// `__spawner`: one JSON request per stdin line, one JSON reply per stdout line.

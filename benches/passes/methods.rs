@@ -25,9 +25,9 @@ pub enum Kind {
     Check,
     /// `volprep apply` on a tree it prepared before (valid marker).
     Skip,
-    /// `volprep apply` after a SIGKILL at ~50 % of a full pass (runs as `Apply` with
-    /// `--checkpoint-interval` set from the measured full pass).
-    Resume,
+    /// `volprep apply` after a SIGKILL at this per cent of a full pass (of its entries, or of
+    /// its time; runs as `Apply` with `--checkpoint-interval` set from the measured full pass).
+    Resume(u32),
 }
 
 /// One row of the table: a method, its thread count and its start and end states.
@@ -51,7 +51,7 @@ pub struct Features {
     pub progress_interval: bool,
     /// `--verify full` exists (rescan even with a valid marker).
     pub verify_full: bool,
-    /// `--checkpoint-interval` exists (resume checkpoints; `resume` sets it to 1/20 of a pass).
+    /// `--checkpoint-interval` exists (resume checkpoints; `resume` sets it to 1/100 of a pass).
     pub checkpoint_interval: bool,
 }
 
@@ -101,7 +101,8 @@ pub fn plan(args: &Args, features: Features, remote: bool) -> Vec<Method> {
     }
     let at_max = |x: Method| Method { threads: Some(max), ..x };
     m.push(at_max(one("skip", Kind::Skip, Prepared, Some(Prepared), &[0])));
-    m.push(at_max(one("resume", Kind::Resume, Golden, Some(Prepared), &[0])));
+    m.push(at_max(one("resume", Kind::Resume(50), Golden, Some(Prepared), &[0])));
+    m.push(at_max(one("resume80", Kind::Resume(80), Golden, Some(Prepared), &[0])));
     if features.progress_interval && !remote {
         // The same full pass with progress at its default interval (others run with it off).
         let every = vec!["--progress-interval".to_string(), "1s".to_string()];
@@ -133,7 +134,8 @@ pub fn label(id: &str) -> &'static str {
         "full" => "volprep full",
         "rescan" => "volprep rescan",
         "skip" => "volprep skip",
-        "resume" => "volprep resume",
+        "resume" => "volprep resume (kill at 50 %)",
+        "resume80" => "volprep resume (kill at 80 %)",
         "progress" => "volprep full +progress 1s",
         _ => "?",
     }
@@ -171,7 +173,8 @@ impl Runner<'_> {
     /// `--progress-interval 0` where it exists.
     pub fn command(&self, m: &Method, root: &Path, report: &Path) -> (Command, Option<PathBuf>) {
         let threads = m.threads.unwrap_or(1);
-        let quiet = self.features.progress_interval && m.id != "progress";
+        let own = matches!(&m.kind, Kind::Apply(x) if x.iter().any(|a| a == "--progress-interval"));
+        let quiet = self.features.progress_interval && m.id != "progress" && !own;
         let volprep = |sub: &str, extra: &[String]| {
             let mut c = self.volprep(sub, threads, report);
             if quiet {
@@ -205,7 +208,7 @@ impl Runner<'_> {
             }
             Kind::Apply(extra) => volprep("apply", extra),
             Kind::Check => volprep("check", &[]),
-            Kind::Skip | Kind::Resume => volprep("apply", &[]),
+            Kind::Skip | Kind::Resume(_) => volprep("apply", &[]),
         }
     }
 }

@@ -360,18 +360,20 @@ pub fn targets(
             }
         }
     }
-    match na.get("resume") {
-        Some(why) => out.push(format!("resume after a kill at 50 % (reads ≤ 60 %): n/a ({why})")),
-        None => {
-            for r in rows.iter().filter(|r| r.method == "resume" && r.storage == local && !r.failed) {
-                if let Some(n) = r.entries_read {
-                    let total = r.entries_per_s * r.median;
-                    out.push(format!(
-                        "resume ({}, {local}): read {n} of {total:.0} entries = {:.0} % (target ≤ 60 %): {}",
-                        r.temp,
-                        100.0 * n as f64 / total,
-                        verdict(n as f64 <= 0.6 * total)
-                    ));
+    for (id, at, target) in [("resume", 50, 60), ("resume80", 80, 40)] {
+        match na.get("resume") {
+            Some(why) => out.push(format!("resume after a kill at {at} % (reads ≤ {target} %): n/a ({why})")),
+            None => {
+                for r in rows.iter().filter(|r| r.method == id && r.storage == local && !r.failed) {
+                    if let Some(n) = r.entries_read {
+                        let total = r.entries_per_s * r.median;
+                        out.push(format!(
+                            "resume after a kill at {at} % ({}, {local}): read {n} of {total:.0} entries = {:.0} % (target ≤ {target} %): {}",
+                            r.temp,
+                            100.0 * n as f64 / total,
+                            verdict(n as f64 <= f64::from(target) / 100.0 * total)
+                        ));
+                    }
                 }
             }
         }

@@ -50,3 +50,32 @@ pub fn xattr_json(path: &Path, name: &str) -> Option<Value> {
 pub fn set_json(path: &Path, name: &str, v: &Value) {
     set_xattr(path, name, v.to_string().as_bytes());
 }
+
+/// The checkpoint record (format 2) that says which subdirectories of `dir` are finished, as
+/// volprep writes it: `dir`'s inode, its change time (the root's modification time: `is_root`),
+/// link count, the entries covered (`covered`), and the ordinals, among `dir`'s directory
+/// entries in `getdents` order, of those `finished` picks, each range with the inode of its
+/// first. What a forged or hand-made checkpoint looks like.
+pub fn dir_record(dir: &Path, is_root: bool, covered: u64, finished: impl Fn(&std::ffi::OsStr) -> bool) -> String {
+    use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    let m = std::fs::symlink_metadata(dir).expect("stat dir");
+    let (sec, nsec) = if is_root { (m.mtime(), m.mtime_nsec()) } else { (m.ctime(), m.ctime_nsec()) };
+    let mut spans: Vec<(u64, u64, u64)> = Vec::new();
+    let subdirs = std::fs::read_dir(dir).expect("read dir").map(|e| e.expect("entry")).filter(|e| {
+        // d_type as getdents gave it (volprep numbers only these).
+        e.file_type().expect("d_type").is_dir()
+    });
+    for (ord, e) in subdirs.enumerate() {
+        let ord = ord as u64;
+        if !finished(&e.file_name()) {
+            continue;
+        }
+        match spans.last_mut() {
+            Some(s) if s.1 + 1 == ord => s.1 = ord,
+            _ => spans.push((ord, ord, e.ino())),
+        }
+    }
+    let spans: Vec<String> =
+        spans.iter().map(|(a, b, ino)| if a == b { format!("{a}@{ino}") } else { format!("{a}-{b}@{ino}") }).collect();
+    format!("{}:{sec}.{nsec:09}:{}:{covered}:{}", m.ino(), m.nlink(), spans.join(","))
+}
