@@ -320,6 +320,12 @@ pub fn groups() -> Vec<u32> {
     out
 }
 
+/// The uid an owner that is not mapped in this user namespace reads as
+/// (`/proc/sys/kernel/overflowuid`; 65534, the kernel's default, when that is unreadable).
+pub fn overflow_uid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
+}
+
 /// The soft open-file limit (`u64::MAX` when unlimited).
 pub fn fd_limit() -> u64 {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)

@@ -193,8 +193,17 @@ impl Drop for Lease {
 
 /// What the walk tells its user. Called from many threads at once.
 pub trait Visitor: Sync {
-    /// A non-directory entry (or any entry at all below a skipped mount is never seen).
-    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta);
+    /// A non-directory entry (or any entry at all below a skipped mount is never seen), as an
+    /// `lstat` of its name saw it. Returns whether it needed a change: while entries do, the walk
+    /// pins the next ones of the same directory before reading them ([`Visitor::pinned_entry`]).
+    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool;
+    /// A non-directory entry read through `pin`, an `O_PATH|O_NOFOLLOW` fd of it (nothing was
+    /// opened: no device, FIFO or socket; a symlink is the link itself), whose own `fstat` is
+    /// `meta`, on the walk's mount. The pin is closed after the call. Returns as
+    /// [`Visitor::entry`] does (by default, that is what is called).
+    fn pinned_entry(&self, parent: &Node, name: &CStr, meta: &Meta, _pin: BorrowedFd<'_>) -> bool {
+        self.entry(parent, name, meta)
+    }
     /// A directory all of whose contents were visited; called before its parent's.
     fn dir_done(&self, dir: &Node);
     /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
@@ -239,11 +248,13 @@ impl<'v, V: Visitor> Walk<'v, V> {
     }
 
     /// Hands a non-directory to the visitor, or reports it as a mount (a bind-mounted file).
-    fn leaf(&self, parent: &Node, name: &CStr, meta: &Meta) {
+    /// Returns what the visitor said: whether the next entries are worth pinning first.
+    fn leaf(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
         if self.foreign(meta) {
             self.visitor.mount_skipped(parent, name, meta);
+            false
         } else {
-            self.visitor.entry(parent, name, meta);
+            self.visitor.entry(parent, name, meta)
         }
     }
 
@@ -322,17 +333,62 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
     }
 
+    /// Reads each name of `batch` with an `lstat`, or, right after an entry that needed a change
+    /// (most likely its neighbours do too), pins it first and reads the pin: a change then needs
+    /// neither another lookup nor another stat. While entries conform, the plain `lstat` is one
+    /// syscall where a pin is three (open, fstat, close).
     fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, batch: &Batch) {
         let node = lease.node();
+        let mut pin_next = false;
         for name in batch.iter() {
             if self.visitor.stopped() {
                 return;
             }
-            match sys::stat_at(lease.fd(), name) {
-                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino),
+            if pin_next {
+                pin_next = self.pinned(s, lease, name);
+                continue;
+            }
+            pin_next = match sys::stat_at(lease.fd(), name) {
+                Ok(meta) if meta.kind() == Kind::Dir => {
+                    self.subdir(s, node, name, meta.ino);
+                    false
+                }
                 Ok(meta) => self.leaf(node, name, &meta),
-                Err(Errno::NOENT) => {}
-                Err(e) => self.visitor.error(node, Some(name), Op::Stat, e),
+                Err(Errno::NOENT) => false,
+                Err(e) => {
+                    self.visitor.error(node, Some(name), Op::Stat, e);
+                    false
+                }
+            };
+        }
+    }
+
+    /// Pins entry `name` of the held directory (`O_PATH|O_NOFOLLOW`), reads the pin and hands
+    /// the entry to the visitor with it; a directory is queued by name as from an `lstat`.
+    fn pinned<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, name: &CStr) -> bool {
+        let node = lease.node();
+        let pin = match sys::pin_at(lease.fd(), name) {
+            Ok(pin) => pin,
+            Err(Errno::NOENT) => return false,
+            Err(e) => {
+                self.visitor.error(node, Some(name), Op::Open, e);
+                return false;
+            }
+        };
+        match sys::stat_fd(sys::fd(&pin)) {
+            Ok(meta) if meta.kind() == Kind::Dir => {
+                drop(pin);
+                self.subdir(s, node, name, meta.ino);
+                false
+            }
+            Ok(meta) if self.foreign(&meta) => {
+                self.visitor.mount_skipped(node, name, &meta);
+                false
+            }
+            Ok(meta) => self.visitor.pinned_entry(node, name, &meta, sys::fd(&pin)),
+            Err(e) => {
+                self.visitor.error(node, Some(name), Op::Stat, e);
+                false
             }
         }
     }
@@ -375,7 +431,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
             // entry it now is, by its own lstat.
             Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
                 match sys::stat_at(parent.fd(), name) {
-                    Ok(meta) if meta.kind() != Kind::Dir => self.leaf(p, name, &meta),
+                    Ok(meta) if meta.kind() != Kind::Dir => {
+                        self.leaf(p, name, &meta);
+                    }
                     Ok(_) => self.visitor.error(p, Some(name), Op::Open, Errno::AGAIN),
                     Err(Errno::NOENT) => {}
                     Err(e) => self.visitor.error(p, Some(name), Op::Stat, e),
@@ -579,14 +637,25 @@ mod tests {
         panic_on: Option<&'static str>,
         /// Stop after this many entries.
         stop_after: Option<usize>,
+        /// Ask for pins (every entry "needed a change").
+        pin: bool,
+        /// Entries handed over with a pin, and whether each pin was the inode described.
+        pinned: Mutex<Vec<(PathBuf, bool)>>,
     }
 
     impl Visitor for Recorder {
-        fn entry(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+        fn entry(&self, parent: &Node, name: &CStr, _meta: &Meta) -> bool {
             if self.panic_on.is_some_and(|p| name.to_bytes() == p.as_bytes()) {
                 panic!("visitor panicked on purpose");
             }
             self.seen.lock().unwrap().push((rel_child(parent, name), false));
+            self.pin
+        }
+        fn pinned_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
+            let same =
+                sys::stat_fd(pin).is_ok_and(|m| m == *meta) && sys::stat_at(parent.fd(), name).ok() == Some(*meta);
+            self.pinned.lock().unwrap().push((rel_child(parent, name), same));
+            self.entry(parent, name, meta)
         }
         fn dir_done(&self, dir: &Node) {
             self.seen.lock().unwrap().push((dir.rel_path(), true));
@@ -685,6 +754,29 @@ mod tests {
         }
         assert_eq!(results[0].len(), 1 + 20 * 2 + 20 * 300 + 1);
         assert_eq!(results[0], results[1]);
+    }
+
+    #[test]
+    fn entries_after_one_that_needed_a_change_are_pinned_and_the_walk_is_the_same() {
+        let t = tree();
+        for l in 0..10 {
+            std::os::unix::fs::symlink("/etc", t.path().join(format!("d0/sub/l{l}"))).unwrap();
+        }
+        let plain = Recorder::default();
+        walk(t.path(), 4, &plain);
+        let pinning = Recorder { pin: true, ..Default::default() };
+        walk(t.path(), 4, &pinning);
+        let (mut a, mut b) = (plain.seen.into_inner().unwrap(), pinning.seen.into_inner().unwrap());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        assert!(plain.pinned.into_inner().unwrap().is_empty(), "no pins unless asked for");
+        let pinned = pinning.pinned.into_inner().unwrap();
+        // Each batch of a directory's names (300 files: two batches) starts with an lstat; the
+        // rest are pinned.
+        assert!(pinned.len() >= 20 * 298, "{} pinned", pinned.len());
+        assert!(pinned.iter().all(|(_, same)| *same), "a pin's fstat is the entry's own lstat (a link's, not /etc's)");
+        assert!(pinned.iter().any(|(p, _)| p.to_string_lossy().starts_with("d0/sub/l")), "symlinks are pinned too");
     }
 
     #[test]
