@@ -13,7 +13,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::io::Errno;
@@ -234,11 +234,17 @@ pub struct Walk<'v, V: Visitor> {
     /// Directory fds the walk keeps open at most, beyond those in use (see [`Node`]); from the
     /// open-file limit and the thread count when not set.
     budget: Option<usize>,
+    /// The root is on a [`sys::DOTS_FIRST_FS`] mount.
+    dots_first: bool,
+    /// Where reads of directories on the root's mount start: 0, or, once the root's own read
+    /// (from 0) showed `.` and `..` at positions 0 and 1 on a [`sys::DOTS_FIRST_FS`] mount, 2,
+    /// which skips them and what they cost there.
+    read_from: AtomicU64,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
-        Walk { visitor, root: *root, cross_devices, budget: None }
+        Walk { visitor, root: *root, cross_devices, budget: None, dots_first: false, read_from: AtomicU64::new(0) }
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
@@ -278,6 +284,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
             let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
             self.budget = Some(left.max(threads).min(usize::MAX as u64) as usize);
         }
+        self.dots_first =
+            root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
         let root = Node::new(root_fd, root_meta, None, c"");
         let lease = root.try_lease().expect("a new node is open");
         drop(root);
@@ -293,7 +301,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
         self.visitor.dir_read(&node);
-        let res = sys::read_dir(lease.fd(), &mut buf, |name, dtype, ino| match dtype {
+        let on_root_mount = node.meta.mnt_id == self.root.mnt_id && node.meta.dev == self.root.dev;
+        let from = if on_root_mount { self.read_from.load(Ordering::Relaxed) } else { 0 };
+        let res = sys::read_dir(lease.fd(), &mut buf, from, |name, dtype, ino| match dtype {
             DType::Dir => self.subdir(s, &node, name, ino),
             DType::Other | DType::Unknown => {
                 batch.push(name);
@@ -302,8 +312,10 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 }
             }
         });
-        if let Err(e) = res {
-            self.visitor.error(&node, None, Op::Readdir, e);
+        match res {
+            Ok(Some(2)) if self.dots_first && node.parent.is_none() => self.read_from.store(2, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => self.visitor.error(&node, None, Op::Readdir, e),
         }
         if !batch.is_empty() {
             self.dispatch(s, &lease, batch);
