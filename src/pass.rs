@@ -258,9 +258,7 @@ impl<'a> Fixer<'a> {
         resume.forget_pending(&record);
         out
     }
-}
 
-impl Fixer<'_> {
     /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
     /// whether `apply` had a change to make (the walk then pins the next entries first).
     fn one_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
