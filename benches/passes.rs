@@ -389,7 +389,7 @@ impl Bench<'_> {
             out.push_str(&report::mix_table(&self.runs, &rows, "cephfs", counts.entries));
         }
         if !syscall_lines.is_empty() {
-            out.push_str("\n### syscalls per entry (strace -f -c, warm)\n\n| method | syscalls | per entry | most frequent (per entry) |\n|---|--:|--:|---|\n");
+            out.push_str("\n### syscalls per entry (counted in an strace -f trace, warm)\n\n| method | syscalls | per entry | most frequent (per entry) |\n|---|--:|--:|---|\n");
             for l in &syscall_lines {
                 out.push_str(l);
                 out.push('\n');
@@ -759,7 +759,7 @@ impl Bench<'_> {
         Ok(())
     }
 
-    /// `--syscalls`: strace -c of the kubelet and volprep passes, warm.
+    /// `--syscalls`: syscalls of the kubelet and volprep passes, counted under strace, warm.
     fn syscalls(&mut self, tree: &Tree) -> io::Result<(Vec<String>, Vec<Value>)> {
         let max = *self.a.threads.iter().max().expect("threads");
         let mut cases: Vec<(String, Method)> = Vec::new();

@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use rustix::io::Errno;
 
@@ -128,7 +128,7 @@ pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), Failure> {
 /// Held while an inode with more than one link is re-read and changed (rare: no contention).
 static MULTI_LINK: Mutex<()> = Mutex::new(());
 
-/// Fixes the non-directory entry `name` in `dir`, which was seen with `seen`.
+/// Fixes the non-directory entry `name` in `dir`, which was seen with `seen` (an `lstat` by name).
 ///
 /// Conforming entries cost nothing more. Otherwise the entry is pinned with O_PATH|O_NOFOLLOW
 /// and re-stated, and the decision is made again from the pinned inode's own metadata, so the
@@ -138,10 +138,7 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
     if decide(seen, spec).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
-    // An inode with several names may be fixed by several threads: each re-reads and changes it
-    // under this lock, so none decides from the state between another's chown (which clears
-    // setuid/setgid) and its chmod (which sets them back), and then chmods them away.
-    let _one_at_a_time = (seen.nlink > 1).then(|| MULTI_LINK.lock().unwrap_or_else(|e| e.into_inner()));
+    let _one_at_a_time = one_at_a_time(seen);
     let pinned = sys::pin_at(dir, name).map_err(|e| Failure::new(Op::Open, e))?;
     let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| Failure::new(Op::Stat, e))?;
     if now.kind() == Kind::Dir {
@@ -152,11 +149,44 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
         // Another mount took the name's place: not the inode that was looked at.
         return Err(Failure::new(Op::Stat, Errno::XDEV));
     }
-    let change = decide(&now, spec);
-    apply(sys::fd(&pinned), &change).map_err(|mut f| {
+    fix_inode(sys::fd(&pinned), &now, spec)
+}
+
+/// Fixes a non-directory entry through `pin`, an O_PATH|O_NOFOLLOW fd of it whose own `fstat`
+/// gave `seen` (the walk pins entries first while they need changes: see
+/// `walk::Visitor::pinned_entry`).
+///
+/// Race-safety, the same as [`fix_entry`]'s with one lookup and one stat fewer: `seen` describes
+/// the pinned inode itself, not whatever a name led to at some earlier moment, so the mode
+/// decided from it is applied to that inode and no other, whatever happens to the name; the
+/// pin never opened the entry (no device, FIFO or socket is opened, a symlink is the link
+/// itself), and the walk has checked that it lies on the volume's mount. The one thing that can
+/// go stale is the metadata itself, as with any `lstat`-then-change (the kubelet's too): an
+/// inode with several names may be fixed by several threads at once, so such inodes are
+/// re-read under a lock (see [`fix_entry`]).
+pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
+    if decide(seen, spec).is_none() {
+        return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
+    }
+    let _one_at_a_time = one_at_a_time(seen);
+    let now = if seen.nlink > 1 { sys::stat_fd(pin).map_err(|e| Failure::new(Op::Stat, e))? } else { *seen };
+    fix_inode(pin, &now, spec)
+}
+
+/// An inode with several names may be fixed by several threads: each re-reads and changes it
+/// under this lock, so none decides from the state between another's chown (which clears
+/// setuid/setgid) and its chmod (which sets them back), and then chmods them away.
+fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
+    (seen.nlink > 1).then(|| MULTI_LINK.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`.
+fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
+    let change = decide(now, spec);
+    apply(pin, &change).map_err(|mut f| {
         // A chown that worked may have cleared setuid/setgid before the chmod was refused.
         if f.done.owner() {
-            let after = sys::stat_fd(sys::fd(&pinned)).map_or(now.perm(), |m| m.perm());
+            let after = sys::stat_fd(pin).map_or(now.perm(), |m| m.perm());
             f.done.mode = (after != now.perm()).then_some(after);
         }
         f
@@ -164,26 +194,65 @@ pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> 
     Ok(Fixed { change, old_perm: now.perm() })
 }
 
-/// Fixes a directory through its own fd, opened when the walk entered it and seen then as `seen`.
+/// Whether a chmod that gives a directory its setgid bit is sure to keep it, so that
+/// [`fix_dir`] need not read the mode back.
+///
+/// The kernel silently drops S_ISGID from a chmod unless the caller is in the inode's group
+/// (its fsgid or a supplementary group) or holds CAP_FSETID over the inode
+/// (`in_group_or_capable`, fs/attr.c); "over the inode" means its owner and group are mapped in
+/// the caller's user namespace (and the mount's idmapping), which an unmapped owner shows by
+/// reading as the overflow uid. That is the kernel's own rule only: a FUSE daemon or a network
+/// server decides for itself, so on those filesystems (and on any device but the volume's) the
+/// mode is always read back.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SetgidRule {
+    /// The device whose filesystem follows the kernel's rule (the volume's, when it is local).
+    pub local_dev: Option<u64>,
+    /// The process's fsgid and supplementary groups, sorted.
+    pub groups: Vec<u32>,
+    /// CAP_FSETID is in the effective set.
+    pub fsetid: bool,
+    /// The uid an owner unmapped in this user namespace reads as (`/proc/sys/kernel/overflowuid`).
+    pub overflow_uid: u32,
+}
+
+impl SetgidRule {
+    /// Whether a chmod to a mode with S_ISGID of a directory on `dev` owned by `uid`:`gid` (as
+    /// they are when the chmod runs) keeps the bit.
+    pub fn keeps(&self, dev: u64, uid: u32, gid: u32) -> bool {
+        self.local_dev == Some(dev)
+            && (self.groups.binary_search(&gid).is_ok() || (self.fsetid && uid != self.overflow_uid))
+    }
+}
+
+/// Fixes a directory through its own fd, opened when the walk entered it and seen then as `seen`
+/// (the `fstat` of that fd).
+///
+/// Race-safety: the fd is the directory (opened O_NOFOLLOW|O_DIRECTORY, its device and inode
+/// checked whenever the walk had to re-open it), so the change decided from `seen` goes to the
+/// inode it was decided for. `seen` is not read again: it is as fresh as the kubelet's `lstat`
+/// before its chown and chmod are (the mode a concurrent chmod gave the directory during the
+/// walk of its contents would be overwritten by `seen | mask`, as the kubelet's pass would).
 ///
 /// Without CAP_FSETID the kernel silently drops a directory's setgid bit on chmod when its group
-/// is not the caller's; the result is read back so that shows as an EPERM error, not a quiet
-/// half-prepared volume (the other mode bits that did change are counted as changed).
-pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
-    if decide(seen, spec).is_none() {
-        return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
+/// is not the caller's; unless `setgid` says the bit is kept, the result is read back so that
+/// shows as an EPERM error, not a quiet half-prepared volume (the other mode bits that did change
+/// are counted as changed).
+pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec, setgid: &SetgidRule) -> Result<Fixed, Failure> {
+    let change = decide(seen, spec);
+    if change.is_none() {
+        return Ok(Fixed { change, old_perm: seen.perm() });
     }
-    let now = sys::stat_fd(fd).map_err(|e| Failure::new(Op::Stat, e))?;
-    let change = decide(&now, spec);
     apply(fd, &change)?;
-    if change.mode.is_some_and(|m| m & libc::S_ISGID != 0) {
+    let (uid, gid) = (change.uid.unwrap_or(seen.uid), change.gid.unwrap_or(seen.gid));
+    if change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid) {
         let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
         if after.perm() & libc::S_ISGID == 0 {
-            let mode = (after.perm() != now.perm()).then_some(after.perm());
+            let mode = (after.perm() != seen.perm()).then_some(after.perm());
             return Err(Failure { op: Op::Chmod, errno: Errno::PERM, done: Change { mode, ..change } });
         }
     }
-    Ok(Fixed { change, old_perm: now.perm() })
+    Ok(Fixed { change, old_perm: seen.perm() })
 }
 
 #[cfg(test)]
@@ -273,6 +342,18 @@ mod tests {
         // Root changes everything.
         let theirs = meta(libc::S_IFREG, 0o644, 0, 0);
         assert_eq!(judge(&theirs, &fs(2000), Privilege::Full), Verdict::Fix(decide(&theirs, &fs(2000))));
+    }
+
+    #[test]
+    fn setgid_is_read_back_unless_the_kernel_rule_keeps_it() {
+        let rule = SetgidRule { local_dev: Some(1), groups: vec![0, 2000], fsetid: false, overflow_uid: 65534 };
+        assert!(rule.keeps(1, 0, 2000), "a group of the process");
+        assert!(!rule.keeps(1, 0, 3000), "another group, no CAP_FSETID");
+        assert!(!rule.keeps(2, 0, 2000), "another filesystem (FUSE, network, a nested mount)");
+        let root = SetgidRule { groups: vec![0], fsetid: true, ..rule.clone() };
+        assert!(root.keeps(1, 1000, 3000), "CAP_FSETID over an inode whose owner is mapped");
+        assert!(!root.keeps(1, 65534, 3000), "an owner unmapped in this user namespace");
+        assert!(!SetgidRule::default().keeps(1, 0, 0), "nothing known: always read back");
     }
 
     #[test]

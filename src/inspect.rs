@@ -325,7 +325,7 @@ impl<'a> Inspector<'a> {
 }
 
 impl Visitor for Inspector<'_> {
-    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) {
+    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
         self.counters.seen(meta.kind());
         if meta.kind() != Kind::Dir && meta.nlink > 1 {
             self.hardlinked.add(|| show(&walk::rel_child(parent, name)));
@@ -336,6 +336,8 @@ impl Visitor for Inspector<'_> {
             self.check_link(parent, name);
         }
         self.decide(meta);
+        // Read-only: nothing is worth pinning.
+        false
     }
 
     fn dir_done(&self, dir: &Node) {

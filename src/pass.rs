@@ -3,6 +3,7 @@
 //! feeds the resume state (finished subtrees at any depth, special bits in flight).
 
 use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -11,9 +12,10 @@ use std::time::Duration;
 use rustix::io::Errno;
 use tracing::{debug, warn};
 
+use crate::caps;
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Change, Failure, Fixed, Verdict};
+use crate::fix::{self, Change, Failure, Fixed, SetgidRule, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
@@ -41,6 +43,8 @@ pub struct Fixer<'a> {
     pub privilege: Privilege,
     /// The first entries of other users left as they are (unprivileged).
     pub foreign: Mutex<Vec<ForeignEntry>>,
+    /// When a directory's setgid bit is sure to stick (`apply`; else it is always read back).
+    pub setgid: SetgidRule,
 }
 
 impl<'a> Fixer<'a> {
@@ -57,6 +61,7 @@ impl<'a> Fixer<'a> {
             interrupted: None,
             privilege: Privilege::Full,
             foreign: Mutex::new(Vec::new()),
+            setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
         }
     }
 
@@ -235,14 +240,21 @@ impl<'a> Fixer<'a> {
         }
         let outcome = match self.mode {
             Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec)),
-            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec),
+            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, &self.setgid),
         };
         self.record(dir, None, outcome);
     }
 
     /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
     /// is recorded on the root first, so a kill between chown and chmod can be repaired.
-    fn fix_special(&self, resume: &Resume<'_>, dir: &Node, name: &CStr, meta: &Meta) -> Result<Fixed, Failure> {
+    fn fix_special(
+        &self,
+        resume: &Resume<'_>,
+        dir: &Node,
+        name: &CStr,
+        meta: &Meta,
+        pin: Option<BorrowedFd<'_>>,
+    ) -> Result<Fixed, Failure> {
         let change = fix::decide(meta, self.spec);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
         let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
@@ -251,32 +263,55 @@ impl<'a> Fixer<'a> {
         if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.stage_pending(record.clone()).is_err() {
             resume.forget_pending(&record);
             debug!(path = %record.0, "cannot record the mode to restore on the root; fixing without it");
-            return fix::fix_entry(dir.fd(), name, meta, self.spec);
+            return self.fix_one(dir, name, meta, pin);
         }
-        let out = fix::fix_entry(dir.fd(), name, meta, self.spec);
+        let out = self.fix_one(dir, name, meta, pin);
         resume.forget_pending(&record);
         out
     }
-}
 
-impl Visitor for Fixer<'_> {
-    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) {
+    /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
+    /// whether `apply` had a change to make (the walk then pins the next entries first).
+    fn one_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
-            return;
+            return false;
         }
         self.counters.seen_meta(meta);
         if self.resume.is_some() {
             parent.add_entries(1);
         }
         if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, self.privilege) {
-            return self.left(parent, Some(name), meta, change, false);
+            self.left(parent, Some(name), meta, change, false);
+            return false;
         }
         let outcome = match (self.mode, &self.resume) {
             (Mode::Check, _) => Ok(Fixed::decided(meta, self.spec)),
-            (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => self.fix_special(r, parent, name, meta),
-            (Mode::Apply, _) => fix::fix_entry(parent.fd(), name, meta, self.spec),
+            (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => {
+                self.fix_special(r, parent, name, meta, pin)
+            }
+            (Mode::Apply, _) => self.fix_one(parent, name, meta, pin),
         };
+        // A failed change was a change to make all the same: its neighbours likely need one too.
+        let changed = self.mode == Mode::Apply && outcome.as_ref().map_or(true, |f| !f.change.is_none());
         self.record(parent, Some(name), outcome);
+        changed
+    }
+
+    fn fix_one(&self, dir: &Node, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Result<Fixed, Failure> {
+        match pin {
+            Some(pin) => fix::fix_pinned(pin, meta, self.spec),
+            None => fix::fix_entry(dir.fd(), name, meta, self.spec),
+        }
+    }
+}
+
+impl Visitor for Fixer<'_> {
+    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
+        self.one_entry(parent, name, meta, None)
+    }
+
+    fn pinned_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
+        self.one_entry(parent, name, meta, Some(pin))
     }
 
     fn dir_done(&self, dir: &Node) {
@@ -347,6 +382,18 @@ impl Visitor for Fixer<'_> {
         }
         dir.taint();
         self.error_at(&self.path_of(dir, name), op, errno);
+    }
+}
+
+/// What this process's credentials and the volume's filesystem say about a directory's setgid
+/// bit (see [`SetgidRule`]).
+fn setgid_rule(root: &Path) -> SetgidRule {
+    let local_dev = if sys::is_remote_fs(root) { None } else { sys::stat_path(root).ok().map(|m| m.dev) };
+    SetgidRule {
+        local_dev,
+        groups: sys::groups(),
+        fsetid: caps::effective().is_some_and(|e| e & (1 << caps::FSETID.bit) != 0),
+        overflow_uid: sys::overflow_uid(),
     }
 }
 

@@ -259,7 +259,7 @@ fn finish(
     if clean && shards.complete() {
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
-        match fix::fix_dir(root, &root_meta, spec) {
+        match fix::fix_dir(root, &root_meta, spec, &fixer.setgid) {
             Ok(fixed) => {
                 fixer.count(fixed.change.owner(), fixed.mode_changed());
                 m.state = State::Done;

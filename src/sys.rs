@@ -287,14 +287,24 @@ fn fchmodat2_empty_path(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
     }
 }
 
-/// Reads a directory in fixed-size `getdents64` batches, calling `each(name, d_type, d_ino)` for every
-/// entry but `.` and `..`. Memory is the caller's buffer, whatever the directory's size.
+/// Reads a directory in fixed-size `getdents64` batches, from the start (`from` 0) or from
+/// position `from`, calling `each(name, d_type, d_ino)` for every entry but `.` and `..`. Memory
+/// is the caller's buffer, whatever the directory's size.
+///
+/// Returns the position right after `..` when a read from the start found `.` first, at
+/// position 0 and ending at 1, then `..` (see [`DOTS_FIRST_FS`]); `None` otherwise.
 pub fn read_dir(
     dir: BorrowedFd<'_>,
     buf: &mut [MaybeUninit<u8>],
+    from: u64,
     mut each: impl FnMut(&CStr, DType, u64),
-) -> Result<(), Errno> {
+) -> Result<Option<u64>, Errno> {
+    if from != 0 {
+        rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(from))?;
+    }
     let mut raw = RawDir::new(dir, buf);
+    // How the read began: 0 nothing yet, 1 `.` ending at position 1, 2 then `..` (done), 3 else.
+    let (mut began, mut dots_end) = (if from == 0 { 0 } else { 3 }, None);
     while let Some(entry) = raw.next() {
         let entry = match entry {
             Ok(e) => e,
@@ -303,6 +313,15 @@ pub fn read_dir(
         };
         let name = entry.file_name();
         let bytes = name.to_bytes();
+        began = match (began, bytes) {
+            (0, b".") if entry.next_entry_cookie() == 1 => 1,
+            (1, b"..") => {
+                dots_end = Some(entry.next_entry_cookie());
+                2
+            }
+            (0 | 1, _) => 3,
+            (b, _) => b,
+        };
         if bytes == b"." || bytes == b".." {
             continue;
         }
@@ -316,7 +335,32 @@ pub fn read_dir(
         };
         each(name, dtype, entry.ino());
     }
-    Ok(())
+    Ok(dots_end)
+}
+
+/// The filesystem (as `/proc/self/mountinfo` names it) whose directories list `.` at position 0
+/// and `..` at 1, and every other entry at a position of at least 2: ceph-fuse, whose readdir
+/// positions carry a fragment or hash in their high bits and an index from 2 in their low ones
+/// (the client's `dir_result_t`). Its `.` and `..` each cost a `getattr` round trip to the MDS
+/// (forced: it asks for recursive stats), two per directory, which a read from position 2
+/// does not make. The walk reads from 2 only on such a mount, and only after the volume root,
+/// read from the start, showed exactly that layout (see `walk`).
+pub const DOTS_FIRST_FS: &str = "fuse.ceph-fuse";
+
+/// The filesystem type of the mount with id `mnt_id` (`statx` `STATX_MNT_ID`) as
+/// `/proc/self/mountinfo` names it (`ext4`, `fuse.ceph-fuse`, …); `None` when not listed.
+pub fn mount_fs_type(mnt_id: u64) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo_fs_type(&text, mnt_id)
+}
+
+/// The filesystem type of mount `mnt_id` in the text of a mountinfo file ("ID PARENT MAJ:MIN
+/// ROOT POINT OPTIONS [TAGS…] - TYPE SOURCE SUPER-OPTIONS").
+fn mountinfo_fs_type(text: &str, mnt_id: u64) -> Option<String> {
+    text.lines().find_map(|line| {
+        let id: u64 = line.split(' ').next()?.parse().ok()?;
+        (id == mnt_id).then(|| line.split_once(" - ")?.1.split(' ').next().map(str::to_string)).flatten()
+    })
 }
 
 /// What `getdents` said about an entry's type.
@@ -352,6 +396,12 @@ pub fn groups() -> Vec<u32> {
     out.sort_unstable();
     out.dedup();
     out
+}
+
+/// The uid an owner that is not mapped in this user namespace reads as
+/// (`/proc/sys/kernel/overflowuid`; 65534, the kernel's default, when that is unreadable).
+pub fn overflow_uid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
 }
 
 /// The soft open-file limit (`u64::MAX` when unlimited).
@@ -577,6 +627,42 @@ pub fn termination() -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_names_the_filesystem_of_a_mount_id() {
+        let text = "\
+27 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+46 27 0:40 / /tmp/x/ceph/mnt rw,nosuid,nodev,relatime - fuse.ceph-fuse ceph-fuse rw,user_id=0,group_id=0
+470 27 0:41 / /a\\040b rw shared:5 master:2 - tmpfs tmpfs rw
+";
+        assert_eq!(mountinfo_fs_type(text, 46).as_deref(), Some(DOTS_FIRST_FS));
+        assert_eq!(mountinfo_fs_type(text, 27).as_deref(), Some("ext4"));
+        assert_eq!(mountinfo_fs_type(text, 470).as_deref(), Some("tmpfs"));
+        assert_eq!(mountinfo_fs_type(text, 4), None);
+    }
+
+    #[test]
+    fn a_directory_read_from_the_start_tells_where_its_dots_end() {
+        let t = tempfile::tempdir().unwrap();
+        for n in ["a", "b", "c"] {
+            std::fs::write(t.path().join(n), b"").unwrap();
+        }
+        let fd = open_root(t.path()).unwrap();
+        let mut buf = vec![MaybeUninit::<u8>::uninit(); 4096];
+        let mut names = Vec::new();
+        let end = read_dir(fd.as_fd(), &mut buf, 0, |n, _, _| names.push(n.to_bytes().to_vec())).unwrap();
+        names.sort();
+        assert_eq!(names, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "no dots");
+        // Whatever this filesystem's layout, reading again from where it said the dots end
+        // lists the same names; a read from elsewhere reports no dots.
+        if let Some(end) = end {
+            let fd = open_root(t.path()).unwrap();
+            let mut again = Vec::new();
+            assert_eq!(read_dir(fd.as_fd(), &mut buf, end, |n, _, _| again.push(n.to_bytes().to_vec())), Ok(None));
+            again.sort();
+            assert_eq!(again, names);
+        }
+    }
 
     #[test]
     fn proc_locks_lines() {

@@ -239,8 +239,17 @@ impl Drop for Lease {
 
 /// What the walk tells its user. Called from many threads at once.
 pub trait Visitor: Sync {
-    /// A non-directory entry (or any entry at all below a skipped mount is never seen).
-    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta);
+    /// A non-directory entry (or any entry at all below a skipped mount is never seen), as an
+    /// `lstat` of its name saw it. Returns whether it needed a change: while entries do, the walk
+    /// pins the next ones of the same directory before reading them ([`Visitor::pinned_entry`]).
+    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool;
+    /// A non-directory entry read through `pin`, an `O_PATH|O_NOFOLLOW` fd of it (nothing was
+    /// opened: no device, FIFO or socket; a symlink is the link itself), whose own `fstat` is
+    /// `meta`, on the walk's mount. The pin is closed after the call. Returns as
+    /// [`Visitor::entry`] does (by default, that is what is called).
+    fn pinned_entry(&self, parent: &Node, name: &CStr, meta: &Meta, _pin: BorrowedFd<'_>) -> bool {
+        self.entry(parent, name, meta)
+    }
     /// A directory all of whose contents were visited; called before its parent's.
     fn dir_done(&self, dir: &Node);
     /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
@@ -272,11 +281,17 @@ pub struct Walk<'v, V: Visitor> {
     /// Directory fds the walk keeps open at most, beyond those in use (see [`Node`]); from the
     /// open-file limit and the thread count when not set.
     budget: Option<usize>,
+    /// The root is on a [`sys::DOTS_FIRST_FS`] mount.
+    dots_first: bool,
+    /// Where reads of directories on the root's mount start: 0, or, once the root's own read
+    /// (from 0) showed `.` and `..` at positions 0 and 1 on a [`sys::DOTS_FIRST_FS`] mount, 2,
+    /// which skips them and what they cost there.
+    read_from: AtomicU64,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
-        Walk { visitor, root: *root, cross_devices, budget: None }
+        Walk { visitor, root: *root, cross_devices, budget: None, dots_first: false, read_from: AtomicU64::new(0) }
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
@@ -286,11 +301,13 @@ impl<'v, V: Visitor> Walk<'v, V> {
     }
 
     /// Hands a non-directory to the visitor, or reports it as a mount (a bind-mounted file).
-    fn leaf(&self, parent: &Node, name: &CStr, meta: &Meta) {
+    /// Returns what the visitor said: whether the next entries are worth pinning first.
+    fn leaf(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
         if self.foreign(meta) {
             self.visitor.mount_skipped(parent, name, meta);
+            false
         } else {
-            self.visitor.entry(parent, name, meta);
+            self.visitor.entry(parent, name, meta)
         }
     }
 
@@ -314,6 +331,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
             let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
             self.budget = Some(left.max(threads).min(usize::MAX as u64) as usize);
         }
+        self.dots_first =
+            root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
         let root = Node::new(root_fd, (root_meta, times), None, c"", None);
         let lease = root.try_lease().expect("a new node is open");
@@ -331,7 +350,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let mut batch = Batch::default();
         let mut ord = 0u32;
         self.visitor.dir_read(&node);
-        let res = sys::read_dir(lease.fd(), &mut buf, |name, dtype, ino| match dtype {
+        let on_root_mount = node.meta.mnt_id == self.root.mnt_id && node.meta.dev == self.root.dev;
+        let from = if on_root_mount { self.read_from.load(Ordering::Relaxed) } else { 0 };
+        let res = sys::read_dir(lease.fd(), &mut buf, from, |name, dtype, ino| match dtype {
             DType::Dir => {
                 self.subdir(s, &node, name, ino, Some(ord));
                 ord = ord.saturating_add(1);
@@ -343,8 +364,10 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 }
             }
         });
-        if let Err(e) = res {
-            self.visitor.error(&node, None, Op::Readdir, e);
+        match res {
+            Ok(Some(2)) if self.dots_first && node.parent.is_none() => self.read_from.store(2, Ordering::Relaxed),
+            Ok(_) => {}
+            Err(e) => self.visitor.error(&node, None, Op::Readdir, e),
         }
         if !batch.is_empty() {
             self.dispatch(s, &lease, batch);
@@ -374,17 +397,62 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
     }
 
+    /// Reads each name of `batch` with an `lstat`, or, right after an entry that needed a change
+    /// (most likely its neighbours do too), pins it first and reads the pin: a change then needs
+    /// neither another lookup nor another stat. While entries conform, the plain `lstat` is one
+    /// syscall where a pin is three (open, fstat, close).
     fn run_batch<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, batch: &Batch) {
         let node = lease.node();
+        let mut pin_next = false;
         for name in batch.iter() {
             if self.visitor.stopped() {
                 return;
             }
-            match sys::stat_at(lease.fd(), name) {
-                Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, node, name, meta.ino, None),
+            if pin_next {
+                pin_next = self.pinned(s, lease, name);
+                continue;
+            }
+            pin_next = match sys::stat_at(lease.fd(), name) {
+                Ok(meta) if meta.kind() == Kind::Dir => {
+                    self.subdir(s, node, name, meta.ino, None);
+                    false
+                }
                 Ok(meta) => self.leaf(node, name, &meta),
-                Err(Errno::NOENT) => {}
-                Err(e) => self.visitor.error(node, Some(name), Op::Stat, e),
+                Err(Errno::NOENT) => false,
+                Err(e) => {
+                    self.visitor.error(node, Some(name), Op::Stat, e);
+                    false
+                }
+            };
+        }
+    }
+
+    /// Pins entry `name` of the held directory (`O_PATH|O_NOFOLLOW`), reads the pin and hands
+    /// the entry to the visitor with it; a directory is queued by name as from an `lstat`.
+    fn pinned<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, name: &CStr) -> bool {
+        let node = lease.node();
+        let pin = match sys::pin_at(lease.fd(), name) {
+            Ok(pin) => pin,
+            Err(Errno::NOENT) => return false,
+            Err(e) => {
+                self.visitor.error(node, Some(name), Op::Open, e);
+                return false;
+            }
+        };
+        match sys::stat_fd(sys::fd(&pin)) {
+            Ok(meta) if meta.kind() == Kind::Dir => {
+                drop(pin);
+                self.subdir(s, node, name, meta.ino, None);
+                false
+            }
+            Ok(meta) if self.foreign(&meta) => {
+                self.visitor.mount_skipped(node, name, &meta);
+                false
+            }
+            Ok(meta) => self.visitor.pinned_entry(node, name, &meta, sys::fd(&pin)),
+            Err(e) => {
+                self.visitor.error(node, Some(name), Op::Stat, e);
+                false
             }
         }
     }
@@ -427,7 +495,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
             // entry it now is, by its own lstat.
             Err(Errno::NOTDIR) | Err(Errno::LOOP) => {
                 match sys::stat_at(parent.fd(), name) {
-                    Ok(meta) if meta.kind() != Kind::Dir => self.leaf(p, name, &meta),
+                    Ok(meta) if meta.kind() != Kind::Dir => {
+                        self.leaf(p, name, &meta);
+                    }
                     Ok(_) => self.visitor.error(p, Some(name), Op::Open, Errno::AGAIN),
                     Err(Errno::NOENT) => {}
                     Err(e) => self.visitor.error(p, Some(name), Op::Stat, e),
@@ -631,14 +701,25 @@ mod tests {
         panic_on: Option<&'static str>,
         /// Stop after this many entries.
         stop_after: Option<usize>,
+        /// Ask for pins (every entry "needed a change").
+        pin: bool,
+        /// Entries handed over with a pin, and whether each pin was the inode described.
+        pinned: Mutex<Vec<(PathBuf, bool)>>,
     }
 
     impl Visitor for Recorder {
-        fn entry(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+        fn entry(&self, parent: &Node, name: &CStr, _meta: &Meta) -> bool {
             if self.panic_on.is_some_and(|p| name.to_bytes() == p.as_bytes()) {
                 panic!("visitor panicked on purpose");
             }
             self.seen.lock().unwrap().push((rel_child(parent, name), false));
+            self.pin
+        }
+        fn pinned_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
+            let same =
+                sys::stat_fd(pin).is_ok_and(|m| m == *meta) && sys::stat_at(parent.fd(), name).ok() == Some(*meta);
+            self.pinned.lock().unwrap().push((rel_child(parent, name), same));
+            self.entry(parent, name, meta)
         }
         fn dir_done(&self, dir: &Node) {
             self.seen.lock().unwrap().push((dir.rel_path(), true));
@@ -737,6 +818,29 @@ mod tests {
         }
         assert_eq!(results[0].len(), 1 + 20 * 2 + 20 * 300 + 1);
         assert_eq!(results[0], results[1]);
+    }
+
+    #[test]
+    fn entries_after_one_that_needed_a_change_are_pinned_and_the_walk_is_the_same() {
+        let t = tree();
+        for l in 0..10 {
+            std::os::unix::fs::symlink("/etc", t.path().join(format!("d0/sub/l{l}"))).unwrap();
+        }
+        let plain = Recorder::default();
+        walk(t.path(), 4, &plain);
+        let pinning = Recorder { pin: true, ..Default::default() };
+        walk(t.path(), 4, &pinning);
+        let (mut a, mut b) = (plain.seen.into_inner().unwrap(), pinning.seen.into_inner().unwrap());
+        a.sort();
+        b.sort();
+        assert_eq!(a, b);
+        assert!(plain.pinned.into_inner().unwrap().is_empty(), "no pins unless asked for");
+        let pinned = pinning.pinned.into_inner().unwrap();
+        // Each batch of a directory's names (300 files: two batches) starts with an lstat; the
+        // rest are pinned.
+        assert!(pinned.len() >= 20 * 298, "{} pinned", pinned.len());
+        assert!(pinned.iter().all(|(_, same)| *same), "a pin's fstat is the entry's own lstat (a link's, not /etc's)");
+        assert!(pinned.iter().any(|(p, _)| p.to_string_lossy().starts_with("d0/sub/l")), "symlinks are pinned too");
     }
 
     #[test]

@@ -32,7 +32,7 @@ options:
   --slow-entries N     slow storage: tree size (default entries/10, at most 10000; 0: skip)
   --fuse-ttl-s N       slow storage: entry/attr cache TTL the model grants (default 60)
   --ceph-entries N     CephFS: tree size (default 20000)
-  --syscalls           also count syscalls per entry with `strace -c -f`
+  --syscalls           also count syscalls per entry (from an `strace -f` trace)
   --resume-by-time     resume/resume80: SIGKILL at 50/80 % of the measured full time
                        (default: once a progress line counts 50/80 % of the entries)
   --workdir DIR        where the sparse image and mount points go (default target/tmp)

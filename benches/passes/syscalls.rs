@@ -1,32 +1,44 @@
-//! Syscalls per entry, from `strace -f -c` (`--syscalls`): the mix that a profile of a pass
-//! starts from. Counts include process start-up (a few hundred calls, constant).
+//! Syscalls per entry (`--syscalls`): the mix that a profile of a pass starts from, counted
+//! from a full `strace -f` trace. Counts include process start-up (a few hundred calls,
+//! constant).
+//!
+//! Not `strace -c`: up to strace 6.5 its summary silently leaves out the syscalls it has no
+//! name for, among them `fchmodat2` (Linux 6.6), which volprep's every chmod is.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-/// Parses `strace -c` output: (syscall, calls), most called first.
+/// Names of syscalls that older strace shows as `syscall_0xNNN` (x86_64 numbers).
+const UNNAMED: [(&str, &str); 1] = [("syscall_0x1c4", "fchmodat2")];
+
+/// Counts the calls in an `strace -f` trace (one call per line; a call interrupted by another
+/// thread's shows as `<unfinished ...>`, then `<... name resumed>`, and is counted once):
+/// (syscall, calls), most called first.
 pub fn parse(text: &str) -> Vec<(String, u64)> {
-    let mut v: Vec<(String, u64)> = text
-        .lines()
-        .filter_map(|l| {
-            let t: Vec<&str> = l.split_whitespace().collect();
-            // "% time  seconds  usecs/call  calls  [errors]  syscall"
-            if t.len() < 5 || t[0].parse::<f64>().is_err() || *t.last()? == "total" {
-                return None;
-            }
-            Some((t.last()?.to_string(), t[3].parse().ok()?))
-        })
-        .collect();
+    let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+    for line in text.lines() {
+        // "PID name(args) = ret", "PID name(args <unfinished ...>", "PID <... name resumed>…"
+        let rest = line.split_once(' ').map_or(line, |(_, r)| r).trim_start();
+        let Some((name, _)) = rest.split_once('(') else { continue };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            continue;
+        }
+        let name = UNNAMED.iter().find(|(raw, _)| *raw == name).map_or(name, |(_, known)| known);
+        *calls.entry(name.to_string()).or_default() += 1;
+    }
+    let mut v: Vec<(String, u64)> = calls.into_iter().collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     v
 }
 
-/// Runs `cmd` under `strace -f -c -o OUT`; returns the parsed counts.
+/// Runs `cmd` under `strace -f -qq -e raw=all -o OUT` (raw: short lines); returns the parsed
+/// counts.
 pub fn count(cmd: &Command, out: &Path) -> std::io::Result<Vec<(String, u64)>> {
     let mut s = Command::new("strace");
-    s.args(["-f", "-c", "-o"]).arg(out).arg("--").arg(cmd.get_program());
+    s.args(["-f", "-qq", "-e", "raw=all", "-o"]).arg(out).arg("--").arg(cmd.get_program());
     s.args(cmd.get_args());
     for (k, v) in cmd.get_envs() {
         match v {
@@ -36,7 +48,10 @@ pub fn count(cmd: &Command, out: &Path) -> std::io::Result<Vec<(String, u64)>> {
     }
     s.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     s.status()?;
-    Ok(parse(&std::fs::read_to_string(out)?))
+    let counts = parse(&std::fs::read_to_string(out)?);
+    // The trace is big (one line per call); the counts are what is kept.
+    let _ = std::fs::remove_file(out);
+    Ok(counts)
 }
 
 /// One method's line of the syscall table, and its JSON.
