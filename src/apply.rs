@@ -63,11 +63,8 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
     // the checkpoint, report and termination message are still written.
     sys::catch_termination();
-    let pool = rayon_core::ThreadPoolBuilder::new()
-        .num_threads(opts.threads)
-        .thread_name(|i| format!("volprep-{i}"))
-        .build()
-        .map_err(|e| Error::Usage(format!("cannot start {} threads: {e}", opts.threads)))?;
+    // Started by the first volume that walks: a restart whose volumes all skip starts no thread.
+    let pool = walk::Pool::new(opts.threads);
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
     let mut volumes: Vec<VolumeReport> = o.sticky.iter().map(|p| sticky_report(p, opts.mode)).collect();
     let walked: Vec<VolumeReport> = std::thread::scope(|s| {
@@ -77,10 +74,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
             .map(|(path, spec)| {
                 let pool = &pool;
                 let run = move || match o.shard {
-                    Some(f) => shard::run(path, spec, opts, f),
-                    None => volume::run(path, spec, opts),
+                    Some(f) => shard::run(path, spec, opts, f, pool),
+                    None => volume::run(path, spec, opts, pool),
                 };
-                s.spawn(move || match pool.install(run) {
+                s.spawn(move || match run() {
                     Ok(v) => {
                         log_summary(&v, o.max_errors, o.allow_foreign);
                         v

@@ -12,6 +12,7 @@ use crate::options::{Mode, RunOptions, resolve_threads};
 use crate::report::{self, Report};
 use crate::spec::Spec;
 use crate::volume;
+use crate::walk::Pool;
 
 /// What `demo` was asked.
 #[derive(Debug, Clone)]
@@ -37,7 +38,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
 
     let spec = Spec { fs_group: Some(gid), owner_uid: None, owner_gid: None, read_only: false };
     let threads = resolve_threads(0, false);
-    let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool");
+    let pool = Pool::new(threads);
     let mut volumes = Vec::new();
     for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {
         let opts = RunOptions::new(mode, threads);
@@ -46,7 +47,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
             if mode == Mode::Apply { "apply" } else { "check" },
             dir.display()
         );
-        let vol = pool.install(|| volume::run(&dir, &spec, &opts))?;
+        let vol = volume::run(&dir, &spec, &opts, &pool)?;
         info!("{}", vol.summary());
         volumes.push(vol);
     }

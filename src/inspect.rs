@@ -22,7 +22,7 @@ use crate::progress::Counters;
 use crate::report::{EntryError, MAX_LISTED_ERRORS};
 use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
 use crate::sys::{self, Kind, Meta};
-use crate::walk::{self, Node, Visitor, Walk};
+use crate::walk::{self, Node, Pool, Visitor, Walk};
 
 use owners::Owners;
 
@@ -59,11 +59,8 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let started = Instant::now();
     let path = args.path.as_path();
     let threads = resolve_threads(args.threads, args.threads == 0 && sys::is_remote_fs(path));
-    let pool = rayon_core::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("volprep-{i}"))
-        .build()
-        .map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))?;
+    let workers = Pool::new(threads);
+    let pool = workers.start()?;
     let root_fd = sys::open_root(path).map_err(|e| match e {
         Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
         e => Error::sys(path, Op::Open, e),

@@ -22,7 +22,7 @@ use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
 use crate::sys;
 use crate::volume;
-use crate::walk::Walk;
+use crate::walk::{Pool, Walk};
 
 /// A running shard whose heartbeat is older than this is taken for dead.
 const STALE_AFTER: u64 = 30;
@@ -39,7 +39,13 @@ enum Step {
 }
 
 /// Runs shard `filter.index` of the volume at `path`.
-pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> Result<VolumeReport, Error> {
+pub fn run(
+    path: &Path,
+    spec: &Spec,
+    opts: &RunOptions,
+    filter: ShardFilter,
+    pool: &Pool,
+) -> Result<VolumeReport, Error> {
     let started = Instant::now();
     let root_fd = sys::open_root(path).map_err(|e| match e {
         Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
@@ -106,13 +112,14 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, filter: ShardFilter) -> 
         r.keep_pending(restored.kept);
     }
     if walk_needed {
+        let threads = pool.start()?;
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(path, Op::Open, e))?;
         std::thread::scope(|s| {
             let (stop, stopped) = mpsc::channel::<()>();
             s.spawn(|| heartbeat(root, path, filter.index, &run_id, stopped));
             progress::watch(&fixer.counters, estimate, opts.progress, &shown, || {
-                Walk::new(&fixer, &root_meta, opts.cross_devices).run(walk_fd, root_meta)
+                threads.install(|| Walk::new(&fixer, &root_meta, opts.cross_devices).run(walk_fd, root_meta))
             });
             drop(stop);
         });

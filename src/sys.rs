@@ -288,8 +288,10 @@ fn fchmodat2_empty_path(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
 }
 
 /// Reads a directory in fixed-size `getdents64` batches, from the start (`from` 0) or from
-/// position `from`, calling `each(name, d_type, d_ino)` for every entry but `.` and `..`. Memory
-/// is the caller's buffer, whatever the directory's size.
+/// position `from`, calling `each(name, d_type, d_ino)` for every entry but `.` and `..` whose
+/// position is below `until` (`u64::MAX`: all). Memory is the caller's buffer, whatever the
+/// directory's size. A read of everything from 0 expects a fresh fd (no `lseek`, one syscall
+/// per directory less); any other read seeks first.
 ///
 /// Returns the position right after `..` when a read from the start found `.` first, at
 /// position 0 and ending at 1, then `..` (see [`DOTS_FIRST_FS`]); `None` otherwise.
@@ -297,20 +299,27 @@ pub fn read_dir(
     dir: BorrowedFd<'_>,
     buf: &mut [MaybeUninit<u8>],
     from: u64,
+    until: u64,
     mut each: impl FnMut(&CStr, DType, u64),
 ) -> Result<Option<u64>, Errno> {
-    if from != 0 {
+    if from != 0 || until != u64::MAX {
         rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(from))?;
     }
     let mut raw = RawDir::new(dir, buf);
     // How the read began: 0 nothing yet, 1 `.` ending at position 1, 2 then `..` (done), 3 else.
     let (mut began, mut dots_end) = (if from == 0 { 0 } else { 3 }, None);
+    // The position of the next entry (where a read from `from` finds it).
+    let mut at = from;
     while let Some(entry) = raw.next() {
         let entry = match entry {
             Ok(e) => e,
             Err(Errno::INTR) => continue,
             Err(e) => return Err(e),
         };
+        if at >= until {
+            break;
+        }
+        at = entry.next_entry_cookie();
         let name = entry.file_name();
         let bytes = name.to_bytes();
         began = match (began, bytes) {
@@ -650,7 +659,7 @@ mod tests {
         let fd = open_root(t.path()).unwrap();
         let mut buf = vec![MaybeUninit::<u8>::uninit(); 4096];
         let mut names = Vec::new();
-        let end = read_dir(fd.as_fd(), &mut buf, 0, |n, _, _| names.push(n.to_bytes().to_vec())).unwrap();
+        let end = read_dir(fd.as_fd(), &mut buf, 0, u64::MAX, |n, _, _| names.push(n.to_bytes().to_vec())).unwrap();
         names.sort();
         assert_eq!(names, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()], "no dots");
         // Whatever this filesystem's layout, reading again from where it said the dots end
@@ -658,10 +667,25 @@ mod tests {
         if let Some(end) = end {
             let fd = open_root(t.path()).unwrap();
             let mut again = Vec::new();
-            assert_eq!(read_dir(fd.as_fd(), &mut buf, end, |n, _, _| again.push(n.to_bytes().to_vec())), Ok(None));
+            assert_eq!(
+                read_dir(fd.as_fd(), &mut buf, end, u64::MAX, |n, _, _| again.push(n.to_bytes().to_vec())),
+                Ok(None)
+            );
             again.sort();
             assert_eq!(again, names);
+            // Below where the dots end there is nothing but the dots.
+            let mut below = 0;
+            assert_eq!(read_dir(fd.as_fd(), &mut buf, 0, end, |_, _, _| below += 1), Ok(Some(end)));
+            assert_eq!(below, 0);
         }
+        // A bounded read seeks first (the fd is at the end here) and stops at its bound.
+        let mut none = 0;
+        read_dir(fd.as_fd(), &mut buf, 0, 0, |_, _, _| none += 1).unwrap();
+        assert_eq!(none, 0);
+        let mut all = Vec::new();
+        read_dir(fd.as_fd(), &mut buf, 0, u64::MAX - 1, |n, _, _| all.push(n.to_bytes().to_vec())).unwrap();
+        all.sort();
+        assert_eq!(all, names, "a read bounded past every position sees every entry again");
     }
 
     #[test]

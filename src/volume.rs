@@ -20,11 +20,12 @@ use crate::report::{Action, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Meta};
-use crate::walk::Walk;
+use crate::walk::{Pool, Walk};
 
-/// Prepares (or checks) the volume at `path`. Fatal problems at start (missing, not a
-/// directory, lock timeout) are errors; per-entry failures are counted in the report.
-pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, Error> {
+/// Prepares (or checks) the volume at `path`, walking on `pool` (started here if this volume is
+/// the first to need it). Fatal problems at start (missing, not a directory, lock timeout) are
+/// errors; per-entry failures are counted in the report.
+pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<VolumeReport, Error> {
     let started = Instant::now();
     let root_fd = sys::open_root(path).map_err(|e| match e {
         Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
@@ -94,7 +95,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
             let fixer = Fixer::new(path, spec, opts.mode, None);
             finish_report(fixer, &ctx, Action::Skipped)
         }
-        (Decision::Skip(_), Mode::Check) => walk(&ctx, root_fd, root_meta, None),
+        (Decision::Skip(_), Mode::Check) => walk(&ctx, pool.start()?, root_fd, root_meta, None),
         (Decision::Walk { resume, .. }, Mode::Check) => {
             // What `apply` would do with the special-bit records of the interrupted run.
             let pending = match &found {
@@ -103,6 +104,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
             };
             walk(
                 &ctx,
+                pool.start()?,
                 root_fd,
                 root_meta,
                 pending.map(|p| (String::new(), Some(marker::Checkpoint { pending: p, ..Default::default() }))),
@@ -120,7 +122,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions) -> Result<VolumeReport, 
                 };
                 (run, prev)
             });
-            walk(&ctx, root_fd, root_meta, resume)
+            walk(&ctx, pool.start()?, root_fd, root_meta, resume)
         }
     };
     report.marker_before = found.state_word().to_string();
@@ -149,6 +151,7 @@ struct Ctx<'a> {
 
 fn walk(
     ctx: &Ctx<'_>,
+    threads: &rayon_core::ThreadPool,
     root_fd: OwnedFd,
     root_meta: Meta,
     resume: Option<(String, Option<marker::Checkpoint>)>,
@@ -163,7 +166,7 @@ fn walk(
         }
         let shown = Escaped(path.as_os_str()).to_string();
         progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
-            Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta)
+            threads.install(|| Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta))
         });
         fixer.interrupted = sys::termination();
         if let Some(sig) = fixer.interrupted {
@@ -241,7 +244,7 @@ fn walk(
     }
     let shown = Escaped(path.as_os_str()).to_string();
     progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
-        Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta)
+        threads.install(|| Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta))
     });
     fixer.interrupted = sys::termination();
     if let Some(sig) = fixer.interrupted {

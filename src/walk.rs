@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rustix::io::Errno;
 
-use crate::error::Op;
+use crate::error::{Error, Op};
 use crate::sys::{self, DType, Kind, Meta, Times};
 
 /// Names handled per batch job.
@@ -272,6 +272,40 @@ pub trait Visitor: Sync {
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno);
 }
 
+/// The walk's worker threads, shared by every volume of a run and started only when a walk first
+/// needs them: a volume whose marker lets it skip starts none.
+pub struct Pool {
+    threads: usize,
+    pool: std::sync::OnceLock<Result<rayon_core::ThreadPool, String>>,
+}
+
+impl Pool {
+    /// A pool of `threads` threads, not started yet.
+    pub fn new(threads: usize) -> Pool {
+        Pool { threads, pool: std::sync::OnceLock::new() }
+    }
+
+    /// The started pool (started now on first call); [`Walk::run`] runs inside its `install`.
+    pub fn start(&self) -> Result<&rayon_core::ThreadPool, Error> {
+        let threads = self.threads;
+        let built = self.pool.get_or_init(|| {
+            tracing::debug!(threads, "started {threads} walk threads");
+            rayon_core::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("volprep-{i}"))
+                .build()
+                .map_err(|e| e.to_string())
+        });
+        built.as_ref().map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))
+    }
+
+    /// Whether the threads were started.
+    #[cfg(test)]
+    pub fn started(&self) -> bool {
+        self.pool.get().is_some()
+    }
+}
+
 /// One traversal of one volume.
 pub struct Walk<'v, V: Visitor> {
     visitor: &'v V,
@@ -348,22 +382,43 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
-        let mut ord = 0u32;
         self.visitor.dir_read(&node);
         let on_root_mount = node.meta.mnt_id == self.root.mnt_id && node.meta.dev == self.root.dev;
         let from = if on_root_mount { self.read_from.load(Ordering::Relaxed) } else { 0 };
-        let res = sys::read_dir(lease.fd(), &mut buf, from, |name, dtype, ino| match dtype {
+        // Subdirectories met, and whether every entry came with its type (ceph-fuse's do).
+        let (ord, typed) = (std::cell::Cell::new(0u32), std::cell::Cell::new(true));
+        let mut visit = |name: &CStr, dtype, ino| match dtype {
             DType::Dir => {
-                self.subdir(s, &node, name, ino, Some(ord));
-                ord = ord.saturating_add(1);
+                self.subdir(s, &node, name, ino, Some(ord.get()));
+                ord.set(ord.get().saturating_add(1));
             }
             DType::Other | DType::Unknown => {
+                typed.set(typed.get() && dtype == DType::Other);
                 batch.push(name);
                 if batch.len() >= BATCH {
                     self.dispatch(s, &lease, std::mem::take(&mut batch));
                 }
             }
-        });
+        };
+        let mut res = sys::read_dir(lease.fd(), &mut buf, from, u64::MAX, &mut visit);
+        // Read past `.` and `..` (see `sys::DOTS_FIRST_FS`), the subdirectories met must be what
+        // the link count says (ceph-fuse: 2 + subdirectories). Fewer, and one may sit below the
+        // start: read what is there, and if anything is, read every directory from 0 from now on.
+        if from > 0 && res.is_ok() && typed.get() && node.meta.nlink >= 2 && u64::from(ord.get()) != node.meta.nlink - 2
+        {
+            let mut below = 0u32;
+            res = sys::read_dir(lease.fd(), &mut buf, 0, from, |name: &CStr, dtype, ino| {
+                below += 1;
+                visit(name, dtype, ino)
+            })
+            .map(|_| None);
+            if below > 0 && self.read_from.swap(0, Ordering::Relaxed) != 0 {
+                tracing::warn!(
+                    dir = %crate::escape::Escaped(node.rel_path().as_os_str()),
+                    "{below} entries were listed below position {from}: reading directories from the start from now on"
+                );
+            }
+        }
         match res {
             Ok(Some(2)) if self.dots_first && node.parent.is_none() => self.read_from.store(2, Ordering::Relaxed),
             Ok(_) => {}
@@ -693,6 +748,16 @@ pub fn full_path(root: &Path, rel: &Path) -> PathBuf {
 mod tests {
     use super::*;
     use std::sync::Mutex;
+
+    #[test]
+    fn the_pool_starts_on_first_use_with_the_threads_asked_for_and_only_once() {
+        let pool = Pool::new(3);
+        assert!(!pool.started());
+        let first = pool.start().unwrap();
+        assert!(pool.started());
+        assert_eq!(first.install(rayon_core::current_num_threads), 3);
+        assert!(std::ptr::eq(first, pool.start().unwrap()), "a second start is the same pool");
+    }
 
     /// Records what the walk reports: entries and finished directories, in order.
     #[derive(Default)]

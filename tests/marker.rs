@@ -233,6 +233,26 @@ fn second_apply_skips_a_100k_tree_without_reading_it() {
     assert_eq!(xattr_json(&vol, MARKER).unwrap(), m, "a skip leaves the marker as it was");
 }
 
+/// A restart that skips starts no walk thread, whatever `--threads` says (the pool starts with
+/// the first walk); a walk starts the threads asked for, once.
+#[test]
+fn a_skip_starts_no_walk_thread() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = ext4(64, 10_000);
+    let outside = make_outside(fs.path());
+    let vol = fs.path().join("vol");
+    wide_tree(&outside, 7, 4, 50, GenOpts::default()).build(&vol);
+    let args = ["--fs-group", "2000", "--threads", "48", "--log-level", "debug"];
+    let first = apply(&vol, &args).expect_code(0);
+    assert_walked(&first, "walk", &["no marker"]);
+    assert_eq!(first.stderr.matches("started 48 walk threads").count(), 1, "{}", first.describe());
+    let second = apply(&vol, &args).expect_code(0);
+    assert_skipped(&second);
+    assert!(!second.stderr.contains("walk threads"), "a skip started threads\n{}", second.describe());
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. Every other case walks
 
