@@ -289,12 +289,15 @@ impl Pool {
     pub fn start(&self) -> Result<&rayon_core::ThreadPool, Error> {
         let threads = self.threads;
         let built = self.pool.get_or_init(|| {
-            tracing::debug!(threads, "started {threads} walk threads");
-            rayon_core::ThreadPoolBuilder::new()
+            let built = rayon_core::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(|i| format!("volprep-{i}"))
                 .build()
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            if built.is_ok() {
+                tracing::debug!(threads, "started {threads} walk threads");
+            }
+            built
         });
         built.as_ref().map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))
     }
