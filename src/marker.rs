@@ -1,6 +1,11 @@
 //! The marker: xattr state on the volume root (`user.volprep`) saying which spec the volume was
-//! prepared for, and the resume checkpoint (`user.volprep.checkpoint`, `.checkpoint.I` for shard
-//! I) of an unfinished pass.
+//! prepared for, the resume checkpoint (`user.volprep.checkpoint`, `.checkpoint.I` for shard I)
+//! of an unfinished pass, and its special-bit records (`user.volprep.pending`, `.pending.I`).
+//!
+//! All xattrs of the root share one space, as small as ~900 bytes on ext4 with 1 KiB blocks
+//! (what mke2fs picks below 512 MiB). The marker comes first: when it does not fit, the
+//! checkpoints give way (they only save re-reading). Special-bit records live in their own
+//! small xattr, so a big checkpoint never pushes them out.
 //! Encoding and the skip/walk decision are pure; reads and writes go through `sys`.
 
 use std::ffi::CStr;
@@ -23,6 +28,8 @@ pub fn escape_str(s: &str) -> String {
 pub const MARKER_XATTR: &CStr = c"user.volprep";
 /// The root xattr holding the [`Checkpoint`] of an unfinished (unsharded) pass.
 pub const CHECKPOINT_XATTR: &CStr = c"user.volprep.checkpoint";
+/// The root xattr holding the special-bit records of an unsharded pass (see [`Pending`]).
+pub const PENDING_XATTR: &CStr = c"user.volprep.pending";
 /// Format version written in every marker.
 pub const FORMAT: u32 = 1;
 /// Format of [`Checkpoint::dirs`]; a checkpoint of another format skips nothing.
@@ -36,6 +43,19 @@ pub fn checkpoint_xattr(shard: Option<u32>) -> std::ffi::CString {
     let base = CHECKPOINT_XATTR.to_str().expect("ASCII");
     let name = shard.map_or_else(|| base.to_string(), |i| format!("{base}.{i}"));
     std::ffi::CString::new(name).expect("no NUL")
+}
+
+/// The xattr of the special-bit records of the unsharded pass (`None`) or of shard I.
+pub fn pending_xattr(shard: Option<u32>) -> std::ffi::CString {
+    let base = PENDING_XATTR.to_str().expect("ASCII");
+    let name = shard.map_or_else(|| base.to_string(), |i| format!("{base}.{i}"));
+    std::ffi::CString::new(name).expect("no NUL")
+}
+
+/// Whether a failed xattr write means the value does not fit (the root's xattr space is full,
+/// or the filesystem's limit on one value is smaller): a smaller value may still fit.
+pub fn no_room(e: Errno) -> bool {
+    matches!(e, Errno::NOSPC | Errno::TOOBIG | Errno::RANGE | Errno::DQUOT)
 }
 
 /// The state a pass leaves on the root. Short keys keep it small.
@@ -125,9 +145,9 @@ pub struct Checkpoint {
     /// Finished work, one record per unfinished directory (see the `frontier` module).
     #[serde(default)]
     pub dirs: Vec<String>,
-    /// Files whose setuid/setgid bits a chown is about to clear: (escaped relative path, inode,
-    /// mode to restore). Normally empty: an entry lives here for the time of two syscalls.
-    #[serde(default)]
+    /// Special-bit records, as checkpoints held them before they got their own xattr
+    /// ([`Pending`]): still read, never written.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<(String, u64, u32)>,
 }
 
@@ -144,6 +164,15 @@ impl Checkpoint {
     pub fn records(&self) -> &[String] {
         if self.v == CHECKPOINT_FORMAT { &self.dirs } else { &[] }
     }
+}
+
+/// Files whose setuid/setgid bits a chown is about to clear, of one run: (escaped relative
+/// path, inode, mode to restore). Normally empty: a record lives for the time of two syscalls.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub run: String,
+    pub digest: String,
+    pub pending: Vec<(String, u64, u32)>,
 }
 
 impl Marker {
@@ -326,8 +355,22 @@ pub fn read(root: BorrowedFd<'_>) -> Found {
     }
 }
 
+/// Writes the marker. When it does not fit beside the checkpoints (a small filesystem), they are
+/// removed and the write is tried again: a missing checkpoint only makes a resume read again
+/// what it had recorded, and the special-bit records stay (they have their own xattr).
 pub fn write(root: BorrowedFd<'_>, m: &Marker) -> Result<(), Errno> {
-    sys::set_xattr(root, MARKER_XATTR, &m.encode())
+    let bytes = m.encode();
+    match sys::set_xattr(root, MARKER_XATTR, &bytes) {
+        Err(e) if no_room(e) => {
+            let shards = m.shards.as_ref().map_or(0, |s| s.n.min(1024));
+            let _ = remove_checkpoint(root, CHECKPOINT_XATTR);
+            for i in 0..shards {
+                let _ = remove_checkpoint(root, &checkpoint_xattr(Some(i)));
+            }
+            sys::set_xattr(root, MARKER_XATTR, &bytes)
+        }
+        other => other,
+    }
 }
 
 /// Reads the checkpoint in xattr `name` ([`checkpoint_xattr`]); a missing or unreadable one is
@@ -339,6 +382,21 @@ pub fn read_checkpoint(root: BorrowedFd<'_>, name: &CStr) -> Option<Checkpoint> 
 
 pub fn write_checkpoint(root: BorrowedFd<'_>, name: &CStr, c: &Checkpoint) -> Result<(), Errno> {
     sys::set_xattr(root, name, &c.encode())
+}
+
+/// Reads the special-bit records in xattr `name` ([`pending_xattr`]); missing or unreadable ones
+/// are none.
+pub fn read_pending(root: BorrowedFd<'_>, name: &CStr) -> Option<Pending> {
+    let bytes = sys::get_xattr(root, name).ok()??;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Writes the special-bit records (removes the xattr when there are none).
+pub fn write_pending(root: BorrowedFd<'_>, name: &CStr, p: &Pending) -> Result<(), Errno> {
+    if p.pending.is_empty() {
+        return sys::remove_xattr(root, name);
+    }
+    sys::set_xattr(root, name, &serde_json::to_vec(p).expect("records serialize"))
 }
 
 /// Removes the marker (an absent one is no error).

@@ -11,7 +11,10 @@
 //! entered, after the inode at the first ordinal of each range matched (a mismatch drops the
 //! record: the rest is read). Unmatched records are carried into the new checkpoint until their
 //! directory is read or the pass ends. The checkpoint keeps the records that save most within
-//! [`CHECKPOINT_MAX_BYTES`]; special-bit records always stay.
+//! [`CHECKPOINT_MAX_BYTES`], or within what the filesystem accepts: a write that does not fit
+//! (ENOSPC, E2BIG: ext4 with 1 KiB blocks has ~900 bytes for every xattr of the root) is tried
+//! again with half the bytes, and the size that fit is kept. Special-bit records are kept in
+//! their own small xattr, written first: a big checkpoint never pushes them out.
 //!
 //! Where it cannot be kept: on a filesystem without xattrs (ramfs) there is no marker and no
 //! checkpoint, so every start walks everything, as before. A write that fails (a full
@@ -31,7 +34,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
@@ -40,7 +43,7 @@ use tracing::warn;
 use crate::error::{Op, errno_text};
 use crate::escape::{Escaped, escape_bytes};
 use crate::frontier::{DirId, Frontier, Seal};
-use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint};
+use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint, Pending};
 use crate::spec::Spec;
 use crate::sys::{self, Kind};
 use crate::walk::Node;
@@ -50,8 +53,11 @@ pub struct Resume<'a> {
     root: BorrowedFd<'a>,
     /// The xattr the checkpoint lives in (one per shard).
     xattr: CString,
-    /// The checkpoint's byte bound (shards share the root's xattr space).
-    max_bytes: usize,
+    /// The xattr of the special-bit records (one per shard).
+    pending_xattr: CString,
+    /// The checkpoint's byte bound: a share of [`CHECKPOINT_MAX_BYTES`] (shards share the root's
+    /// xattr space), halved each time a write did not fit.
+    budget: AtomicUsize,
     /// The device of the root: records name directories of other devices with theirs.
     root_dev: u64,
     /// What the interrupted run had finished (empty under `--verify full`).
@@ -72,12 +78,18 @@ struct Current {
     checkpoint: Checkpoint,
     frontier: Frontier,
     written: Instant,
+    /// The special-bit records last written to their xattr (`None`: not known).
+    pending_written: Option<Vec<(String, u64, u32)>>,
 }
+
+/// A checkpoint budget below which halving stops: the records no longer pay for a write.
+const MIN_BUDGET: usize = 128;
 
 /// Where the checkpoint lives and how big it may grow.
 pub struct Place<'a> {
     pub root: BorrowedFd<'a>,
     pub xattr: CString,
+    pub pending_xattr: CString,
     pub max_bytes: usize,
 }
 
@@ -85,16 +97,35 @@ impl<'a> Place<'a> {
     /// The unsharded pass's checkpoint, or shard I of N's (a share of the bound each).
     pub fn new(root: BorrowedFd<'a>, shard: Option<(u32, u32)>) -> Self {
         let max_bytes = shard.map_or(CHECKPOINT_MAX_BYTES, |(_, n)| (CHECKPOINT_MAX_BYTES / n as usize).max(600));
-        Place { root, xattr: marker::checkpoint_xattr(shard.map(|s| s.0)), max_bytes }
+        let index = shard.map(|s| s.0);
+        Place { root, xattr: marker::checkpoint_xattr(index), pending_xattr: marker::pending_xattr(index), max_bytes }
     }
 
-    /// The checkpoint there, if it belongs to `run` and `digest`.
+    /// The checkpoint there, with the special-bit records of its xattr, if they belong to `run`
+    /// and `digest`.
     pub fn read(&self, run: &str, digest: &str) -> Option<Checkpoint> {
-        marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == run && c.digest == digest)
+        let mut c = marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == run && c.digest == digest);
+        let p = marker::read_pending(self.root, &self.pending_xattr).filter(|p| p.run == run && p.digest == digest);
+        if let Some(p) = p {
+            let c = c.get_or_insert_with(|| Checkpoint::new(run, digest));
+            for r in p.pending {
+                if !c.pending.contains(&r) {
+                    c.pending.push(r);
+                }
+            }
+        }
+        c
     }
 
-    pub fn remove(&self) -> Result<(), Errno> {
+    /// Removes the checkpoint (its special-bit records stay).
+    pub fn remove_checkpoint(&self) -> Result<(), Errno> {
         marker::remove_checkpoint(self.root, &self.xattr)
+    }
+
+    /// Removes the checkpoint and the special-bit records.
+    pub fn remove(&self) -> Result<(), Errno> {
+        let pending = marker::remove_checkpoint(self.root, &self.pending_xattr);
+        self.remove_checkpoint().and(pending)
     }
 }
 
@@ -121,12 +152,13 @@ impl<'a> Resume<'a> {
         Resume {
             root: place.root,
             xattr: place.xattr,
-            max_bytes: place.max_bytes,
+            pending_xattr: place.pending_xattr,
+            budget: AtomicUsize::new(place.max_bytes),
             root_dev: sys::stat_fd(place.root).map_or(0, |m| m.dev),
             previous: frontier.clone(),
             previous_pending: pending,
             dropped: Mutex::new(HashSet::new()),
-            current: Mutex::new(Current { checkpoint, frontier, written: Instant::now() }),
+            current: Mutex::new(Current { checkpoint, frontier, written: Instant::now(), pending_written: None }),
             every,
             warned: AtomicBool::new(false),
         }
@@ -141,11 +173,12 @@ impl<'a> Resume<'a> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn bounded(&self, cur: &Current) -> Checkpoint {
-        let mut c = cur.checkpoint.clone();
+    /// The checkpoint to write within `budget` bytes (its special-bit records go elsewhere).
+    fn bounded(cur: &Current, budget: usize) -> Checkpoint {
+        let mut c = Checkpoint { pending: Vec::new(), ..cur.checkpoint.clone() };
         let base = c.encode().len();
         // Each record costs its quotes and a comma.
-        c.dirs = cur.frontier.encode(self.max_bytes.saturating_sub(base), 3);
+        c.dirs = cur.frontier.encode(budget.saturating_sub(base), 3);
         c
     }
 
@@ -228,12 +261,12 @@ impl<'a> Resume<'a> {
         let _ = self.write_if_due(cur, false);
     }
 
-    /// Records (and writes at once) the mode a setuid/setgid file must get back if this run is
-    /// killed between its chown and chmod.
+    /// Records (and writes at once, in its own xattr) the mode a setuid/setgid file must get
+    /// back if this run is killed between its chown and chmod.
     pub fn stage_pending(&self, record: (String, u64, u32)) -> Result<(), Errno> {
         let mut cur = self.lock();
         cur.checkpoint.pending.push(record);
-        self.write_if_due(cur, true)
+        self.write_pending(&mut cur)
     }
 
     /// Replaces the pending records taken over from the interrupted run with those still needed
@@ -258,7 +291,8 @@ impl<'a> Resume<'a> {
             return Ok(());
         }
         cur.written = Instant::now();
-        let res = marker::write_checkpoint(self.root, &self.xattr, &self.bounded(&cur));
+        let pending = self.write_pending(&mut cur);
+        let res = self.write_bounded(&cur).and(pending);
         if let Err(e) = res {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 warn!(
@@ -269,6 +303,40 @@ impl<'a> Resume<'a> {
             }
         }
         res
+    }
+
+    /// Writes the special-bit records if they changed since last written. Where they do not
+    /// fit, the checkpoint gives way (removed now, rewritten within half its budget later).
+    fn write_pending(&self, cur: &mut Current) -> Result<(), Errno> {
+        if cur.pending_written.as_ref() == Some(&cur.checkpoint.pending) {
+            return Ok(());
+        }
+        let c = &cur.checkpoint;
+        let p = Pending { run: c.run.clone(), digest: c.digest.clone(), pending: c.pending.clone() };
+        let mut res = marker::write_pending(self.root, &self.pending_xattr, &p);
+        if res.is_err_and(marker::no_room) {
+            self.budget.fetch_min((self.budget.load(Ordering::Relaxed) / 2).max(MIN_BUDGET), Ordering::Relaxed);
+            let _ = marker::remove_checkpoint(self.root, &self.xattr);
+            res = marker::write_pending(self.root, &self.pending_xattr, &p);
+        }
+        if res.is_ok() {
+            cur.pending_written = Some(p.pending);
+        }
+        res
+    }
+
+    /// Writes the checkpoint within the byte budget; where it does not fit, halves the budget
+    /// and tries again. The budget that fit is kept for the later writes.
+    fn write_bounded(&self, cur: &Current) -> Result<(), Errno> {
+        loop {
+            let budget = self.budget.load(Ordering::Relaxed);
+            match marker::write_checkpoint(self.root, &self.xattr, &Self::bounded(cur, budget)) {
+                Err(e) if marker::no_room(e) && budget > MIN_BUDGET => {
+                    self.budget.store((budget / 2).max(MIN_BUDGET), Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
     }
 }
 

@@ -317,7 +317,11 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
         shards: None,
         left: (left > 0).then_some(left),
     };
-    match marker::write(root, &m).and_then(|()| Place::new(root, None).remove()) {
+    // The checkpoint goes first, so that the `done` marker never lacks room beside it (a small
+    // filesystem). A kill in between leaves `in-progress` with no checkpoint: a full walk.
+    let place = Place::new(root, None);
+    let _ = place.remove_checkpoint();
+    match marker::write(root, &m).and_then(|()| place.remove()) {
         Ok(()) if left > 0 => "in-progress".into(),
         Ok(()) => "done".into(),
         // Every entry conforms: the app may start. Only the next start's skip is lost.
