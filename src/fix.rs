@@ -2,7 +2,7 @@
 //! pass may make it) and `apply` (the syscalls).
 
 use std::ffi::CStr;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard};
 
 use rustix::io::Errno;
@@ -134,12 +134,20 @@ static MULTI_LINK: Mutex<()> = Mutex::new(());
 /// and re-stated, and the decision is made again from the pinned inode's own metadata, so the
 /// inode changed is the inode decided on, even if `name` was swapped meanwhile (for a symlink,
 /// the link itself; never its target). Returns the change made.
-pub fn fix_entry(dir: BorrowedFd<'_>, name: &CStr, seen: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
+///
+/// `pin` opens the pin (`sys::pin_at`, or a wrapper that makes room when descriptors run out).
+pub fn fix_entry(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    seen: &Meta,
+    spec: &Spec,
+    pin: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<OwnedFd, Errno>,
+) -> Result<Fixed, Failure> {
     if decide(seen, spec).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let _one_at_a_time = one_at_a_time(seen);
-    let pinned = sys::pin_at(dir, name).map_err(|e| Failure::new(Op::Open, e))?;
+    let pinned = pin(dir, name).map_err(|e| Failure::new(Op::Open, e))?;
     let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| Failure::new(Op::Stat, e))?;
     if now.kind() == Kind::Dir {
         // Swapped for a directory after it was read: its contents were not walked.

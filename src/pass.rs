@@ -300,7 +300,7 @@ impl<'a> Fixer<'a> {
     fn fix_one(&self, dir: &Node, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Result<Fixed, Failure> {
         match pin {
             Some(pin) => fix::fix_pinned(pin, meta, self.spec),
-            None => fix::fix_entry(dir.fd(), name, meta, self.spec),
+            None => fix::fix_entry(dir.fd(), name, meta, self.spec, |d, n| walk::with_fd_relief(|| sys::pin_at(d, n))),
         }
     }
 }

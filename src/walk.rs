@@ -8,13 +8,14 @@
 //! thread, so the walk stays depth-first and few fds are open), and other entries are handled in
 //! batches of names, stolen by idle threads when there are any. No path is ever resolved.
 
+use std::collections::VecDeque;
 use std::ffi::{CStr, OsStr};
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use rustix::io::Errno;
 
@@ -31,8 +32,18 @@ pub const FD_RESERVE: u64 = 16;
 /// opening it (or two while re-opening a closed ancestor), and an O_PATH pin of an entry.
 pub const FD_PER_THREAD: u64 = 4;
 
+/// Subdirectory jobs of one directory queued at most: past this, its reader runs queued jobs
+/// itself before reading on, so a directory of a million subdirectories never holds a million
+/// queued jobs (each a name and a closure: ~100 bytes).
+const QUEUED_PER_DIR: usize = 1024;
+/// Tries of an open that failed with EMFILE/ENFILE, each after closing idle directory fds.
+const FD_TRIES: u32 = 8;
+
 /// Directory fds held open by the walks of this process (the fd budget counts these).
 static OPEN_DIRS: AtomicUsize = AtomicUsize::new(0);
+/// The directories opened by the walks of this process, oldest first: where idle fds are found
+/// when the nearest ancestors are all busy, or descriptors ran out (pruned as it grows).
+static OPENED: Mutex<VecDeque<Weak<Node>>> = Mutex::new(VecDeque::new());
 
 /// The most walker threads an open-file limit of `limit` carries: each thread may hold
 /// [`FD_PER_THREAD`] descriptors at once, whatever the tree's depth.
@@ -65,6 +76,8 @@ pub struct Node {
     ord: Option<u32>,
     /// Unfinished work: 1 while being read, plus one per pending child directory or batch.
     pending: AtomicUsize,
+    /// Subdirectory jobs queued and not started yet (see [`QUEUED_PER_DIR`]).
+    queued: AtomicUsize,
     /// Entries the walk's user counted in this subtree (see [`Node::add_entries`]).
     entries: AtomicU64,
     /// Set on this directory and its ancestors by [`Node::taint`].
@@ -89,7 +102,7 @@ impl Node {
         ord: Option<u32>,
     ) -> Arc<Node> {
         OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
-        Arc::new(Node {
+        let node = Arc::new(Node {
             raw: AtomicI32::new(fd.as_raw_fd()),
             slot: Mutex::new(Slot { fd: Some(fd), leases: 0 }),
             meta,
@@ -99,9 +112,12 @@ impl Node {
             name: name.into(),
             ord,
             pending: AtomicUsize::new(1),
+            queued: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             tainted: AtomicBool::new(false),
-        })
+        });
+        register(&node);
+        node
     }
 
     /// Its index among its parent's `DT_DIR` entries in `getdents` order: `None` for the root
@@ -193,6 +209,9 @@ impl Node {
             self.raw.store(fd.as_raw_fd(), Ordering::Release);
             s.fd = Some(fd);
             OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
+            drop(s);
+            register(self);
+            s = lock(&self.slot);
         }
         s.leases += 1;
         Lease(Arc::clone(self))
@@ -208,6 +227,56 @@ impl Node {
         s.fd = None;
         OPEN_DIRS.fetch_sub(1, Ordering::Relaxed);
         true
+    }
+}
+
+/// Notes an opened directory in [`OPENED`]; drops the entries of closed and finished ones
+/// once they outnumber the open ones (amortized: the list stays near the open count).
+fn register(node: &Arc<Node>) {
+    let mut q = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    q.push_back(Arc::downgrade(node));
+    if q.len() > 2 * OPEN_DIRS.load(Ordering::Relaxed).max(64) {
+        q.retain(|w| w.upgrade().is_some_and(|n| n.raw.load(Ordering::Relaxed) >= 0));
+    }
+}
+
+/// Closes idle directory fds of this process's walks, oldest first, until at most `keep` are
+/// open. Returns how many it closed. A closed directory is re-opened when next needed.
+fn close_idle(keep: usize) -> usize {
+    let mut q = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut closed = 0;
+    for _ in 0..q.len() {
+        if OPEN_DIRS.load(Ordering::Relaxed) <= keep {
+            break;
+        }
+        let Some(w) = q.pop_front() else { break };
+        let Some(node) = w.upgrade() else { continue };
+        if node.close_if_idle() {
+            closed += 1;
+        } else if node.is_open() {
+            // Busy (or the root): still open, looked at again next time.
+            q.push_back(w);
+        }
+    }
+    closed
+}
+
+/// Runs `open` (anything that takes a descriptor); on EMFILE/ENFILE closes idle directory fds
+/// of the walks (down to half of those open) and tries again, a bounded number of times: the
+/// walk completes at any open-file limit its threads fit in.
+pub fn with_fd_relief<T>(mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    let mut tries = 1;
+    loop {
+        match open() {
+            Err(Errno::MFILE | Errno::NFILE) if tries < FD_TRIES => {
+                if close_idle(OPEN_DIRS.load(Ordering::Relaxed) / 2) == 0 {
+                    // Nothing idle: other threads hold what is open; their pins close soon.
+                    std::thread::sleep(std::time::Duration::from_millis(1 << tries));
+                }
+                tries += 1;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -489,7 +558,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// the entry to the visitor with it; a directory is queued by name as from an `lstat`.
     fn pinned<'s>(&'s self, s: &rayon_core::Scope<'s>, lease: &Lease, name: &CStr) -> bool {
         let node = lease.node();
-        let pin = match sys::pin_at(lease.fd(), name) {
+        let pin = match with_fd_relief(|| sys::pin_at(lease.fd(), name)) {
             Ok(pin) => pin,
             Err(Errno::NOENT) => return false,
             Err(e) => {
@@ -522,10 +591,20 @@ impl<'v, V: Visitor> Walk<'v, V> {
             return;
         }
         parent.pending.fetch_add(1, Ordering::Relaxed);
-        let parent = Arc::clone(parent);
+        parent.queued.fetch_add(1, Ordering::Relaxed);
+        let node = Arc::clone(parent);
         let name: Box<CStr> = name.into();
-        s.spawn(move |s| match self.lease(&parent) {
-            Ok(pl) => match self.open_child(&pl, &name, ord) {
+        s.spawn(move |s| {
+            node.queued.fetch_sub(1, Ordering::Relaxed);
+            self.enter_subdir(s, node, &name, ord)
+        });
+        pace(parent);
+    }
+
+    /// The job of a queued subdirectory: opens it from its parent and reads it.
+    fn enter_subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: Arc<Node>, name: &CStr, ord: Option<u32>) {
+        match self.lease(&parent) {
+            Ok(pl) => match self.open_child(&pl, name, ord) {
                 Some(child) => {
                     // Neither the parent's fd nor (through it) its ancestors' are held while
                     // this subtree is walked: the budget may close them.
@@ -538,7 +617,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 self.visitor.error(&parent, None, Op::Open, e);
                 self.complete(parent, None)
             }
-        });
+        }
     }
 
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
@@ -678,21 +757,26 @@ impl<'v, V: Visitor> Walk<'v, V> {
         Ok(lease)
     }
 
-    /// Opens a directory; on EMFILE/ENFILE closes every idle ancestor of `near` and tries again.
+    /// Opens a directory; on EMFILE/ENFILE closes every idle ancestor of `near` and tries again,
+    /// then idle directories anywhere (see [`with_fd_relief`]).
     fn open_dir(&self, near: &Node, open: impl Fn() -> Result<OwnedFd, Errno>) -> Result<OwnedFd, Errno> {
         match open() {
             Err(Errno::MFILE) | Err(Errno::NFILE) => {
                 self.close_ancestors(near, 0);
-                open()
+                with_fd_relief(open)
             }
             other => other,
         }
     }
 
-    /// Over budget: closes idle fds of `node`'s ancestors beyond its parent, nearest first.
+    /// Over budget: closes idle fds of `node`'s ancestors beyond its parent, nearest first;
+    /// if those are busy or already closed, the oldest idle ones anywhere.
     fn trim(&self, node: &Node) {
         if OPEN_DIRS.load(Ordering::Relaxed) > self.budget() {
             self.close_ancestors(node, self.budget());
+            if OPEN_DIRS.load(Ordering::Relaxed) > self.budget() {
+                close_idle(self.budget());
+            }
         }
     }
 
@@ -712,6 +796,41 @@ impl<'v, V: Visitor> Walk<'v, V> {
             cur = n.parent.as_deref();
         }
     }
+}
+
+/// Keeps `dir`'s queued subdirectory jobs under [`QUEUED_PER_DIR`]: while there are more, the
+/// thread reading it runs queued jobs itself (its own newest first, else stolen ones), and only
+/// then reads on. Nothing waits on another thread, so no pool, however small, can deadlock. A
+/// job run here may be another huge directory that paces in turn: past [`MAX_PACING`] such
+/// nested levels (a deep chain of huge directories), a thread reads on without pacing, so its
+/// stack stays bounded.
+fn pace(dir: &Node) {
+    use rayon_core::Yield;
+    if dir.queued.load(Ordering::Relaxed) <= QUEUED_PER_DIR || PACING.get() >= MAX_PACING {
+        return;
+    }
+    PACING.set(PACING.get() + 1);
+    while dir.queued.load(Ordering::Relaxed) > QUEUED_PER_DIR {
+        let ran = match rayon_core::yield_local() {
+            Some(Yield::Idle) => rayon_core::yield_now(),
+            other => other,
+        };
+        match ran {
+            Some(Yield::Executed) => {}
+            // Other threads took the jobs and are starting them: the count is about to drop.
+            Some(Yield::Idle) => std::thread::yield_now(),
+            None => break,
+        }
+    }
+    PACING.set(PACING.get() - 1);
+}
+
+/// Nested [`pace`] calls on one thread at most.
+const MAX_PACING: u32 = 16;
+
+thread_local! {
+    /// This thread's nested [`pace`] calls.
+    static PACING: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// Names of one directory's entries, NUL-terminated, in one buffer.
