@@ -94,17 +94,19 @@ fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
 }
 
 impl Node {
+    /// The node of a directory just opened, held by the caller.
     fn new(
         fd: OwnedFd,
         (meta, times): (Meta, Times),
         parent: Option<Arc<Node>>,
         name: &CStr,
         ord: Option<u32>,
-    ) -> Arc<Node> {
+    ) -> Lease {
         OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
         let node = Arc::new(Node {
             raw: AtomicI32::new(fd.as_raw_fd()),
-            slot: Mutex::new(Slot { fd: Some(fd), leases: 0 }),
+            // Held from the start: no other thread may close it before its opener uses it.
+            slot: Mutex::new(Slot { fd: Some(fd), leases: 1 }),
             meta,
             times,
             depth: parent.as_ref().map_or(0, |p| p.depth + 1),
@@ -117,7 +119,7 @@ impl Node {
             tainted: AtomicBool::new(false),
         });
         register(&node);
-        node
+        Lease(node)
     }
 
     /// Its index among its parent's `DT_DIR` entries in `getdents` order: `None` for the root
@@ -205,15 +207,18 @@ impl Node {
     /// Installs a re-opened fd (unless another thread did first) and holds it open.
     fn install(self: &Arc<Self>, fd: OwnedFd) -> Lease {
         let mut s = lock(&self.slot);
-        if s.fd.is_none() {
+        let fresh = s.fd.is_none();
+        if fresh {
             self.raw.store(fd.as_raw_fd(), Ordering::Release);
             s.fd = Some(fd);
             OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
-            drop(s);
-            register(self);
-            s = lock(&self.slot);
         }
+        // Held before the slot is unlocked: no other thread may close it in between.
         s.leases += 1;
+        drop(s);
+        if fresh {
+            register(self);
+        }
         Lease(Arc::clone(self))
     }
 
@@ -440,9 +445,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         self.dots_first =
             root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let root = Node::new(root_fd, (root_meta, times), None, c"", None);
-        let lease = root.try_lease().expect("a new node is open");
-        drop(root);
+        let lease = Node::new(root_fd, (root_meta, times), None, c"", None);
         let this = &self;
         rayon_core::in_place_scope(|s| this.read(s, lease));
     }
@@ -657,9 +660,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(p, name, &meta);
             return None;
         }
-        let child = Node::new(fd, (meta, times), Some(Arc::clone(p)), name, ord);
-        let lease = child.try_lease().expect("a new node is open");
-        self.trim(&child);
+        let lease = Node::new(fd, (meta, times), Some(Arc::clone(p)), name, ord);
+        self.trim(lease.node());
         Some(lease)
     }
 
@@ -1044,6 +1046,26 @@ mod tests {
                 assert!(dir.ends_with("sub") && files == 300 || !dir.ends_with("sub"), "{} done early", dir.display());
             }
             assert!(!seen.contains(&(PathBuf::new(), true)), "the root is never done");
+        }
+    }
+
+    /// More subdirectories than may wait queued: the reader runs queued jobs itself in between
+    /// (on one thread as on several), and every one is seen and finished once.
+    #[test]
+    fn a_directory_wider_than_the_queue_bound_is_walked_whole() {
+        let t = tempfile::tempdir().unwrap();
+        let n = 3 * QUEUED_PER_DIR + 7;
+        for i in 0..n {
+            std::fs::create_dir(t.path().join(format!("d{i}"))).unwrap();
+        }
+        for threads in [1, 3] {
+            let v = Recorder::default();
+            walk(t.path(), threads, &v);
+            let seen = v.seen.into_inner().unwrap();
+            assert_eq!(seen.len(), n + 1, "{threads} threads");
+            assert_eq!(seen.last(), Some(&(PathBuf::new(), true)), "the root finishes last");
+            let distinct: std::collections::HashSet<_> = seen.iter().collect();
+            assert_eq!(distinct.len(), n + 1, "each once");
         }
     }
 
