@@ -95,7 +95,7 @@ fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
 
 impl Node {
     /// The node of a directory just opened, held by the caller.
-    fn new(
+    fn opened(
         fd: OwnedFd,
         (meta, times): (Meta, Times),
         parent: Option<Arc<Node>>,
@@ -445,7 +445,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         self.dots_first =
             root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let lease = Node::new(root_fd, (root_meta, times), None, c"", None);
+        let lease = Node::opened(root_fd, (root_meta, times), None, c"", None);
         let this = &self;
         rayon_core::in_place_scope(|s| this.read(s, lease));
     }
@@ -660,7 +660,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(p, name, &meta);
             return None;
         }
-        let lease = Node::new(fd, (meta, times), Some(Arc::clone(p)), name, ord);
+        let lease = Node::opened(fd, (meta, times), Some(Arc::clone(p)), name, ord);
         self.trim(lease.node());
         Some(lease)
     }

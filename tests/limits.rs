@@ -23,6 +23,7 @@ fn wide_dir(dir: &Path, n: usize) {
 /// `wait4`'s rusage of that one child (not of any other child of this test process). Linux
 /// counts into it the peak of the memory the child was started from (this test process, up
 /// to its `exec`): [`own_peak_kib`] tells what that was.
+#[allow(clippy::zombie_processes, reason = "reaped by the wait4 below, which also gives its rusage")]
 fn exit_and_max_rss(mut cmd: Command) -> (i32, i64) {
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn volprep");
     let pid = child.id() as libc::pid_t;
@@ -102,7 +103,7 @@ fn a_deep_chain_under_64_open_files_completes_at_8_threads() {
         limit_fds(&mut cmd, 64);
         // Not kept: a debug line per entry with its 4 KiB path (and the wide test above
         // measures memory that includes this process's).
-        let r = common::run(&mut cmd.stderr(Stdio::null()));
+        let r = common::run(cmd.stderr(Stdio::null()));
         assert_eq!(r.code, 0, "group {gid}: report:\n{}", r.stdout);
         assert_eq!(r.count("errors"), 0, "{}", r.stdout);
         let mut check = volprep();
