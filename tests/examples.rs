@@ -64,6 +64,7 @@ fn is_manifest(rel: &str) -> bool {
         && !in_chart(rel)
         && !rel.ends_with("/kustomization.yaml")
         && !rel.contains("/patches/")
+        && !rel.starts_with("examples/inject/")
 }
 
 // ---------------------------------------------------------------------------------------------

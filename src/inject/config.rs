@@ -136,7 +136,8 @@ impl Config {
         Ok(())
     }
 
-    /// `KEY=VALUE` (`--set`): VALUE is YAML (`pullSecrets=[a, b]`, `threads=8`).
+    /// `KEY=VALUE` (as `--set` takes them): VALUE is YAML (`pullSecrets=[a, b]`, `threads=8`).
+    #[cfg(test)]
     pub fn set_pair(&mut self, pair: &str) -> Result<(), String> {
         let (k, v) = pair.split_once('=').ok_or_else(|| format!("'{pair}' is not KEY=VALUE"))?;
         let value = value_of(v).map_err(|e| format!("{k}: {e}"))?;
