@@ -426,3 +426,129 @@ fn wiring_examples_name_the_command() {
         assert!(help.contains(flag), "{flag} not in `volprep inject --help`");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Played under podman
+
+/// What the app stand-in does: says who it is, writes to the volume, and where /tmp is a
+/// mount (the app container's emptyDir) checks that it is a sticky temp dir.
+const PROBE: &str = r#"set -eu
+echo "probe uid=$(id -u) groups=$(id -G)"
+echo written > "$1/app-wrote-$(hostname)-$$"
+if grep -q " /tmp " /proc/mounts; then
+  mode=$(stat -c %a /tmp)
+  echo "tmp mode $mode"
+  [ "$mode" = 1777 ]
+  t=$(mktemp -p /tmp); rm "$t"
+fi
+echo PROBE-OK"#;
+
+/// Removes the pods and podman volumes of a play, on drop too.
+struct Played(Vec<String>, Vec<String>);
+
+impl Played {
+    fn clean(&self) {
+        for pod in &self.0 {
+            let _ = common::containers::podman().args(["pod", "rm", "--force", "--ignore", pod]).output();
+        }
+        for vol in &self.1 {
+            let _ = common::containers::podman().args(["volume", "rm", "--force", vol]).output();
+        }
+    }
+}
+
+impl Drop for Played {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+/// The kustomize base StatefulSet (fsGroup, a PVC, an emptyDir /tmp, an init container of its
+/// own) through `volprep inject`, played twice by `podman kube play` on a loop-mounted ext4
+/// volume holding root's files: the first play's volprep prepares the volume and makes /tmp
+/// sticky, the non-root app writes; the second play's volprep skips (marker).
+#[test]
+#[ignore = "needs podman, kubectl and the static binary: source .ci/containers.sh, .ci/static.sh and .ci/k8s-tools.sh"]
+fn injected_pod_plays_under_podman() {
+    use common::containers;
+    use common::play::{self, PlayOpts};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = "injected_pod_plays_under_podman";
+    containers::require();
+    let kubectl = tool("VOLPREP_KUBECTL", test).unwrap();
+    let base = run_ok(Command::new(&kubectl).arg("kustomize").arg(Path::new(ROOT).join("examples/kustomize/base")));
+    let injected = ok(&inject(&["--strict"], &base, &[]));
+    say(&format!("{test}: kubectl kustomize examples/kustomize/base | volprep inject --strict"));
+    let volume = common::LoopFs::new(common::FsKind::Ext4, 64);
+    let root = volume.path();
+    fs::create_dir(root.join("db")).unwrap();
+    fs::write(root.join("db/table"), "rows").unwrap();
+    fs::set_permissions(root.join("db/table"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(root.join("db/table"), Some(1000), Some(0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let term_dir = dir.path().join("termination");
+    fs::create_dir(&term_dir).unwrap();
+    let image = containers::image();
+    let volprep_image = docs(&injected)
+        .iter()
+        .find_map(|d| pod_spec(d)["initContainers"][0]["image"].as_str().map(str::to_string))
+        .unwrap();
+    let opts = PlayOpts {
+        images: vec![(volprep_image, image.tag.clone())],
+        claims: vec![("data-ledger-0".into(), root.to_path_buf())],
+        app: Some((
+            containers::probe_image().to_string(),
+            vec!["/bin/sh".into(), "-c".into(), PROBE.into(), "probe".into(), "/data".into()],
+        )),
+        termination_dir: term_dir,
+    };
+    let (yaml, pods) = play::translate(&docs(&injected), &opts);
+    let yaml_path = dir.path().join("play.yaml");
+    fs::write(&yaml_path, &yaml).unwrap();
+    let played = Played(pods.iter().map(|p| p.name.clone()).collect(), vec!["data-ledger-0".into()]);
+    let mut messages = Vec::new();
+    for round in 1..=2 {
+        played.clean();
+        for pod in &pods {
+            for c in pod.init_containers.iter().chain(&pod.containers) {
+                fs::write(pod.termination_file(&opts, c), "").unwrap();
+            }
+        }
+        let out = output(containers::podman().args(["kube", "play"]).arg(&yaml_path));
+        assert!(out.status.success(), "play {round}: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+        let pod = &pods[0];
+        assert_eq!(pod.init_containers, ["volprep", "migrate-schema"], "volprep first");
+        for c in pod.init_containers.iter().chain(&pod.containers) {
+            let name = pod.container(c);
+            let (code, logs) = (containers::wait(&name), containers::logs(&name));
+            assert_eq!(code, 0, "play {round}: {name} exited {code}\n{logs}");
+            if c != "volprep" {
+                assert!(logs.contains("probe uid=1000 ") && logs.contains("PROBE-OK"), "play {round}: {name}:\n{logs}");
+            }
+            if pod.containers.contains(c) {
+                assert!(logs.contains("tmp mode 1777"), "play {round}: {name}: /tmp sticky\n{logs}");
+            }
+        }
+        let msg = fs::read_to_string(pod.termination_file(&opts, "volprep")).unwrap();
+        say(&format!("{test}: play {round}: volprep's termination message:\n{msg}"));
+        messages.push(msg);
+    }
+    assert!(messages[0].lines().any(|l| l.starts_with("/volumes/data: prepared ")), "{}", messages[0]);
+    assert!(messages[0].lines().any(|l| l.starts_with("/volumes/tmp: sticky temp dir")), "{}", messages[0]);
+    assert!(messages[1].lines().any(|l| l.starts_with("/volumes/data: skipped (")), "{}", messages[1]);
+    let table = fs::metadata(root.join("db/table")).unwrap();
+    assert_eq!((table.gid(), table.mode() & 0o7777), (1000, 0o660), "the kubelet's fsGroup policy");
+    let wrote: Vec<_> = fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("app-wrote-"))
+        .collect();
+    assert_eq!(wrote.len(), 4, "two plays, the app's init container and the app each wrote");
+    for e in wrote {
+        assert_eq!(
+            (e.metadata().unwrap().uid(), e.metadata().unwrap().gid()),
+            (1000, 1000),
+            "setgid root: the group is inherited"
+        );
+    }
+}

@@ -5,84 +5,148 @@ use std::fmt::Write as _;
 
 use super::node::{Node, Style};
 
+/// How a sequence under a mapping key is indented: `Indented` (`key:` then `  - item`), or
+/// `Compact` (`- item` at the key's indentation, as Go's YAML writes it: helm, kustomize).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seqs {
+    Indented,
+    Compact,
+}
+
+impl Seqs {
+    /// The style of a document's source: compact when a `key:` line is followed by a `- ` line
+    /// at the same indentation.
+    pub fn of(text: &str) -> Seqs {
+        let mut prev: Option<&str> = None;
+        for line in text.lines() {
+            if let Some(p) = prev {
+                let ind = p.len() - p.trim_start().len();
+                if p.trim_end().ends_with(':')
+                    && line.len() > ind
+                    && line[..ind].trim().is_empty()
+                    && line[ind..].starts_with("- ")
+                {
+                    return Seqs::Compact;
+                }
+            }
+            prev = Some(line);
+        }
+        Seqs::Indented
+    }
+
+    fn extra(self) -> usize {
+        match self {
+            Seqs::Indented => 2,
+            Seqs::Compact => 0,
+        }
+    }
+}
+
 /// One document's text (without a `---` line), ending with a newline.
-pub fn document(node: &Node) -> Result<String, String> {
+pub fn document(node: &Node, seqs: Seqs) -> Result<String, String> {
     let mut out = String::new();
+    let mut e = Emitter { out: &mut out, seqs };
     match node {
-        Node::Map { entries, tag: None } if !entries.is_empty() => map(entries, 0, false, &mut out)?,
-        Node::Seq { items, tag: None } if !items.is_empty() => seq(items, 0, false, &mut out)?,
+        Node::Map { entries, tag: None } if !entries.is_empty() => e.map(entries, 0, false)?,
+        Node::Seq { items, tag: None } if !items.is_empty() => e.seq(items, 0, false)?,
         _ => {
-            value_inline(node, 0, &mut out)?;
-            out.push('\n');
+            e.value_inline(node, 0)?;
+            e.out.push('\n');
         }
     }
     Ok(out)
+}
+
+struct Emitter<'a> {
+    out: &'a mut String,
+    seqs: Seqs,
 }
 
 fn pad(out: &mut String, indent: usize) {
     out.extend(std::iter::repeat_n(' ', indent));
 }
 
-/// The entries of a mapping at `indent`; with `inline` the first starts on the current line.
-fn map(entries: &[(Node, Node)], indent: usize, inline: bool, out: &mut String) -> Result<(), String> {
-    for (i, (k, v)) in entries.iter().enumerate() {
-        if i > 0 || !inline {
-            pad(out, indent);
-        }
-        let Node::Scalar { .. } = k else { return Err("a mapping key is not a scalar".into()) };
-        if k.as_str().is_some_and(|s| s.contains('\n')) {
-            return Err("a mapping key spans lines".into());
-        }
-        scalar_inline(k, out);
-        out.push(':');
-        child(v, indent, out)?;
-    }
-    Ok(())
-}
-
-/// The items of a sequence at `indent`; with `inline` the first starts on the current line.
-fn seq(items: &[Node], indent: usize, inline: bool, out: &mut String) -> Result<(), String> {
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 || !inline {
-            pad(out, indent);
-        }
-        out.push('-');
-        match item {
-            Node::Map { entries, tag: None } if !entries.is_empty() => {
-                out.push(' ');
-                map(entries, indent + 2, true, out)?;
+impl Emitter<'_> {
+    /// The entries of a mapping at `indent`; with `inline` the first starts on the current line.
+    fn map(&mut self, entries: &[(Node, Node)], indent: usize, inline: bool) -> Result<(), String> {
+        for (i, (k, v)) in entries.iter().enumerate() {
+            if i > 0 || !inline {
+                pad(self.out, indent);
             }
-            Node::Seq { items, tag: None } if !items.is_empty() => {
-                out.push(' ');
-                seq(items, indent + 2, true, out)?;
+            let Node::Scalar { .. } = k else { return Err("a mapping key is not a scalar".into()) };
+            if k.as_str().is_some_and(|s| s.contains('\n')) {
+                return Err("a mapping key spans lines".into());
             }
-            _ => child(item, indent, out)?,
+            scalar_inline(k, self.out);
+            self.out.push(':');
+            self.child(v, indent, self.seqs.extra())?;
+        }
+        Ok(())
+    }
+
+    /// The items of a sequence at `indent`; with `inline` the first starts on the current line.
+    fn seq(&mut self, items: &[Node], indent: usize, inline: bool) -> Result<(), String> {
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 || !inline {
+                pad(self.out, indent);
+            }
+            self.out.push('-');
+            match item {
+                Node::Map { entries, tag: None } if !entries.is_empty() => {
+                    self.out.push(' ');
+                    self.map(entries, indent + 2, true)?;
+                }
+                Node::Seq { items, tag: None } if !items.is_empty() => {
+                    self.out.push(' ');
+                    self.seq(items, indent + 2, true)?;
+                }
+                _ => self.child(item, indent, 2)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// A value after `key:` or `-`: on the same line, or as a block below (a sequence under a
+    /// key at `indent + seq_extra`).
+    fn child(&mut self, v: &Node, indent: usize, seq_extra: usize) -> Result<(), String> {
+        match v {
+            Node::Map { entries, tag } if !entries.is_empty() => {
+                tag_then_newline(tag, self.out);
+                self.map(entries, indent + 2, false)
+            }
+            Node::Seq { items, tag } if !items.is_empty() => {
+                tag_then_newline(tag, self.out);
+                self.seq(items, indent + seq_extra, false)
+            }
+            Node::Scalar { text, style: Style::Plain, tag: None } if text.is_empty() => {
+                self.out.push('\n');
+                Ok(())
+            }
+            _ => {
+                self.out.push(' ');
+                self.value_inline(v, indent + 2)?;
+                self.out.push('\n');
+                Ok(())
+            }
         }
     }
-    Ok(())
-}
 
-/// A value after `key:` or `-`: on the same line, or as a block below at `indent + 2`.
-fn child(v: &Node, indent: usize, out: &mut String) -> Result<(), String> {
-    match v {
-        Node::Map { entries, tag } if !entries.is_empty() => {
-            tag_then_newline(tag, out);
-            map(entries, indent + 2, false, out)
+    /// A scalar or an empty collection, on the current line (a literal block continues below).
+    fn value_inline(&mut self, v: &Node, indent: usize) -> Result<(), String> {
+        let tag = match v {
+            Node::Scalar { tag, .. } | Node::Seq { tag, .. } | Node::Map { tag, .. } => tag,
+        };
+        if let Some(t) = tag {
+            self.out.push_str(t);
+            self.out.push(' ');
         }
-        Node::Seq { items, tag } if !items.is_empty() => {
-            tag_then_newline(tag, out);
-            seq(items, indent + 2, false, out)
+        match v {
+            Node::Seq { .. } => self.out.push_str("[]"),
+            Node::Map { .. } => self.out.push_str("{}"),
+            Node::Scalar { text, style: Style::Quoted, .. } if literal_ok(text) => literal(text, indent, self.out),
+            Node::Scalar { .. } => scalar_inline(v, self.out),
         }
-        Node::Scalar { text, style: Style::Plain, tag: None } if text.is_empty() => {
-            out.push('\n');
-            Ok(())
-        }
-        _ => {
-            out.push(' ');
-            value_inline(v, indent + 2, out)?;
-            out.push('\n');
-            Ok(())
-        }
+        Ok(())
     }
 }
 
@@ -92,24 +156,6 @@ fn tag_then_newline(tag: &Option<String>, out: &mut String) {
         out.push_str(t);
     }
     out.push('\n');
-}
-
-/// A scalar or an empty collection, on the current line (a literal block continues below).
-fn value_inline(v: &Node, indent: usize, out: &mut String) -> Result<(), String> {
-    let tag = match v {
-        Node::Scalar { tag, .. } | Node::Seq { tag, .. } | Node::Map { tag, .. } => tag,
-    };
-    if let Some(t) = tag {
-        out.push_str(t);
-        out.push(' ');
-    }
-    match v {
-        Node::Seq { .. } => out.push_str("[]"),
-        Node::Map { .. } => out.push_str("{}"),
-        Node::Scalar { text, style: Style::Quoted, .. } if literal_ok(text) => literal(text, indent, out),
-        Node::Scalar { .. } => scalar_inline(v, out),
-    }
-    Ok(())
 }
 
 /// A scalar on one line, its tag left to the caller.
@@ -181,7 +227,7 @@ mod tests {
 
     fn round_trip(text: &str) -> String {
         let docs = parse(text).unwrap();
-        let out = document(&docs[0]).unwrap();
+        let out = document(&docs[0], Seqs::of(text)).unwrap();
         assert_eq!(parse(&out).unwrap(), docs, "{out}");
         out
     }
@@ -217,6 +263,14 @@ mod tests {
         assert!(out.contains("  - |\n    echo one\n\n    echo two\n"), "{out}");
         assert!(out.contains("  - |-\n    no newline\n    at end\n"), "{out}");
         round_trip("a: \"  leading\\n\"\nb: \"x\\n\\n\"\nc: >\n  folded\n  text\n");
+    }
+
+    #[test]
+    fn compact_sequences_as_go_writes_them() {
+        let text =
+            "spec:\n  containers:\n  - name: app\n    args:\n    - --x=1\n    ports: []\n  l:\n  - - 1\n    - 2\n";
+        assert_eq!(Seqs::of(text), Seqs::Compact);
+        assert_eq!(round_trip(text), text);
     }
 
     #[test]

@@ -49,7 +49,8 @@ pub fn run(doc: &mut Node, at: &str, base: &Config, overrides: &[(String, Node)]
     if !results.is_empty() {
         doc.seq_at("results").extend(results);
     }
-    out.text = emit::document(doc).map_err(|e| format!("cannot write the ResourceList back: {e}"))?;
+    out.text =
+        emit::document(doc, emit::Seqs::Compact).map_err(|e| format!("cannot write the ResourceList back: {e}"))?;
     Ok(out)
 }
 

@@ -131,7 +131,7 @@ pub fn inject_stream(
             if i > 0 {
                 out.text.push_str("---\n");
             }
-            let text = emit::document(doc)
+            let text = emit::document(doc, emit::Seqs::of(chunk.text))
                 .map_err(|e| StreamError::new(&at, format!("cannot write the document back: {e}")))?;
             out.text.push_str(&text);
         }
