@@ -167,7 +167,8 @@ fn a_fifo_or_device_as_an_output_file_is_refused_at_once() {
     reader.wait().unwrap();
     assert_eq!(r.code, 2, "{}", r.describe());
     for dest in ["-", "/dev/stdout"] {
-        let r = run(volprep().args(["check", "--fs-group", &gid, "--report", dest]).arg(&vol)).expect_code(0);
+        let r = run(volprep().args(["check", "--fs-group", &gid, "--report", dest]).arg(&vol));
+        assert!(r.code == 0 || r.code == 3, "{dest}: {}", r.describe());
         assert_eq!(r.volume()["entries"], 2, "{dest}: {}", r.describe());
     }
 }
@@ -201,9 +202,10 @@ fn demo_in_a_shared_temp_dir_never_follows_a_planted_link() {
     // TMPDIR itself gets the demo's directory and loses it again: its times change.
     let below = |s: Snapshot| s.into_iter().filter(|(k, _)| k != common::snap::ROOT).collect::<Snapshot>();
     let before_tmp = below(snapshot(&tmp));
-    let r = run(volprep().args(["demo", "--entries", "500"]).env("TMPDIR", &tmp)).expect_code(0);
+    let r = run(volprep().args(["demo", "--entries", "500"]).env("TMPDIR", &tmp));
     assert_same(&before_victim, &snapshot(&victim), Meta::attrs_ctime, "the victim directory");
     assert_same(&before_tmp, &below(snapshot(&tmp)), Meta::attrs_ctime, "the planted names, and nothing left behind");
+    let r = r.expect_code(0);
     assert_eq!(r.report()["volumes"].as_array().unwrap().len(), 3, "{}", r.describe());
 }
 
@@ -251,9 +253,10 @@ fn non_printing_characters_never_reach_logs_reports_or_the_marker_raw() {
         t.file(n, 1234, 1234, 0o600);
     }
     t.build(&vol);
-    // Entries of another user in an unprivileged pass are listed by name in the report.
+    // Entries of another user in an unprivileged pass are listed by name in the report (the
+    // group is root's own: an unprivileged pass only gives a group it is in).
     let r = run(volprep()
-        .args(["apply", "--unprivileged", "--fs-group", "2000", "--log-level", "debug", "--log-format", "text"])
+        .args(["apply", "--unprivileged", "--fs-group", "0", "--log-level", "debug", "--log-format", "text"])
         .args(["--report", "-"])
         .arg(&vol));
     assert_eq!(r.code, 4, "{}", r.describe());
@@ -286,7 +289,8 @@ fn non_printing_characters_never_reach_logs_reports_or_the_marker_raw() {
     for s in [&r.stdout, &r.stderr] {
         assert!(!s.contains(RAW), "a raw non-printing character:\n{}", r.describe());
     }
-    assert!(r.stderr.contains("r1\\u{2028}FAKE"), "the forged run id shown escaped\n{}", r.describe());
+    let reason = r.volume()["reason"].as_str().unwrap().to_string();
+    assert!(reason.contains("r1\\u{2028}FAKE"), "the forged run id shown escaped\n{}", r.describe());
     let m = xattr_json(&vol, MARKER).unwrap();
     assert_eq!(m["state"], "done");
     let new_run = m["run"].as_str().unwrap();
