@@ -173,7 +173,8 @@ pub enum Found {
     /// The filesystem has no user xattrs (ramfs, some NFS).
     Unsupported,
     Absent,
-    /// Present but not a marker of this format.
+    /// Present but not a marker of this format, and why: text safe to log as it is (whatever
+    /// it quotes from the xattr is escaped).
     Unreadable(String),
     Marker(Marker),
 }
