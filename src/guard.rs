@@ -1,5 +1,6 @@
 //! Refusals made before anything changes: a system directory as a volume (unless forced), and a
-//! report or termination message file at a symlink or inside a volume being prepared.
+//! report or termination message file at a symlink, at a FIFO, socket or device, or inside a
+//! volume being prepared.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -90,8 +91,9 @@ pub fn no_system_dirs<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<(
 
 /// Refuses an output file (`flag` names it: `--report`, `--termination-log`) that is a symlink
 /// or an existing file that is not a regular one (a FIFO would block the open, a device or
-/// socket is no place for a report), or that lies inside one of `areas` (volumes and temp dirs being prepared: their app may have
-/// planted anything there), by its path or, through any alias, by its directory's inode.
+/// socket is no place for a report), or that lies inside one of `areas` (volumes and temp dirs
+/// being prepared: their app may have planted anything there), by its path or, through any
+/// alias, by its directory's inode. `-` and `/dev/stdout` are stdout.
 pub fn output_file(flag: &str, dest: &Path, areas: &[&Path]) -> Result<(), Error> {
     if options::is_stdout(dest) {
         return Ok(());
