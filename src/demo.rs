@@ -96,12 +96,14 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
         }
         let dir = sys::open_subdir(fd(&parent), &cname).map_err(|e| Error::sys(&path, Op::Open, e))?;
         let meta = sys::stat_fd(fd(&dir)).map_err(|e| Error::sys(&path, Op::Stat, e))?;
-        if meta.uid != sys::euid() || meta.mode & 0o7777 != 0o700 {
+        if meta.uid != sys::euid() {
             return Err(Error::Other {
                 path,
                 msg: "was replaced by another user's directory right after mkdir".into(),
             });
         }
+        // Exactly 0700 whatever the umask.
+        sys::chmod_fd(fd(&dir), 0o700).map_err(|e| Error::sys(&path, Op::Chmod, e))?;
         return Ok((path, dir));
     }
     Err(Error::Other { path: tmp.to_path_buf(), msg: "64 random temp dir names were all taken".into() })
