@@ -94,16 +94,20 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
             Err(e) => return Err(Error::sys(&path, Op::Mkdir, e)),
             Ok(()) => {}
         }
-        let dir = sys::open_subdir(fd(&parent), &cname).map_err(|e| Error::sys(&path, Op::Open, e))?;
-        let meta = sys::stat_fd(fd(&dir)).map_err(|e| Error::sys(&path, Op::Stat, e))?;
-        if meta.uid != sys::euid() {
-            return Err(Error::Other {
-                path,
-                msg: "was replaced by another user's directory right after mkdir".into(),
-            });
+        // Pinned (`O_PATH|O_NOFOLLOW`: no permission needed, whatever the umask left), checked
+        // to be our directory, made exactly 0700, then opened: the same inode throughout.
+        let pin = sys::pin_at(fd(&parent), &cname).map_err(|e| Error::sys(&path, Op::Open, e))?;
+        let meta = sys::stat_fd(fd(&pin)).map_err(|e| Error::sys(&path, Op::Stat, e))?;
+        let replaced = || Error::Other { path: path.clone(), msg: "was replaced right after mkdir".into() };
+        if meta.uid != sys::euid() || meta.kind() != sys::Kind::Dir {
+            return Err(replaced());
         }
-        // Exactly 0700 whatever the umask.
-        sys::chmod_fd(fd(&dir), 0o700).map_err(|e| Error::sys(&path, Op::Chmod, e))?;
+        sys::chmod_fd(fd(&pin), 0o700).map_err(|e| Error::sys(&path, Op::Chmod, e))?;
+        let dir = sys::open_subdir(fd(&parent), &cname).map_err(|e| Error::sys(&path, Op::Open, e))?;
+        let opened = sys::stat_fd(fd(&dir)).map_err(|e| Error::sys(&path, Op::Stat, e))?;
+        if (opened.dev, opened.ino) != (meta.dev, meta.ino) {
+            return Err(replaced());
+        }
         return Ok((path, dir));
     }
     Err(Error::Other { path: tmp.to_path_buf(), msg: "64 random temp dir names were all taken".into() })
@@ -203,9 +207,13 @@ impl Maker<'_> {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(self.err(rel, Op::Mkdir)(e)),
         }
-        let d = sys::open_subdir(dir, &c).map_err(self.err(rel, Op::Open))?;
-        sys::chmod_fd(fd(&d), mode).map_err(self.err(rel, Op::Chmod))?;
-        Ok(d)
+        // The mode is set through a pin first: whatever the umask took away, it can be opened.
+        let pin = sys::pin_at(dir, &c).map_err(self.err(rel, Op::Open))?;
+        if sys::stat_fd(fd(&pin)).map_err(self.err(rel, Op::Stat))?.kind() != sys::Kind::Dir {
+            return Err(self.err(rel, Op::Mkdir)(Errno::EXIST));
+        }
+        sys::chmod_fd(fd(&pin), mode).map_err(self.err(rel, Op::Chmod))?;
+        sys::open_subdir(dir, &c).map_err(self.err(rel, Op::Open))
     }
 
     /// A new file `name` below `dir` holding `data`, with `mode` and, given one, owner uid
