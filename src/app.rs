@@ -7,15 +7,21 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Job, LogFormat};
 use crate::error::{Error, ExitCode};
-use crate::{apply, demo, inject, inspect, merge, status};
+use crate::{apply, demo, inject, inspect, logsink, merge, status};
 
-/// Sets up `tracing` on stderr (stdout is for the JSON report).
+/// Sets up `tracing` on stderr (stdout is for the JSON report), through [`logsink`].
 pub fn init_logging(format: LogFormat, level: &str) {
     let filter = std::env::var("RUST_LOG")
         .ok()
         .and_then(|v| EnvFilter::try_new(v).ok())
         .unwrap_or_else(|| EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info")));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false);
+    // Write failures are dropped and counted by the sink, never reported through `eprintln!`
+    // (which panics when stderr itself is what failed).
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(logsink::Stderr)
+        .log_internal_errors(false)
+        .with_target(false);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),

@@ -93,10 +93,13 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     });
     volumes.extend(walked);
     let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors, o.allow_foreign)).collect();
-    let missing = missing_capabilities(&volumes);
+    let mut missing = missing_capabilities(&volumes);
+    if crate::logsink::dropped() > 0 {
+        missing.push(format!("{} log line(s) could not be written to stderr", crate::logsink::dropped()));
+    }
     write_termination_log(o.termination_log.as_deref(), &volumes, &missing);
     if let Some(dest) = &o.report {
-        report::write(&Report { version: 1, volumes }, dest)?;
+        report::write(&Report::new(volumes), dest)?;
     }
     Ok(match sys::termination() {
         Some("SIGINT") => ExitCode::Interrupted,
@@ -237,7 +240,9 @@ fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport], extra: &
             message.push('\n');
         }
     }
-    if let Err(e) = report::write_file(path, message.as_bytes()) {
+    if options::is_stdout(path) {
+        let _ = report::print(message.as_bytes());
+    } else if let Err(e) = report::write_file(path, message.as_bytes()) {
         tracing::warn!("{}: cannot write the termination message: {e}", path.display());
     }
 }

@@ -1,10 +1,14 @@
 //! Lossless, terminal-safe rendering of file names that an app (maybe hostile) wrote.
 //!
-//! Valid UTF-8 without control characters is shown as is. Control characters become
-//! `\n`, `\t`, `\r` or `\u{NN}`, so do the bidirectional controls (U+202E RIGHT-TO-LEFT
-//! OVERRIDE and its kin, which reorder what a terminal shows), a backslash becomes `\\`, and
-//! each byte that is not valid UTF-8 becomes `\xNN`. The mapping is invertible, so reports keep
-//! every name exactly.
+//! Valid UTF-8 of printing characters is shown as is. Every code point that prints nothing, or
+//! not what it is, becomes `\n`, `\t`, `\r` or `\u{NN}`: controls, format characters (the
+//! bidirectional controls such as U+202E RIGHT-TO-LEFT OVERRIDE, which reorder what a terminal
+//! shows; zero-width spaces and joiners; tag characters), the line and paragraph separators
+//! U+2028 and U+2029 (a new line to many log viewers), spaces other than U+0020, and unassigned
+//! code points (see [`nonprinting`]). A backslash becomes `\\`, and each byte that is not
+//! valid UTF-8 becomes `\xNN`. The mapping is invertible, so reports keep every name exactly.
+
+mod nonprinting;
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -29,7 +33,7 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
                 '\n' => out.push_str("\\n"),
                 '\t' => out.push_str("\\t"),
                 '\r' => out.push_str("\\r"),
-                c if c.is_control() || is_bidi_control(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+                c if is_nonprinting(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
                 c => out.push(c),
             }
         }
@@ -40,11 +44,16 @@ pub fn escape_bytes(bytes: &[u8]) -> String {
     out
 }
 
-/// The Unicode bidirectional formatting characters (marks, embeddings, overrides, isolates):
-/// invisible, yet they reorder the text around them on a terminal, so `a\u{202e}txt.exe` shows
-/// as `aexe.txt`.
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+/// Whether `c` is one of the code points never shown raw (see the module docs). ASCII is
+/// answered at once; anything else by a binary search of the table's ~700 ranges.
+fn is_nonprinting(c: char) -> bool {
+    let c = c as u32;
+    if c < 0x7f {
+        return c < 0x20;
+    }
+    let ranges = nonprinting::RANGES;
+    let i = ranges.partition_point(|&(_, last)| last < c);
+    ranges.get(i).is_some_and(|&(first, _)| first <= c)
 }
 
 /// Inverse of [`escape_bytes`].
@@ -105,6 +114,57 @@ mod tests {
             assert_eq!(unescape(&e).unwrap(), s.as_bytes());
         }
         assert_eq!(escape_bytes("\u{2070}".as_bytes()), "\u{2070}", "superscript zero is printable");
+    }
+
+    /// Known members of each category, and printing characters next to them.
+    const ESCAPED: &[(&str, &[u32])] = &[
+        ("Cc", &[0x0, 0x1b, 0x7f, 0x85, 0x9f]),
+        ("Cf", &[0xad, 0x600, 0x61c, 0x180e, 0x200b, 0x200c, 0x200d, 0x200e, 0x202a, 0x202e, 0x2060, 0x2064]),
+        ("Cf", &[0x2066, 0x2069, 0xfeff, 0xfff9, 0xfffb, 0x110bd, 0x1d173, 0xe0001, 0xe0020, 0xe0041, 0xe007f]),
+        ("Zl", &[0x2028]),
+        ("Zp", &[0x2029]),
+        ("Zs", &[0xa0, 0x1680, 0x2000, 0x2007, 0x200a, 0x202f, 0x205f, 0x3000]),
+        ("Cn", &[0x378, 0x5ff, 0xfdd0, 0xfdef, 0xfffe, 0xffff, 0x2fffe, 0x50000, 0xe0000, 0xe0080, 0x10ffff]),
+    ];
+    const PRINTED: &[u32] = &[
+        0x20, 0x41, 0x7e, 0xa1, 0xe9, 0xfc, 0x301, 0x5d0, 0x627, 0x2010, 0x2070, 0x20ac, 0x4e2d, 0xfe0f, 0x1f600,
+        0xe000, 0xe0100, 0xf0000,
+    ];
+
+    #[test]
+    fn every_non_printing_category_is_escaped_and_printing_characters_are_not() {
+        for (cat, cps) in ESCAPED {
+            for &cp in *cps {
+                let c = char::from_u32(cp).unwrap();
+                let s = format!("a{c}b");
+                let e = escape_bytes(s.as_bytes());
+                assert_eq!(e, format!("a\\u{{{cp:x}}}b"), "{cat} U+{cp:04X}");
+                assert_eq!(unescape(&e).unwrap(), s.as_bytes(), "{cat} U+{cp:04X}");
+            }
+        }
+        for &cp in PRINTED {
+            let c = char::from_u32(cp).unwrap();
+            assert_eq!(escape_bytes(c.to_string().as_bytes()), c.to_string(), "U+{cp:04X} prints");
+        }
+    }
+
+    #[test]
+    fn a_name_with_separators_and_tags_stays_on_one_visible_line() {
+        let name = "ok\u{2028}FAKE LINE\u{2029}\u{200b}x\u{e0041}\u{e007f}.txt";
+        let e = escape_bytes(name.as_bytes());
+        assert_eq!(e, "ok\\u{2028}FAKE LINE\\u{2029}\\u{200b}x\\u{e0041}\\u{e007f}.txt");
+        assert!(e.chars().all(|c| c == ' ' || !c.is_whitespace() && !is_nonprinting(c)), "{e}");
+    }
+
+    #[test]
+    fn the_table_is_sorted_disjoint_and_whole() {
+        let r = nonprinting::RANGES;
+        assert!(r.iter().all(|&(a, b)| a <= b && b <= 0x10ffff));
+        assert!(r.windows(2).all(|w| w[0].1 + 1 < w[1].0), "sorted, disjoint, merged");
+        assert_eq!(r.iter().map(|&(a, b)| b - a + 1).sum::<u32>(), nonprinting::COVERED);
+        assert!(!r.iter().any(|&(a, b)| (a..=b).contains(&0x20)), "a plain space prints");
+        // Every `char` the standard library calls a control is in the table.
+        assert!((0..=0x10ffffu32).filter_map(char::from_u32).filter(|c| c.is_control()).all(is_nonprinting));
     }
 
     #[test]

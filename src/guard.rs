@@ -1,11 +1,12 @@
 //! Refusals made before anything changes: a system directory as a volume (unless forced), and a
-//! report or termination message file at a symlink or inside a volume being prepared.
+//! report or termination message file at a symlink, at a FIFO, socket or device, or inside a
+//! volume being prepared.
 
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::Error;
 use crate::escape::Escaped;
-use crate::sys;
+use crate::{options, sys};
 
 /// Directories of the host or image that are never a volume. Compared by inode, so an alias (a
 /// symlink, a bind mount, `/bin` on a merged-/usr system) is caught too.
@@ -88,17 +89,20 @@ pub fn no_system_dirs<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<(
     Ok(())
 }
 
-/// Refuses an output file (`flag` names it: `--report`, `--termination-log`) that is a symlink,
-/// or that lies inside one of `areas` (volumes and temp dirs being prepared: their app may have
-/// planted anything there), by its path or, through any alias, by its directory's inode.
+/// Refuses an output file (`flag` names it: `--report`, `--termination-log`) that is a symlink
+/// or an existing file that is not a regular one (a FIFO would block the open, a device or
+/// socket is no place for a report), or that lies inside one of `areas` (volumes and temp dirs
+/// being prepared: their app may have planted anything there), by its path or, through any
+/// alias, by its directory's inode. `-` and `/dev/stdout` are stdout.
 pub fn output_file(flag: &str, dest: &Path, areas: &[&Path]) -> Result<(), Error> {
-    if dest == Path::new("-") {
+    if options::is_stdout(dest) {
         return Ok(());
     }
     let shown = Escaped(dest.as_os_str());
-    if std::fs::symlink_metadata(dest).is_ok_and(|m| m.file_type().is_symlink()) {
+    if let Some(what) = std::fs::symlink_metadata(dest).ok().and_then(|m| not_regular(m.file_type())) {
+        let verb = if what == "a symlink" { "follow" } else { "open" };
         return Err(Error::Usage(format!(
-            "{shown}: {flag} is a symlink: refusing to follow it (name a regular file, or '-' for stdout)"
+            "{shown}: {flag} is {what}, not a regular file: refusing to {verb} it (name a regular file, or '-' for stdout)"
         )));
     }
     let inside = |area: &Path| {
@@ -130,6 +134,20 @@ pub fn output_file(flag: &str, dest: &Path, areas: &[&Path]) -> Result<(), Error
         dir = up;
     }
     Ok(())
+}
+
+/// What an existing output file is when it is not a regular file ("a FIFO"), or `None`.
+fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let what = [
+        (t.is_symlink(), "a symlink"),
+        (t.is_fifo(), "a FIFO"),
+        (t.is_socket(), "a socket"),
+        (t.is_char_device(), "a character device"),
+        (t.is_block_device(), "a block device"),
+        (t.is_dir(), "a directory"),
+    ];
+    what.iter().find(|(is, _)| *is).map(|(_, w)| *w)
 }
 
 fn same(a: &sys::Meta, b: &sys::Meta) -> bool {

@@ -28,10 +28,11 @@ mod marker;
 mod progress;
 mod report;
 mod walk;
-// Ground: syscalls, the spec, option values, errors, escaping:
+// Ground: syscalls, the spec, option values, errors, escaping, the log sink:
 mod error;
 mod escape;
 mod frontier;
+mod logsink;
 mod options;
 mod spec;
 mod sys;

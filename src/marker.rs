@@ -186,6 +186,12 @@ impl Marker {
         if m.v != FORMAT {
             return Err(format!("marker format {} is not {FORMAT}", m.v));
         }
+        // A resumed pass carries the run id into its own marker and logs: one volprep would not
+        // write (U+2028, a tag character, a forged line) makes the whole marker untrusted.
+        let shard_runs = m.shards.iter().flat_map(|s| s.running.iter().map(|r| r.1.as_str()));
+        if let Some(bad) = std::iter::once(m.run.as_str()).chain(shard_runs).find(|r| !valid_run_id(r)) {
+            return Err(format!("marker has a run id volprep does not write: '{}'", escape_str(bad)));
+        }
         Ok(m)
     }
 }
@@ -196,7 +202,8 @@ pub enum Found {
     /// The filesystem has no user xattrs (ramfs, some NFS).
     Unsupported,
     Absent,
-    /// Present but not a marker of this format.
+    /// Present but not a marker of this format, and why: text safe to log as it is (whatever
+    /// it quotes from the xattr is escaped).
     Unreadable(String),
     Marker(Marker),
 }
@@ -324,10 +331,18 @@ pub fn new_run_id() -> String {
     format!("{:x}-{}@{}", (nanos / 1000) as u64 & 0xffff_ffff_ffff, std::process::id(), hostname())
 }
 
-/// This machine's (or pod's) host name, or "-".
+/// This machine's (or pod's) host name, or "-", as it goes into a run id: at most 63
+/// characters, each not in `[A-Za-z0-9._-]` replaced by `_`.
 pub fn hostname() -> String {
+    let safe = |c: char| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' };
     std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "-".into(), |h| h.trim().chars().take(63).collect())
+        .map_or_else(|_| "-".into(), |h| h.trim().chars().take(63).map(safe).collect())
+}
+
+/// Whether `id` is a run id volprep could have written ([`new_run_id`], or one of an earlier
+/// version): 1 to 100 printable ASCII characters, no space, quote or backslash.
+pub fn valid_run_id(id: &str) -> bool {
+    (1..=100).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'\''))
 }
 
 /// Whether the run `id` is known to be dead: it ran on this host and its process is gone, or it
@@ -563,6 +578,22 @@ mod tests {
         assert_eq!(back.records(), ["2:1.0:3:4:0@9".to_string()]);
         assert_eq!(checkpoint_xattr(None).as_c_str(), CHECKPOINT_XATTR);
         assert_eq!(checkpoint_xattr(Some(3)).to_str().unwrap(), "user.volprep.checkpoint.3");
+    }
+
+    #[test]
+    fn a_forged_run_id_makes_the_marker_unreadable() {
+        let good = marker(State::InProgress, "d1");
+        assert!(valid_run_id(&new_run_id()), "{}", new_run_id());
+        assert_eq!(Marker::decode(&good.encode()).unwrap(), good);
+        for bad in ["", "r\u{2028}FAKE", "r\u{e0041}", "r\u{200b}", "a b", "r\nx", "r\\x", &"r".repeat(101)] {
+            let mut m = good.clone();
+            m.run = bad.into();
+            let e = Marker::decode(&m.encode()).unwrap_err();
+            assert!(e.contains("run id") && !e.contains('\u{2028}') && !e.contains('\n'), "{bad:?}: {e}");
+            let mut m = good.clone();
+            m.shards = Some(Shards { n: 2, running: vec![(0, bad.into(), 1)], ..Shards::default() });
+            assert!(Marker::decode(&m.encode()).is_err(), "a shard's run {bad:?}");
+        }
     }
 
     #[test]

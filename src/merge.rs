@@ -47,7 +47,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
         volumes.push(v);
     }
     if opts.json {
-        report::write(&Report { version: 1, volumes }, Path::new("-"))?;
+        report::write(&Report::new(volumes), Path::new("-"))?;
     }
     Ok(ExitCode::merge(codes))
 }

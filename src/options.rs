@@ -4,7 +4,7 @@
 //! no I/O.
 
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// `apply` changes entries; `check` only decides.
@@ -104,6 +104,12 @@ impl RunOptions {
 /// The most worker threads a run starts (`--threads`): past this, threads only cost memory
 /// and start-up time (20000 took minutes), never speed.
 pub const MAX_THREADS: usize = 1024;
+
+/// Whether an output file named on the command line means stdout: `-`, or `/dev/stdout` (a
+/// symlink to the process's fd 1, written as stdout rather than opened through the link).
+pub fn is_stdout(dest: &Path) -> bool {
+    dest == Path::new("-") || dest == Path::new("/dev/stdout")
+}
 
 /// `0` means automatic, from the thread sweep in README "Performance": metadata I/O waits far
 /// more than it computes, and what a cold pass needs is requests in flight, whatever the cores.

@@ -19,6 +19,21 @@ pub const MAX_LISTED_FOREIGN: usize = 100;
 pub struct Report {
     pub version: u32,
     pub volumes: Vec<VolumeReport>,
+    /// Log lines this run could not write to stderr (its reader went away, a full disk): the
+    /// pass went on without them. Absent when every line was written.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub log_lines_dropped: u64,
+}
+
+impl Report {
+    /// This run's report of `volumes`, with the log lines dropped so far.
+    pub fn new(volumes: Vec<VolumeReport>) -> Report {
+        Report { version: 1, volumes, log_lines_dropped: crate::logsink::dropped() }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What happened to a volume.
@@ -321,7 +336,7 @@ pub fn termination_message(volumes: &[VolumeReport]) -> String {
 pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     let mut json = serde_json::to_vec_pretty(report).expect("report serializes");
     json.push(b'\n');
-    if dest == Path::new("-") {
+    if crate::options::is_stdout(dest) {
         return print(&json);
     }
     write_file(dest, &json)
@@ -346,6 +361,9 @@ pub fn write_file(dest: &Path, bytes: &[u8]) -> Result<(), String> {
     let mut f = crate::sys::create_output(dest).map_err(|e| match e {
         rustix::io::Errno::LOOP => "it is a symlink; refusing to follow it".to_string(),
         rustix::io::Errno::MLINK => "it has other hard links; refusing to overwrite it".to_string(),
+        rustix::io::Errno::NXIO => {
+            "it is not a regular file (a FIFO, socket or device); refusing to open it".to_string()
+        }
         e => errno_text(e.raw_os_error()),
     })?;
     f.write_all(bytes).map_err(|e| e.to_string())

@@ -96,7 +96,8 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
             Found::Unsupported => {
                 format!("{shown}: no marker possible (the filesystem has no user xattrs)")
             }
-            Found::Unreadable(e) => format!("{shown}: {}", escape_str(e)),
+            // Escaped where it was made (see `Found::Unreadable`).
+            Found::Unreadable(e) => format!("{shown}: {e}"),
         };
         text += &line;
         text.push('\n');

@@ -146,18 +146,24 @@ pub fn open_parent(dir: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
 
 /// Opens an output file (report, termination message) for writing: created 0644 if missing,
 /// never through a symlink at `path` (`O_NOFOLLOW`: ELOOP), never a regular file with other
-/// hard links (EMLINK: it could be any file of that filesystem). A regular file is truncated.
-/// `O_NOCTTY`: a terminal named here never becomes the controlling one.
+/// hard links (EMLINK: it could be any file of that filesystem), never anything but a regular
+/// file (ENXIO: a FIFO, socket or device). `O_NONBLOCK` makes the open of a FIFO without a
+/// reader fail at once (ENXIO) instead of waiting forever; it is cleared once the fd is known
+/// to be a regular file. `O_NOCTTY`: a terminal named here never becomes the controlling one.
+/// A regular file is truncated.
 pub fn create_output(path: &Path) -> Result<std::fs::File, Errno> {
-    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let flags =
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
     let fd = retry(|| rustix::fs::open(path, flags, Mode::from_raw_mode(0o644)))?;
     let meta = stat_fd(fd.as_fd())?;
-    if meta.kind() == Kind::File {
-        if meta.nlink > 1 {
-            return Err(Errno::MLINK);
-        }
-        retry(|| rustix::fs::ftruncate(&fd, 0))?;
+    if meta.kind() != Kind::File {
+        return Err(Errno::NXIO);
     }
+    if meta.nlink > 1 {
+        return Err(Errno::MLINK);
+    }
+    rustix::fs::fcntl_setfl(&fd, rustix::fs::fcntl_getfl(&fd)? - OFlags::NONBLOCK)?;
+    retry(|| rustix::fs::ftruncate(&fd, 0))?;
     Ok(std::fs::File::from(fd))
 }
 
@@ -563,6 +569,46 @@ fn fs_name(magic: i64) -> String {
 /// `mkdirat(dir, name, mode)`: never follows a symlink at `name` (EEXIST instead).
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<(), Errno> {
     retry(|| rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode)))
+}
+
+/// `openat(dir, name, O_WRONLY|O_CREAT|O_EXCL|O_NOFOLLOW, mode)`: a new regular file. An entry
+/// already at `name`, a symlink included (even a dangling one), is never opened: EEXIST.
+pub fn create_new_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<OwnedFd, Errno> {
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY;
+    retry(|| rustix::fs::openat(dir, name, flags, Mode::from_raw_mode(mode)))
+}
+
+/// `symlinkat(target, dir, name)`: a new symlink (EEXIST when `name` exists).
+pub fn symlink_at(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+    retry(|| rustix::fs::symlinkat(target, dir, name))
+}
+
+/// The first entry of a directory but `.` and `..`, if any (`dir` freshly opened).
+pub fn first_entry(dir: BorrowedFd<'_>) -> Result<Option<Vec<u8>>, Errno> {
+    let mut buf = vec![MaybeUninit::<u8>::uninit(); 4096];
+    let mut first = None;
+    read_dir(dir, &mut buf, 0, u64::MAX, |name, _, _| {
+        first.get_or_insert_with(|| name.to_bytes().to_vec());
+    })?;
+    Ok(first)
+}
+
+/// `getrandom(buf, 8, 0)`: 64 unpredictable bits from the kernel.
+pub fn random_u64() -> Result<u64, Errno> {
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: writes at most `len - got` bytes into the rest of `buf`.
+        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
+        match n {
+            n if n > 0 => got += n as usize,
+            _ => match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                e => return Err(Errno::from_raw_os_error(e.unwrap_or(libc::EIO))),
+            },
+        }
+    }
+    Ok(u64::from_ne_bytes(buf))
 }
 
 /// Processes holding a lock on the inode `fd` refers to, from `/proc/locks`: their pid (0 when

@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["pass"],
     &["resume"],
     &["caps", "fix", "guard", "marker", "progress", "report", "walk"],
-    &["error", "frontier", "options", "spec", "sys"],
+    &["error", "frontier", "logsink", "options", "spec", "sys"],
     &["escape"],
 ];
 
