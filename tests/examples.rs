@@ -499,6 +499,7 @@ fn validate_rendered(test: &str, name: &str, text: &str) {
 /// The unprivileged overlay: volprep first, as the app's user with no capability, and the
 /// whole pod meets Pod Security Standard restricted (every control checked explicitly).
 #[test]
+#[ignore = "needs kubectl, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn kustomize_unprivileged_overlay_meets_restricted() {
     let test = "kustomize_unprivileged_overlay_meets_restricted";
     let Some(kubectl) = tool("VOLPREP_KUBECTL", test) else {
