@@ -399,7 +399,7 @@ fn migrate_chart_renders_one_job_per_pvc() {
         assert_eq!(claim_and_mount(job, &at), (pvc.to_string(), format!("/volumes/{pvc}")), "{at}");
         assert_eq!(
             job["spec"]["template"]["spec"]["containers"][0]["image"].as_str(),
-            Some("registry.example.com/volprep:0.1.0")
+            Some("ghcr.io/volprep/volprep:0.1.0")
         );
         check_flags_exist(&raw, &at);
     }
@@ -458,7 +458,7 @@ volumePermissions:
         assert_eq!(job["spec"]["backoffLimit"].as_u64(), Some(1), "{at}");
         assert_eq!(job["spec"]["activeDeadlineSeconds"].as_u64(), Some(7200), "{at}");
         assert_eq!(claim_and_mount(job, &at), (pvc.clone(), format!("/mnt/{pvc}")), "{at}");
-        assert_eq!(pod_spec(job)["containers"][0]["image"].as_str(), Some("registry.example.com/volprep:0.2.0"));
+        assert_eq!(pod_spec(job)["containers"][0]["image"].as_str(), Some("ghcr.io/volprep/volprep:0.2.0"));
     }
     assert_eq!(
         volprep_args(&jobs[2]),

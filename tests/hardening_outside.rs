@@ -297,6 +297,13 @@ fn hardlinked_files_are_changed_like_the_kubelet_and_counted() {
     let plain = b.join("plain-vol");
     Tree::new().root(0, 0, 0o755).file("f", 0, 0, 0o600).build(&plain);
     assert_eq!(apply_fs_group(&plain, GID, &[]).count("hardlinked"), 0);
+    // One such name: the warning says "1 entry has", not "1 entries have".
+    let single = b.join("single-vol");
+    Tree::new().root(0, 0, 0o755).build(&single);
+    std::fs::hard_link(b.join("outside/shared"), single.join("f")).unwrap();
+    let run = apply_fs_group(&single, GID + 1, &[]);
+    assert_eq!(run.count("hardlinked"), 1, "{}", run.describe());
+    assert!(run.stderr.contains("1 entry has more than one link: it was changed"), "{}", run.describe());
 }
 
 /// Item 4: the names of one hard-linked setgid file, fixed by parallel threads, end as the
