@@ -19,14 +19,27 @@ fn help_flags(args: &[&str]) -> BTreeMap<String, Option<String>> {
     let out = volprep().args(args).arg("--help").output().expect("run volprep --help");
     assert!(out.status.success(), "volprep {args:?} --help");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // A flag's line, then its description's lines (long help), up to the next flag.
+    let mut entries: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        let flag = t.starts_with('-').then(|| t.split_whitespace().find(|w| w.starts_with("--"))).flatten();
+        match flag {
+            Some(f) => entries.push((f.trim_end_matches(',').split('=').next().unwrap().to_string(), t.to_string())),
+            None => {
+                if let Some(last) = entries.last_mut() {
+                    last.1 += " ";
+                    last.1 += t;
+                }
+            }
+        }
+    }
     let mut flags = BTreeMap::new();
-    for line in text.lines().map(str::trim_start).filter(|l| l.starts_with('-')) {
-        let Some(flag) = line.split_whitespace().find(|w| w.starts_with("--")) else { continue };
-        let flag = flag.trim_end_matches(',').split('=').next().unwrap().to_string();
+    for (flag, text) in entries {
         if flag == "--help" || flag == "--version" {
             continue;
         }
-        let env = line.split("[env: ").nth(1).and_then(|r| r.split('=').next()).map(String::from);
+        let env = text.split("[env: ").nth(1).and_then(|r| r.split('=').next()).map(String::from);
         flags.insert(flag, env);
     }
     flags

@@ -387,7 +387,11 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "readOnly changes the fsGroup mode policy",
         ),
         ("no-group", "podSecurityContext:\n  fsGroup: null\n", "set fsGroup"),
-        ("bad-mode", "volumePermissions:\n  mode: rootless\n", "at '/mode': value must be one of 'root', 'unprivileged'"),
+        (
+            "bad-mode",
+            "volumePermissions:\n  mode: rootless\n",
+            "at '/mode': value must be one of 'root', 'unprivileged'",
+        ),
         ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
         ("root-allow-foreign", "volumePermissions:\n  allowForeign: true\n", "allowForeign is for mode unprivileged"),
         (
