@@ -195,7 +195,7 @@ volumePermissions:
             "--termination-log=/dev/termination-log",
             "/data/shared",
         ]),
-        image: "mirror.example.com/volprep:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        image: "mirror.example.com/volprep/volprep:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         caps: VOLPREP_CAPS,
     },
     RenderCase {
