@@ -889,7 +889,7 @@ fn schema_keys(schema: &serde_json::Value, defaults: &Value, prefix: &str, out: 
 /// parent chart) and the maps keyed by resource name.
 fn check_closed(schema: &serde_json::Value, at: &str) {
     if let Some(props) = schema["properties"].as_object() {
-        if at != "global" {
+        if at.trim_start_matches('.') != "global" {
             assert_eq!(schema["additionalProperties"], serde_json::Value::Bool(false), "{at}: additionalProperties");
         }
         for (k, sub) in props {
