@@ -221,7 +221,15 @@ fn indexed_job_exit_codes_match_its_pod_failure_policy() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("not-mounted");
     let tlog = dir.path().join("termination-log");
-    let args = localize(&volprep_args(&job), &[("/data", &missing)], &tlog);
+    let mut args = localize(&volprep_args(&job), &[("/data", &missing)], &tlog);
+    // Not root: the example's group is not one of this process's (exit 2 before anything else);
+    // use its own, so the exit codes of the index and the missing volume are what is tested.
+    if unsafe { libc::geteuid() } != 0 {
+        let own = format!("--fs-group={}", unsafe { libc::getegid() });
+        args.iter_mut()
+            .filter(|a| a.to_string_lossy().starts_with("--fs-group="))
+            .for_each(|a| *a = own.clone().into());
+    }
     let code = |index: Option<&str>| {
         let mut cmd = common::volprep();
         cmd.args(&args).env_remove("JOB_COMPLETION_INDEX");
