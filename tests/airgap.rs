@@ -29,9 +29,17 @@ fn tool(var: &str) -> PathBuf {
     PathBuf::from(std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: source .ci/k8s-tools.sh")))
 }
 
-/// A `helm` that adds `--plain-http` to the commands that talk to a registry (the local one
-/// has no TLS), in `dir`.
-fn helm_shim(dir: &Path, helm: &Path) {
+/// A `helm` that adds `--plain-http` to the commands that talk to a registry, and a `skopeo`
+/// that turns TLS verification off (the local registry has no TLS), in `dir`, which must come
+/// first on PATH.
+fn shims(dir: &Path, helm: &Path) {
+    let skopeo = dir.join("skopeo");
+    fs::write(
+        &skopeo,
+        "#!/bin/sh\nPATH=\"${PATH#*:}\"\ncmd=\"$1\"; shift\ncase \"$cmd\" in\n  copy) exec skopeo copy --dest-tls-verify=false \"$@\" ;;\n  inspect) exec skopeo inspect --tls-verify=false \"$@\" ;;\nesac\nexec skopeo \"$cmd\" \"$@\"\n",
+    )
+    .unwrap();
+    fs::set_permissions(&skopeo, fs::Permissions::from_mode(0o755)).unwrap();
     let shim = dir.join("helm");
     fs::write(
         &shim,
@@ -69,7 +77,7 @@ fn air_gap_commands_of_the_operations_guide_run_as_written() {
     assert!(work.join("volprep-0.1.0.tgz").is_file());
 
     // The inside step, verbatim.
-    helm_shim(&bin, &helm);
+    shims(&bin, &helm);
     let registries = dir.path().join("registries.conf");
     fs::write(
         &registries,
