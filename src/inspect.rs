@@ -1,6 +1,7 @@
 //! `volprep inspect`: a read-only, parallel diagnosis of one volume: who owns what, which entries
 //! lack the kubelet's mode bits, risky directories and symlinks, and what the kubelet and
-//! `volprep apply` would do with a given fsGroup. Changes nothing; output is in `render`.
+//! `volprep apply` would do with a given fsGroup and/or owner (which entries it would change: a
+//! preview for a migration). Changes nothing; output is in `render`.
 
 mod owners;
 mod render;
@@ -26,7 +27,7 @@ use crate::walk::{self, Node, Pool, Visitor, Walk};
 
 use owners::Owners;
 
-pub use render::{Finding, Inspection, LinkOut};
+pub use render::{Finding, Inspection, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -41,6 +42,9 @@ pub type Owner = (u32, u32);
 pub struct Options {
     /// Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do.
     pub fs_group: Option<u32>,
+    /// Also show which entries `volprep apply --owner UID[:GID]` (with `fs_group`, if given)
+    /// would change.
+    pub owner: Option<(u32, Option<u32>)>,
     /// The volume is mounted read-only: the kubelet's read-only mask (0440).
     pub read_only: bool,
     /// Print one JSON document instead of tables.
@@ -66,14 +70,26 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
         e => Error::sys(path, Op::Open, e),
     })?;
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
-    let apply_spec =
-        args.fs_group.map(|g| Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: args.read_only });
+    let apply_spec = apply_spec(args);
     let inspector = Inspector::new(apply_spec.as_ref(), args.read_only, threads);
     pool.install(|| Walk::new(&inspector, &root, args.cross_devices).run(root_fd, root));
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
     crate::report::print(out.as_bytes())?;
     Ok(ExitCode::Success)
+}
+
+/// The spec `apply` would be given: `--fs-group` and/or `--owner` (None: neither).
+fn apply_spec(args: &Options) -> Option<Spec> {
+    if args.fs_group.is_none() && args.owner.is_none() {
+        return None;
+    }
+    Some(Spec {
+        fs_group: args.fs_group,
+        owner_uid: args.owner.map(|o| o.0),
+        owner_gid: args.owner.and_then(|o| o.1),
+        read_only: args.read_only,
+    })
 }
 
 /// Why the kubelet's `OnRootMismatch` policy would walk the volume anyway.
@@ -195,8 +211,8 @@ struct Inspector<'a> {
     /// The kubelet's mode masks (from `apply_spec`, or the same policy without a group).
     policy: Spec,
     counters: Counters,
-    /// Entries `apply` would change at all.
-    changed: AtomicU64,
+    /// Entries `apply` would change at all, with examples.
+    would_change: Examples<String>,
     owners: Owners,
     lacking_bits: Examples<String>,
     no_setgid: Examples<String>,
@@ -211,9 +227,9 @@ impl<'a> Inspector<'a> {
     fn new(apply_spec: Option<&'a Spec>, read_only: bool, threads: usize) -> Self {
         Inspector {
             apply_spec,
-            policy: apply_spec.cloned().unwrap_or_else(|| mode_policy(read_only)),
+            policy: apply_spec.filter(|s| s.fs_group.is_some()).cloned().unwrap_or_else(|| mode_policy(read_only)),
             counters: Counters::default(),
-            changed: AtomicU64::new(0),
+            would_change: Examples::new(),
             owners: Owners::new(threads),
             lacking_bits: Examples::new(),
             no_setgid: Examples::new(),
@@ -256,8 +272,8 @@ impl<'a> Inspector<'a> {
         }
     }
 
-    /// What `apply --fs-group` would change on this entry.
-    fn decide(&self, meta: &Meta) {
+    /// What `apply` would change on this entry; `rel` builds its path when an example is kept.
+    fn decide(&self, meta: &Meta, rel: impl Fn() -> PathBuf) {
         let Some(spec) = self.apply_spec else { return };
         let fixed = fix::Fixed::decided(meta, spec);
         let change = fixed.change;
@@ -268,7 +284,7 @@ impl<'a> Inspector<'a> {
             Counters::add(&self.counters.changed_mode);
         }
         if !change.is_none() {
-            Counters::add(&self.changed);
+            self.would_change.add(|| show(&rel()));
         }
     }
 
@@ -276,9 +292,19 @@ impl<'a> Inspector<'a> {
         let c = &self.counters;
         let entries = Counters::get(&c.entries);
         let symlinks = Counters::get(&c.symlinks);
-        let fs_group = self.apply_spec.map(|spec| {
-            let gid = spec.fs_group.expect("inspect's spec has a group");
-            render::FsGroupView {
+        let would_change = self.would_change.finish();
+        let apply = render::ApplyView {
+            changed: would_change.count,
+            changed_owner: Counters::get(&c.changed_owner),
+            changed_mode: Counters::get(&c.changed_mode),
+        };
+        let owner = self.apply_spec.and_then(|spec| {
+            let uid = spec.owner_uid?;
+            Some(OwnerView { uid, gid: spec.owner_gid, volprep_apply: apply.clone(), would_change })
+        });
+        let fs_group = self.apply_spec.and_then(|spec| {
+            let gid = spec.fs_group?;
+            Some(render::FsGroupView {
                 gid,
                 read_only: spec.read_only,
                 kubelet: render::KubeletView {
@@ -288,12 +314,8 @@ impl<'a> Inspector<'a> {
                     on_root_mismatch: root_mismatch(root, gid, spec.read_only).map_or("skips", |_| "walks"),
                     reason: root_mismatch(root, gid, spec.read_only).map(|m| m.to_string()),
                 },
-                volprep_apply: render::ApplyView {
-                    changed: self.changed.load(Relaxed),
-                    changed_owner: Counters::get(&c.changed_owner),
-                    changed_mode: Counters::get(&c.changed_mode),
-                },
-            }
+                volprep_apply: apply,
+            })
         });
         Inspection {
             version: 1,
@@ -316,6 +338,7 @@ impl<'a> Inspector<'a> {
             errors: Counters::get(&c.errors),
             error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()),
             fs_group,
+            owner,
             elapsed_ms: started.elapsed().as_millis() as u64,
         }
     }
@@ -332,7 +355,7 @@ impl Visitor for Inspector<'_> {
         if meta.kind() == Kind::Symlink {
             self.check_link(parent, name);
         }
-        self.decide(meta);
+        self.decide(meta, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
         false
     }
@@ -341,7 +364,7 @@ impl Visitor for Inspector<'_> {
         self.counters.seen(Kind::Dir);
         self.owners.dir_done(dir);
         self.check_mode(&dir.meta, || dir.rel_path());
-        self.decide(&dir.meta);
+        self.decide(&dir.meta, || dir.rel_path());
     }
 
     fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {

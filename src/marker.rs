@@ -245,6 +245,9 @@ pub enum Decision {
     },
 }
 
+/// Why an `in-progress` marker (without `left`) may be there: the marker does not say which.
+const UNFINISHED: &str = "interrupted, or some entries failed";
+
 /// The skip-or-walk rule. Skipping needs a `done` marker for this very spec digest AND a
 /// conforming root; anything else walks. Only an `in-progress` marker of the same spec resumes.
 pub fn decide(i: &Inputs<'_>) -> Decision {
@@ -271,19 +274,26 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
     if m.state == State::InProgress && i.verify == Verify::Full {
         // Nothing is skipped on the checkpoint's word; its special-bit records are still honoured.
         let run = escape_str(&m.run);
-        return walk(format!("previous pass (run {run}) was interrupted; --verify full: walking everything"), true);
+        return walk(
+            format!("previous pass (run {run}) did not finish ({UNFINISHED}); --verify full: walking everything"),
+            true,
+        );
     }
     if let (State::InProgress, Some(n)) = (m.state, m.left) {
         return walk(
             format!(
-                "previous pass (run {}) finished unprivileged and left {n} entries of other users that do not conform: walking again (a privileged run fixes them)",
-                escape_str(&m.run)
+                "previous pass (run {}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
+                escape_str(&m.run),
+                if n == 1 { "entry" } else { "entries" }
             ),
             false,
         );
     }
     if m.state == State::InProgress {
-        return walk(format!("previous pass (run {}) was interrupted: resuming", escape_str(&m.run)), true);
+        return walk(
+            format!("previous pass (run {}) did not finish ({UNFINISHED}): resuming", escape_str(&m.run)),
+            true,
+        );
     }
     if !i.root_conforms {
         return walk("marker says done, but the root does not conform".into(), false);

@@ -111,7 +111,7 @@ pub fn is_stdout(dest: &Path) -> bool {
     dest == Path::new("-") || dest == Path::new("/dev/stdout")
 }
 
-/// `0` means automatic, from the thread sweep in README "Performance": metadata I/O waits far
+/// `0` means automatic, from the thread sweep in docs/performance.md: metadata I/O waits far
 /// more than it computes, and what a cold pass needs is requests in flight, whatever the cores.
 /// On a local filesystem 4 threads per core, 32 to 64 (on 2 cores a cold ext4 pass was as fast
 /// at 16 to 64 threads as it gets, 2× faster than at 8; 128 was slower). On a network or FUSE

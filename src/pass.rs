@@ -172,10 +172,16 @@ impl<'a> Fixer<'a> {
         r.interrupted = self.interrupted.map(str::to_string);
         r.hardlinked = Counters::get(&c.hardlinked);
         if r.hardlinked > 0 {
-            let verb = if self.mode == Mode::Apply { "were" } else { "would be" };
+            let one = r.hardlinked == 1;
+            let what = if one { "1 entry has".to_string() } else { format!("{} entries have", r.hardlinked) };
+            let verb = match (self.mode == Mode::Apply, one) {
+                (true, true) => "it was",
+                (true, false) => "they were",
+                (false, true) => "it would be",
+                (false, false) => "they would be",
+            };
             warn!(path = %Escaped(self.root.as_os_str()), hardlinked = r.hardlinked,
-                  "{} entries have more than one link: they {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume",
-                  r.hardlinked);
+                  "{what} more than one link: {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume");
         }
         r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
         r.foreign_owned = Counters::get(&c.foreign_owned);

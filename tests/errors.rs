@@ -35,8 +35,10 @@ fn assert_one_line_naming(run: &Run, path: &Path, cause: Option<&str>) {
 fn missing_path_is_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-volume");
+    // A group this process is in, so a non-root run gets as far as the path too.
+    let gid = unsafe { libc::getegid() }.to_string();
     for cmd in ["apply", "check"] {
-        let run = run(volprep().args([cmd, "--fs-group", "2000"]).arg(&missing)).expect_code(1);
+        let run = run(volprep().args([cmd, "--fs-group", &gid]).arg(&missing)).expect_code(1);
         assert_one_line_naming(&run, &missing, None);
     }
     assert!(!missing.exists(), "a missing volume is not created");
@@ -47,8 +49,9 @@ fn regular_file_path_is_not_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
+    let gid = unsafe { libc::getegid() }.to_string();
     for cmd in ["apply", "check"] {
-        let run = run(volprep().args([cmd, "--fs-group", "2000"]).arg(&file)).expect_code(1);
+        let run = run(volprep().args([cmd, "--fs-group", &gid]).arg(&file)).expect_code(1);
         assert_one_line_naming(&run, &file, Some("not a directory"));
     }
 }

@@ -115,7 +115,7 @@ struct RenderCase {
     caps: &'static [&'static str],
 }
 
-const DEFAULT_IMAGE: &str = "registry.example.com/volprep:0.1.0";
+const DEFAULT_IMAGE: &str = "ghcr.io/volprep/volprep:0.1.0";
 
 const RENDER_CASES: &[RenderCase] = &[
     RenderCase {
@@ -164,7 +164,7 @@ volumePermissions:
             "/var/lib/app",
             "/tmp",
         ]),
-        image: "registry.example.com/volprep:0.2.0",
+        image: "ghcr.io/volprep/volprep:0.2.0",
         caps: VOLPREP_CAPS,
     },
     RenderCase {
@@ -197,7 +197,7 @@ volumePermissions:
             "--termination-log=/dev/termination-log",
             "/data/shared",
         ]),
-        image: "mirror.example.com/volprep:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        image: "mirror.example.com/volprep/volprep:0.1.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         caps: VOLPREP_CAPS,
     },
     RenderCase {
@@ -243,13 +243,8 @@ volumePermissions:
         name: "own-security-context",
         values: r#"
 volumePermissions:
-  securityContext:
-    runAsUser: 0
-    runAsNonRoot: false
-    allowPrivilegeEscalation: false
-    readOnlyRootFilesystem: true
+  containerSecurityContext:
     capabilities:
-      drop: [ALL]
       add: [CHOWN, FOWNER, FSETID, DAC_READ_SEARCH]
 "#,
         args: Some(&[
@@ -369,7 +364,23 @@ fn demo_chart_rejects_bad_volume_permissions() {
     };
     let charts = Charts::new(helm);
     let cases = [
-        ("typo", "volumePermissions:\n  fsgroup: 1000\n", "volumePermissions.fsgroup: unknown key"),
+        ("typo", "volumePermissions:\n  fsgroup: 1000\n", "additional properties 'fsgroup' not allowed"),
+        (
+            "image-typo",
+            "volumePermissions:\n  image:\n    tga: \"1\"\n",
+            "at '/image': additional properties 'tga' not allowed",
+        ),
+        (
+            "security-context-typo",
+            "volumePermissions:\n  containerSecurityContext:\n    runAsUsr: 5\n",
+            "additional properties 'runAsUsr' not allowed",
+        ),
+        ("bad-preset", "volumePermissions:\n  resourcesPreset: huge\n", "resourcesPreset"),
+        (
+            "bad-secret",
+            "volumePermissions:\n  image:\n    pullSecrets: [Bad_Name]\n",
+            "\"Bad_Name\" is not a Secret name",
+        ),
         ("two-gids", "volumePermissions:\n  fsGroup: \"1000:1000\"\n", "a group is one GID"),
         ("not-numeric", "volumePermissions:\n  owner: app\n", "\"app\" is not a numeric id"),
         (
@@ -378,7 +389,11 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "readOnly changes the fsGroup mode policy",
         ),
         ("no-group", "podSecurityContext:\n  fsGroup: null\n", "set fsGroup"),
-        ("bad-mode", "volumePermissions:\n  mode: rootless\n", "\"rootless\" is neither root nor unprivileged"),
+        (
+            "bad-mode",
+            "volumePermissions:\n  mode: rootless\n",
+            "at '/mode': value must be one of 'root', 'unprivileged'",
+        ),
         ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
         ("root-allow-foreign", "volumePermissions:\n  allowForeign: true\n", "allowForeign is for mode unprivileged"),
         (
@@ -501,6 +516,7 @@ fn validate_rendered(test: &str, name: &str, text: &str) {
 /// The unprivileged overlay: volprep first, as the app's user with no capability, and the
 /// whole pod meets Pod Security Standard restricted (every control checked explicitly).
 #[test]
+#[ignore = "needs kubectl, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
 fn kustomize_unprivileged_overlay_meets_restricted() {
     let test = "kustomize_unprivileged_overlay_meets_restricted";
     let Some(kubectl) = tool("VOLPREP_KUBECTL", test) else {
@@ -850,4 +866,173 @@ fn yaml_config_and_gitignore_cover_the_examples() {
     assert!(yl.contains("examples/helm/*/templates/"), ".yamllint ignores the Go templates");
     let gi = read("examples/.gitignore");
     assert!(gi.contains("helm/*/charts/"), "examples/.gitignore: packaged dependencies");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The library chart's interface: values.yaml, values.schema.json, the README's table
+
+/// The leaf keys of the schema (dotted), descending into the objects whose default is a
+/// non-empty map (image, job) and into global; other objects (resources, ...) are one key.
+fn schema_keys(schema: &serde_json::Value, defaults: &Value, prefix: &str, out: &mut BTreeSet<String>) {
+    let props = schema["properties"].as_object().expect("schema properties");
+    for (k, sub) in props {
+        let key = format!("{prefix}{k}");
+        let default = &defaults[k.as_str()];
+        let nested = k == "global" || default.as_mapping().is_some_and(|m| !m.is_empty());
+        if nested && sub["properties"].is_object() {
+            schema_keys(sub, default, &format!("{key}."), out);
+        } else {
+            out.insert(key);
+        }
+    }
+}
+
+/// Every object of the schema rejects unknown keys, except `global` (Helm shares it with the
+/// parent chart) and the maps keyed by resource name.
+fn check_closed(schema: &serde_json::Value, at: &str) {
+    if let Some(props) = schema["properties"].as_object() {
+        if at.trim_start_matches('.') != "global" {
+            assert_eq!(schema["additionalProperties"], serde_json::Value::Bool(false), "{at}: additionalProperties");
+        }
+        for (k, sub) in props {
+            check_closed(sub, &format!("{at}.{k}"));
+        }
+    }
+    if schema["items"].is_object() {
+        check_closed(&schema["items"], &format!("{at}[]"));
+    }
+    for alt in schema["oneOf"].as_array().into_iter().flatten() {
+        check_closed(alt, at);
+    }
+}
+
+/// The values a path names in a YAML map (`image.tag`), Null when absent.
+fn lookup<'v>(v: &'v Value, dotted: &str) -> &'v Value {
+    dotted.split('.').fold(v, |v, k| &v[k])
+}
+
+/// values.schema.json closes every level; its keys, values.yaml's and the chart README's
+/// table agree, and each default in the table is the one in values.yaml.
+#[test]
+fn chart_values_schema_and_readme_table_agree() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&read("examples/helm/volprep/values.schema.json")).expect("values.schema.json");
+    check_closed(&schema, "");
+    let values = &docs(&read("examples/helm/volprep/values.yaml"))[0];
+    let mut keys = BTreeSet::new();
+    schema_keys(&schema, values, "", &mut keys);
+    // values.yaml: every top-level key is in the schema, and the other way round (bar global).
+    let top: BTreeSet<String> =
+        values.as_mapping().unwrap().keys().filter_map(|k| k.as_str().map(String::from)).collect();
+    let in_schema: BTreeSet<String> =
+        schema["properties"].as_object().unwrap().keys().filter(|k| *k != "global").cloned().collect();
+    assert_eq!(top, in_schema, "values.yaml keys vs values.schema.json");
+    // The README's table: one row per key, with values.yaml's default.
+    let readme = read("examples/helm/volprep/README.md");
+    let table = readme.split("## Values").nth(1).expect("## Values in the chart README");
+    let mut rows = BTreeSet::new();
+    for line in table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let key = cells[0].trim_start_matches("| ").trim_matches('`').to_string();
+        let default = cells[1].trim().trim_matches('`');
+        if !key.starts_with("global.") {
+            let want = lookup(values, &key);
+            let got: Value =
+                serde_norway::from_str(default).unwrap_or_else(|e| panic!("{key}: default {default:?}: {e}"));
+            assert_eq!(&got, want, "README default of {key} vs values.yaml");
+        }
+        assert!(rows.insert(key.clone()), "README: {key} twice");
+    }
+    assert_eq!(rows, keys, "README values table vs values.schema.json");
+}
+
+/// The templates' own defaults ("volprep.defaults", for a map that did not come through Helm's
+/// merge) are values.yaml's.
+#[test]
+fn chart_template_defaults_are_values_yaml() {
+    let tpl = read("examples/helm/volprep/templates/_volprep.tpl");
+    let body = tpl
+        .split("{{- define \"volprep.defaults\" -}}\n")
+        .nth(1)
+        .and_then(|rest| rest.split("{{- end -}}").next())
+        .expect("define volprep.defaults");
+    let from_tpl = &docs(body)[0];
+    let values = &docs(&read("examples/helm/volprep/values.yaml"))[0];
+    assert_eq!(from_tpl, values, "volprep.defaults vs values.yaml");
+}
+
+/// Pull secrets (global ones first, no repeats), the resources preset and its override, and
+/// containerSecurityContext merged over the default; and a chart that hands the library a map
+/// Helm did not merge (no alias) still gets the defaults and the unknown-key check.
+#[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
+fn chart_pull_secrets_resources_and_merged_security_context() {
+    let Some(helm) = tool("VOLPREP_HELM", "chart_pull_secrets_resources_and_merged_security_context") else {
+        return;
+    };
+    let charts = Charts::new(helm);
+    let values = r#"
+global:
+  imagePullSecrets: [mirror-a]
+volumePermissions:
+  resourcesPreset: large
+  containerSecurityContext:
+    runAsGroup: 5
+    seccompProfile:
+      type: Localhost
+      localhostProfile: volprep.json
+  image:
+    pullSecrets: [{name: mirror-b}, mirror-a]
+"#;
+    let out = charts.template("secrets", values);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = docs(&text);
+    let spec = pod_spec(workloads(&all)[0]);
+    let names: Vec<&str> = spec["imagePullSecrets"]
+        .as_sequence()
+        .expect("imagePullSecrets")
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["mirror-a", "mirror-b"]);
+    let c = &spec["initContainers"][0];
+    assert_eq!(scalar(&c["resources"]["limits"]["memory"]).as_deref(), Some("512Mi"), "preset large");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsGroup"].as_u64(), Some(5), "merged key");
+    assert_eq!(sc["runAsUser"].as_u64(), Some(0), "default kept");
+    assert_eq!(sc["seccompProfile"]["localhostProfile"].as_str(), Some("volprep.json"));
+    assert_eq!(strs(&sc["capabilities"]["add"]), ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]);
+    let out = charts.template("own-resources", "volumePermissions:\n  resources: {limits: {memory: 1Gi}}\n");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = docs(&text);
+    let c = &pod_spec(workloads(&all)[0])["initContainers"][0];
+    assert_eq!(scalar(&c["resources"]["limits"]["memory"]).as_deref(), Some("1Gi"));
+    assert!(c["resources"]["requests"].is_null(), "resources replace the preset");
+    let out = charts.template("no-secrets", "{}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("imagePullSecrets"), "none by default");
+
+    // A chart without the alias: no schema, the templates' own defaults and checks.
+    let plain = charts.dir.path().join("plain");
+    fs::create_dir_all(plain.join("templates")).unwrap();
+    fs::write(
+        plain.join("Chart.yaml"),
+        "apiVersion: v2\nname: plain\nversion: 0.1.0\ndependencies:\n  - name: volprep\n    version: 0.1.0\n    repository: file://../volprep\n",
+    )
+    .unwrap();
+    fs::write(
+        plain.join("templates/pod.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: [{name: app, image: app}]\n  initContainers:\n    {{- include \"volprep.initContainer\" (dict \"values\" .Values.vp \"context\" $) | nindent 4 }}\n",
+    )
+    .unwrap();
+    run_ok(charts.helm().arg("dependency").arg("build").arg(&plain));
+    let vp = "vp:\n  enabled: true\n  fsGroup: 7\n  volumeMounts: [{name: d, mountPath: /d}]\n";
+    let file = charts.dir.path().join("plain.values.yaml");
+    fs::write(&file, vp).unwrap();
+    let text = run_ok(charts.helm().args(["template", "p"]).arg(&plain).arg("-f").arg(&file));
+    assert!(text.contains("ghcr.io/volprep/volprep:0.1.0"), "{text}");
+    fs::write(&file, format!("{vp}  image:\n    tga: \"1\"\n")).unwrap();
+    let out = output(charts.helm().args(["template", "p"]).arg(&plain).arg("-f").arg(&file));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("volumePermissions.image.tga: unknown key"), "{err}");
 }

@@ -221,7 +221,15 @@ fn indexed_job_exit_codes_match_its_pod_failure_policy() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("not-mounted");
     let tlog = dir.path().join("termination-log");
-    let args = localize(&volprep_args(&job), &[("/data", &missing)], &tlog);
+    let mut args = localize(&volprep_args(&job), &[("/data", &missing)], &tlog);
+    // Not root: the example's group is not one of this process's (exit 2 before anything else);
+    // use its own, so the exit codes of the index and the missing volume are what is tested.
+    if unsafe { libc::geteuid() } != 0 {
+        let own = format!("--fs-group={}", unsafe { libc::getegid() });
+        args.iter_mut()
+            .filter(|a| a.to_string_lossy().starts_with("--fs-group="))
+            .for_each(|a| *a = own.clone().into());
+    }
     let code = |index: Option<&str>| {
         let mut cmd = common::volprep();
         cmd.args(&args).env_remove("JOB_COMPLETION_INDEX");
@@ -399,7 +407,7 @@ fn migrate_chart_renders_one_job_per_pvc() {
         assert_eq!(claim_and_mount(job, &at), (pvc.to_string(), format!("/volumes/{pvc}")), "{at}");
         assert_eq!(
             job["spec"]["template"]["spec"]["containers"][0]["image"].as_str(),
-            Some("registry.example.com/volprep:0.1.0")
+            Some("ghcr.io/volprep/volprep:0.1.0")
         );
         check_flags_exist(&raw, &at);
     }
@@ -458,7 +466,7 @@ volumePermissions:
         assert_eq!(job["spec"]["backoffLimit"].as_u64(), Some(1), "{at}");
         assert_eq!(job["spec"]["activeDeadlineSeconds"].as_u64(), Some(7200), "{at}");
         assert_eq!(claim_and_mount(job, &at), (pvc.clone(), format!("/mnt/{pvc}")), "{at}");
-        assert_eq!(pod_spec(job)["containers"][0]["image"].as_str(), Some("registry.example.com/volprep:0.2.0"));
+        assert_eq!(pod_spec(job)["containers"][0]["image"].as_str(), Some("ghcr.io/volprep/volprep:0.2.0"));
     }
     assert_eq!(
         volprep_args(&jobs[2]),

@@ -297,6 +297,13 @@ fn hardlinked_files_are_changed_like_the_kubelet_and_counted() {
     let plain = b.join("plain-vol");
     Tree::new().root(0, 0, 0o755).file("f", 0, 0, 0o600).build(&plain);
     assert_eq!(apply_fs_group(&plain, GID, &[]).count("hardlinked"), 0);
+    // One such name: the warning says "1 entry has", not "1 entries have".
+    let single = b.join("single-vol");
+    Tree::new().root(0, 0, 0o755).build(&single);
+    std::fs::hard_link(b.join("outside/shared"), single.join("f")).unwrap();
+    let run = apply_fs_group(&single, GID + 1, &[]);
+    assert_eq!(run.count("hardlinked"), 1, "{}", run.describe());
+    assert!(run.stderr.contains("1 entry has more than one link: it was changed"), "{}", run.describe());
 }
 
 /// Item 4: the names of one hard-linked setgid file, fixed by parallel threads, end as the
@@ -399,8 +406,9 @@ fn system_directories_are_refused() {
         let r = run(volprep().args(["check", "--sticky"]).arg(p));
         assert_eq!(r.code, 2, "--sticky {}\n{}", p.display(), r.describe());
     }
-    // A plain directory is fine.
-    let ok = run(volprep().args(["check", "--fs-group", "0"]).arg(dir.path()));
+    // A plain directory is fine (with a group this process is in, root or not).
+    let gid = unsafe { libc::getegid() }.to_string();
+    let ok = run(volprep().args(["check", "--fs-group", &gid]).arg(dir.path()));
     assert_ne!(ok.code, 2, "{}", ok.describe());
 }
 
@@ -434,20 +442,21 @@ VOLPREP_ALLOW_SYSTEM_PATH=true "{bin}" apply --fs-group 2000 /var; echo "env=$? 
 fn thread_counts_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("f"), b"").unwrap();
-    let uid = std::fs::metadata(dir.path()).unwrap().uid().to_string();
+    // The directory's own group: a spec any user may apply (--owner needs root).
+    let gid = std::fs::metadata(dir.path()).unwrap().gid().to_string();
     for n in ["1025", "100000", "20000", "18446744073709551615"] {
         for cmd in ["apply", "check"] {
-            let r = run(volprep().args([cmd, "--owner", &uid, "-j", n]).arg(dir.path()));
+            let r = run(volprep().args([cmd, "--fs-group", &gid, "-j", n]).arg(dir.path()));
             assert_eq!(r.code, 2, "{cmd} -j {n}\n{}", r.describe());
             assert!(r.stderr.contains("1024"), "{cmd} -j {n}: names the bound\n{}", r.describe());
         }
-        let r = run(volprep().args(["apply", "--owner", &uid]).env("VOLPREP_THREADS", n).arg(dir.path()));
+        let r = run(volprep().args(["apply", "--fs-group", &gid]).env("VOLPREP_THREADS", n).arg(dir.path()));
         assert_eq!(r.code, 2, "VOLPREP_THREADS={n}\n{}", r.describe());
         let r = run(volprep().args(["inspect", "--threads", n]).arg(dir.path()));
         assert_eq!(r.code, 2, "inspect --threads {n}\n{}", r.describe());
     }
     let started = std::time::Instant::now();
-    run(volprep().args(["apply", "--owner", &uid, "-j", "1024"]).arg(dir.path())).expect_code(0);
+    run(volprep().args(["apply", "--fs-group", &gid, "-j", "1024"]).arg(dir.path())).expect_code(0);
     run(volprep().args(["inspect", "-j", "1024"]).arg(dir.path())).expect_code(0);
     // Not a speed target: a sanity bound against the 18 minutes of 20000 threads.
     assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());

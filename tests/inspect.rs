@@ -334,3 +334,60 @@ fn a_missing_volume_is_a_one_line_error_with_exit_1() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("No such file or directory"), "{stderr}");
 }
+
+/// `inspect --owner`: a preview of a migration. It counts and lists the entries `apply --owner`
+/// would change (the same count as `check`), with `--fs-group` too, and changes nothing.
+#[test]
+fn owner_preview_lists_the_entries_apply_would_change() {
+    let (_tmp, root) = volume();
+    build(&root, is_root());
+    let before = snapshot(&root);
+    let me = fs::metadata(&root).unwrap();
+
+    // Everything belongs to someone else: every entry would change, owner only.
+    let r = inspect_json(&["--owner", "4243:4243"], &root);
+    let o = &r["owner"];
+    assert_eq!((&o["uid"], &o["gid"]), (&4243.into(), &4243.into()), "{r:#}");
+    let a = &o["volprep_apply"];
+    assert_eq!((&a["changed"], &a["changed_owner"], &a["changed_mode"]), (&16.into(), &16.into(), &0.into()), "{o}");
+    assert_eq!(o["would_change"]["count"], 16);
+    assert_eq!(o["would_change"]["examples"].as_array().unwrap().len(), 16);
+    assert!(r["fs_group"].is_null(), "no --fs-group, no kubelet view");
+
+    // The volume's own owner: only the entries of the other owners would change.
+    let own = format!("{}:{}", me.uid(), me.gid());
+    let r = inspect_json(&["--owner", &own], &root);
+    let wc = &r["owner"]["would_change"];
+    if is_root() {
+        // a/ and its 5 entries belong to 100, b/ and g1 to 200, c/ and its 2 files to 300.
+        assert_eq!(wc["count"], 11, "{wc}");
+        let want = ["a", "a/f1", "a/f2", "a/f3", "a/in2", "a/up", "b", "b/g1", "c", "c/h1", "c/h2"];
+        assert_eq!(strings(&wc["examples"]), want);
+    } else {
+        assert_eq!(wc["count"], 0, "{wc}");
+    }
+
+    // With --fs-group: the mode bits join in, and the kubelet view is there too.
+    let g = FS_GROUP.to_string();
+    let r = inspect_json(&["--owner", "4243", "--fs-group", &g], &root);
+    let a = &r["owner"]["volprep_apply"];
+    assert_eq!((&a["changed"], &a["changed_mode"]), (&16.into(), &6.into()), "{r:#}");
+    assert_eq!(r["fs_group"]["volprep_apply"], r["owner"]["volprep_apply"]);
+
+    let (code, human, _) = inspect(&["--owner", "4243"], &root);
+    assert_eq!(code, 0);
+    assert!(human.contains("WITH --owner 4243") && human.contains("entries it would change"), "{human}");
+    assert!(human.contains("only what differs: owner 16, mode 0, untouched 0"), "{human}");
+
+    if is_root() {
+        // `check --owner` (root only) counts the same.
+        let out = Command::new(env!("CARGO_BIN_EXE_volprep"))
+            .args(["check", "--owner", &own, "--report", "-"])
+            .arg(&root)
+            .output()
+            .unwrap();
+        let rep: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(rep["volumes"][0]["changed_owner"], 11, "{rep:#}");
+    }
+    assert_eq!(snapshot(&root), before, "inspect changed something");
+}

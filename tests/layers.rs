@@ -1,5 +1,5 @@
 //! The crate's layering: every module of src/ has a layer, and a module only uses modules of
-//! lower layers (README "How the code is laid out"). Reads the `crate::` paths of every file,
+//! lower layers (docs/design.md "How the code is laid out"). Reads the `crate::` paths of every file,
 //! in `use` lines and inline; a new module must be given a layer here.
 
 use std::collections::BTreeMap;

@@ -361,12 +361,13 @@ fn termination_log_absent_or_unwritable_is_no_error() {
     assert!(warn.contains("termination message") && warn.contains("no-such-dir"), "{warn}");
 }
 
-/// The README's report sample (a stable interface) has exactly the keys of a real report: a key
-/// added, renamed or dropped shows here.
+/// The reference's report sample (a stable interface) has exactly the keys of a real report: a
+/// key added, renamed or dropped shows here.
 #[test]
 fn readme_report_sample_has_the_keys_of_a_real_report() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let start = readme.find("```json\n{\n  \"version\"").expect("README has a report sample") + "```json\n".len();
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference.md")).unwrap();
+    let start =
+        readme.find("```json\n{\n  \"version\"").expect("docs/reference.md has a report sample") + "```json\n".len();
     let sample: Value = serde_json::from_str(&readme[start..][..readme[start..].find("```").unwrap()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
     plain_tree(dir.path(), 2, 3);

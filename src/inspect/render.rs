@@ -38,6 +38,9 @@ pub struct Inspection {
     /// Present with `--fs-group`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fs_group: Option<FsGroupView>,
+    /// Present with `--owner`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<OwnerView>,
     pub elapsed_ms: u64,
 }
 
@@ -91,8 +94,20 @@ pub struct KubeletView {
     pub reason: Option<String>,
 }
 
-/// What `volprep apply --fs-group` would change (the same figures as `check`).
+/// `--owner UID[:GID]`: what `volprep apply` with it (and `--fs-group`, if given) would change,
+/// and which entries: a preview of a migration.
 #[derive(Debug, Serialize)]
+pub struct OwnerView {
+    pub uid: u32,
+    /// `None`: the owner's group is kept (or set by `--fs-group`).
+    pub gid: Option<u32>,
+    pub volprep_apply: ApplyView,
+    /// The entries it would change (the root is ".").
+    pub would_change: Finding<String>,
+}
+
+/// What `volprep apply --fs-group` would change (the same figures as `check`).
+#[derive(Debug, Clone, Serialize)]
 pub struct ApplyView {
     pub changed: u64,
     pub changed_owner: u64,
@@ -179,7 +194,31 @@ pub fn human(r: &Inspection) -> String {
         ]);
         out += &t.render();
     }
+    if let Some(o) = &r.owner {
+        out += &owner_table(r, o);
+    }
     out
+}
+
+/// The `--owner` preview: how many entries `apply` would change, and which.
+fn owner_table(r: &Inspection, o: &OwnerView) -> String {
+    let owner = o.gid.map_or_else(|| o.uid.to_string(), |g| format!("{}:{g}", o.uid));
+    let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
+    let head = format!("WITH --owner {owner}{group}");
+    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+    let a = &o.volprep_apply;
+    t.row(vec![
+        "volprep apply".into(),
+        a.changed.to_string(),
+        format!(
+            "only what differs: owner {}, mode {}, untouched {}",
+            a.changed_owner,
+            a.changed_mode,
+            r.entries - a.changed
+        ),
+    ]);
+    t.finding("entries it would change", &o.would_change, String::clone);
+    t.render()
 }
 
 /// The first [`SHOWN`] of `items` (out of `count`), comma-separated.

@@ -120,6 +120,11 @@ spec:
       # podFailurePolicy requires Never.
       restartPolicy: Never
       automountServiceAccountToken: false
+      {{- $secrets := include "volprep.imagePullSecrets" $ctx | fromYamlArray }}
+      {{- if $secrets }}
+      imagePullSecrets:
+        {{- toYaml $secrets | nindent 8 }}
+      {{- end }}
       # No fsGroup: with it the kubelet would walk the volume itself before volprep starts.
       containers:
         - name: {{ $v.name }}
@@ -135,7 +140,7 @@ spec:
           securityContext:
             {{- include "volprep.securityContext" $ctx | nindent 12 }}
           resources:
-            {{- toYaml $v.resources | nindent 12 }}
+            {{- include "volprep.resources" $ctx | nindent 12 }}
           volumeMounts:
             - name: data
               mountPath: {{ $mountPath }}

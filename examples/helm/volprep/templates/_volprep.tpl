@@ -12,100 +12,54 @@ Keys missing from values take the defaults below. Unknown keys are an error, so 
 `fsgroup` fails the render instead of silently preparing nothing.
 */}}
 
-{{/* The defaults, Bitnami volumePermissions style. */}}
+{{/*
+The defaults: values.yaml of this chart, key for key (tests/examples.rs checks it), for a map
+that did not come through Helm's merge of this chart's values (a dependency without
+`alias: volumePermissions`, or a map built in a template). See values.yaml for each key.
+*/}}
 {{- define "volprep.defaults" -}}
 enabled: false
 name: volprep
-# root: a root init container with four capabilities (securityContext below); it fixes every
-# entry. unprivileged: it runs as the app's user (runAsUser) with no capability at all and
-# meets the "restricted" Pod Security Standard; it fixes the entries that user owns and lists
-# the others (exit 4 until a privileged run, e.g. "volprep.jobs", fixes them). The pod must
-# give the app fsGroup through supplementalGroups ("volprep.supplementalGroups"); owner and
-# sticky need root.
 mode: root
-# mode unprivileged: the app's uid (required, not 0) and gid (default: runAsUser).
 runAsUser: null
 runAsGroup: null
-# mode unprivileged: let the pod start (exit 0, not 4) when entries of other users are left, e.g.
-# the root-owned lost+found of a fresh ext4 volume; they are still listed and warned about
-# (--allow-foreign).
 allowForeign: false
 image:
-  registry: registry.example.com
-  repository: volprep
+  registry: ghcr.io
+  repository: volprep/volprep
   tag: "0.1.0"
   digest: ""
   pullPolicy: IfNotPresent
-# Group every entry gets, with the kubelet's fsGroup mode policy (--fs-group).
+  pullSecrets: []
 fsGroup: null
-# "UID[:GID]" every entry gets, like chown -R (--owner).
 owner: null
-# Read-only mode policy (0440 files instead of 0660); needs fsGroup (--read-only).
 readOnly: false
-# Directories made shared temp dirs, mode 01777, not recursive (--sticky), e.g. [/tmp].
 sticky: []
-# Volume roots to prepare; default: each volumeMounts mountPath not listed in sticky.
 paths: []
-# Mounts of the init container: every volume it prepares, sticky dirs included.
 volumeMounts: []
-# 0: volprep's automatic choice (--threads).
 threads: 0
-# Per-entry errors tolerated before the container fails (--max-errors).
 maxErrors: 0
-# text or json (--log-format).
 logFormat: json
-# Where volprep writes its one-line summary for `kubectl describe pod`; "" for none.
 terminationLog: /dev/termination-log
-# Where the JSON report goes (--report): a file, or "-" for stdout; "" for none. The Jobs of
-# "volprep.jobs" default to "-", so `kubectl logs` holds each Job's report.
 report: ""
 extraArgs: []
 extraEnv: []
-resources:
-  requests:
-    cpu: 100m
-    memory: 32Mi
-  limits:
-    cpu: "1"
-    memory: 128Mi
-# Replaces this default as a whole (in both modes; mode unprivileged without it gets runAsUser,
-# runAsGroup, runAsNonRoot, drop ALL, no privilege escalation, seccomp RuntimeDefault and a
-# read-only root filesystem). Root with four capabilities: CHOWN (change the group),
-# FOWNER (chmod/chown other users' entries), FSETID (keep setgid on directories whose group
-# the caller is not in), DAC_OVERRIDE (enter 0700 directories of other users, write the marker
-# xattr on the root; DAC_READ_SEARCH misses the latter and is outside the "baseline" Pod
-# Security Standard).
-securityContext:
-  runAsUser: 0
-  runAsGroup: 0
-  runAsNonRoot: false
-  privileged: false
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities:
-    drop: [ALL]
-    add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]
-  seccompProfile:
-    type: RuntimeDefault
-# Jobs rendered by "volprep.jobs" (see _jobs.tpl), one per PVC: {pvc, name, fsGroup, owner,
-# readOnly, args}. The init container ignores them.
+resourcesPreset: small
+resources: {}
+containerSecurityContext: {}
 jobs: []
-# Settings of those Jobs.
 job:
-  # Retries of a failed pod; a usage error (exit 2) fails the Job at once, an eviction is free.
   backoffLimit: 3
-  # Seconds before a running Job is stopped; null for no limit.
   activeDeadlineSeconds: null
-  # Each PVC is mounted at mountDir/<pvc>, so summaries and reports name it.
   mountDir: /volumes
 {{- end -}}
 
-{{/* values over defaults, as YAML: top-level keys, image.* and job.* taken from values when present. */}}
+{{/* values over defaults, as YAML: top-level keys, image.* and job.* taken from values when present; "global" (Helm's, in a merged dependency's values) is left out. */}}
 {{- define "volprep.values" -}}
 {{- $defaults := include "volprep.defaults" . | fromYaml -}}
 {{- $user := .values | default dict -}}
 {{- range $k, $_ := $user -}}
-{{- if not (hasKey $defaults $k) -}}
+{{- if not (or (hasKey $defaults $k) (eq $k "global")) -}}
 {{- fail (printf "volumePermissions.%s: unknown key (known: %s)" $k (keys $defaults | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- end -}}
@@ -120,7 +74,7 @@ job:
 {{- range $map := list "image" "job" -}}
 {{- $merged := deepCopy (get $defaults $map) -}}
 {{- range $k, $v := (get $user $map | default dict) -}}
-{{- if and (eq $map "job") (not (hasKey $merged $k)) -}}
+{{- if not (hasKey $merged $k) -}}
 {{- fail (printf "volumePermissions.%s.%s: unknown key (known: %s)" $map $k (keys $merged | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- $_ := set $merged $k $v -}}
@@ -259,34 +213,94 @@ float or a string). Anything else fails the render.
 {{- end -}}
 
 {{/*
-The container's securityContext: values.securityContext when given; else, for mode root, its
-default; for mode unprivileged, the "restricted" Pod Security Standard's: the app's uid and gid,
-runAsNonRoot, no capability, no privilege escalation, seccomp RuntimeDefault.
+The container's securityContext: the mode's safe default with values.containerSecurityContext
+merged over it, key by key. Mode root: root with CHOWN, DAC_OVERRIDE, FOWNER and FSETID, the
+rest dropped. Mode unprivileged: the "restricted" Pod Security Standard's: the app's uid and
+gid, runAsNonRoot, no capability. Both: no privilege escalation, a read-only root filesystem,
+seccomp RuntimeDefault.
 */}}
 {{- define "volprep.securityContext" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
-{{- if and (include "volprep.unprivileged" .) (not (hasKey (.values | default dict) "securityContext")) -}}
-{{- if not (include "volprep.isSet" $v.runAsUser) -}}
+{{- $own := $v.containerSecurityContext | default dict -}}
+{{- $base := dict -}}
+{{- if include "volprep.unprivileged" . -}}
+{{- $uid := "" -}}
+{{- if hasKey $own "runAsUser" -}}
+{{- $uid = include "volprep.id" $own.runAsUser -}}
+{{- else if include "volprep.isSet" $v.runAsUser -}}
+{{- $uid = include "volprep.id" $v.runAsUser -}}
+{{- else -}}
 {{- fail "volumePermissions.mode unprivileged: set runAsUser (the app's uid)" -}}
 {{- end -}}
-{{- $uid := include "volprep.id" $v.runAsUser -}}
 {{- $gid := $uid -}}
 {{- if include "volprep.isSet" $v.runAsGroup -}}{{- $gid = include "volprep.id" $v.runAsGroup -}}{{- end -}}
 {{- if or (contains ":" $uid) (contains ":" $gid) (eq $uid "0") -}}
 {{- fail (printf "volumePermissions.runAsUser/runAsGroup: %s/%s: one non-root uid and one gid" $uid $gid) -}}
 {{- end -}}
-runAsUser: {{ $uid }}
-runAsGroup: {{ $gid }}
-runAsNonRoot: true
-privileged: false
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{- $base = dict "runAsUser" ($uid | int64) "runAsGroup" ($gid | int64) "runAsNonRoot" true "capabilities" (dict "drop" (list "ALL")) -}}
 {{- else -}}
-{{- toYaml $v.securityContext -}}
+{{- $base = dict "runAsUser" 0 "runAsGroup" 0 "runAsNonRoot" false "capabilities" (dict "drop" (list "ALL") "add" (list "CHOWN" "DAC_OVERRIDE" "FOWNER" "FSETID")) -}}
+{{- end -}}
+{{- $_ := set $base "privileged" false -}}
+{{- $_ := set $base "allowPrivilegeEscalation" false -}}
+{{- $_ := set $base "readOnlyRootFilesystem" true -}}
+{{- $_ := set $base "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- toYaml (mergeOverwrite $base (deepCopy $own)) -}}
+{{- end -}}
+
+{{/*
+The container's resources: values.resources when set, else the values.resourcesPreset
+(none, nano, small, medium, large; see values.yaml).
+*/}}
+{{- define "volprep.resources" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- if $v.resources -}}
+{{- toYaml $v.resources -}}
+{{- else -}}
+{{- $presets := dict
+  "none" (dict)
+  "nano" (dict "requests" (dict "cpu" "50m" "memory" "16Mi") "limits" (dict "cpu" "500m" "memory" "64Mi"))
+  "small" (dict "requests" (dict "cpu" "100m" "memory" "32Mi") "limits" (dict "cpu" "1" "memory" "128Mi"))
+  "medium" (dict "requests" (dict "cpu" "500m" "memory" "64Mi") "limits" (dict "cpu" "2" "memory" "256Mi"))
+  "large" (dict "requests" (dict "cpu" "1" "memory" "128Mi") "limits" (dict "cpu" "4" "memory" "512Mi")) -}}
+{{- $name := toString $v.resourcesPreset -}}
+{{- if not (hasKey $presets $name) -}}
+{{- fail (printf "volumePermissions.resourcesPreset: %q is none of: %s" $name (keys $presets | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- toYaml (get $presets $name) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pod's imagePullSecrets (a YAML list of {name: ...}, empty when none): global.imagePullSecrets
+then image.pullSecrets, each a name or {name: ...}, without repeats. The init container cannot
+carry them: put the list in the pod spec:
+
+  imagePullSecrets:
+    {{- include "volprep.imagePullSecrets" (dict "values" .Values.volumePermissions "context" $) | nindent 4 }}
+*/}}
+{{- define "volprep.imagePullSecrets" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- $all := list -}}
+{{- with .context -}}{{- with .Values.global -}}{{- with .imagePullSecrets -}}
+{{- $all = concat $all . -}}
+{{- end -}}{{- end -}}{{- end -}}
+{{- $all = concat $all ($v.image.pullSecrets | default list) -}}
+{{- $names := list -}}
+{{- range $all -}}
+{{- $name := toString . -}}
+{{- if kindIs "map" . -}}{{- $name = toString .name -}}{{- end -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" $name) -}}
+{{- fail (printf "volumePermissions.image.pullSecrets: %q is not a Secret name" $name) -}}
+{{- end -}}
+{{- if not (has $name $names) -}}{{- $names = append $names $name -}}{{- end -}}
+{{- end -}}
+{{- if $names -}}
+{{- range $names }}
+- name: {{ . }}
+{{- end -}}
+{{- else -}}
+[]
 {{- end -}}
 {{- end -}}
 
@@ -321,7 +335,7 @@ the kubelet walks the whole volume itself at mount time, before any init contain
   securityContext:
     {{- include "volprep.securityContext" . | nindent 4 }}
   resources:
-    {{- toYaml $v.resources | nindent 4 }}
+    {{- include "volprep.resources" . | nindent 4 }}
   volumeMounts:
     {{- toYaml $v.volumeMounts | nindent 4 }}
 {{- end }}

@@ -1,0 +1,174 @@
+//! The operations guide's commands, run as written: the air-gap block of docs/operations.md
+//! (image and library chart mirrored, a user chart depending on the mirrored chart, rendered
+//! with the image pinned by digest and a pull secret) against Debian's docker-registry on
+//! 127.0.0.1, and its `podman run` line on a directory.
+//!
+//! Both need podman, skopeo, docker-registry, helm and the static binary: `#[ignore]`d in a plain
+//! `cargo test`; `.ci/run` runs them with `--include-ignored`, where they fail if they can't run.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::containers::{self, ok, podman};
+use common::k8s::{self, ROOT};
+
+/// The fenced block after `<!-- MARK -->` in docs/operations.md.
+fn doc_block(mark: &str) -> String {
+    let doc = k8s::read("docs/operations.md");
+    let at = doc.find(&format!("<!-- {mark} -->\n```sh\n")).unwrap_or_else(|| panic!("docs/operations.md: {mark}"));
+    let body = &doc[at..];
+    let body = &body[body.find("```sh\n").unwrap() + "```sh\n".len()..];
+    body[..body.find("\n```").expect("end of block")].to_string() + "\n"
+}
+
+fn tool(var: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(var).unwrap_or_else(|| panic!("{var} is not set: source .ci/k8s-tools.sh")))
+}
+
+/// A `helm` that adds `--plain-http` to the commands that talk to a registry, and a `skopeo`
+/// that turns TLS verification off (the local registry has no TLS), in `dir`, which must come
+/// first on PATH.
+fn shims(dir: &Path, helm: &Path) {
+    let skopeo = dir.join("skopeo");
+    fs::write(
+        &skopeo,
+        "#!/bin/sh\nPATH=\"${PATH#*:}\"\ncmd=\"$1\"; shift\ncase \"$cmd\" in\n  copy) exec skopeo copy --dest-tls-verify=false \"$@\" ;;\n  inspect) exec skopeo inspect --tls-verify=false \"$@\" ;;\nesac\nexec skopeo \"$cmd\" \"$@\"\n",
+    )
+    .unwrap();
+    fs::set_permissions(&skopeo, fs::Permissions::from_mode(0o755)).unwrap();
+    let shim = dir.join("helm");
+    fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in push|pull|dependency) exec '{}' \"$@\" --plain-http ;; esac\nexec '{}' \"$@\"\n",
+            helm.display(),
+            helm.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&shim, fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+#[ignore = "needs podman, skopeo, docker-registry, helm (source .ci/containers.sh, .ci/static.sh and .ci/k8s-tools.sh, then --include-ignored)"]
+fn air_gap_commands_of_the_operations_guide_run_as_written() {
+    containers::require();
+    let helm = tool("VOLPREP_HELM");
+    let image = containers::image();
+    let registry = containers::Registry::start();
+    let reg = registry.addr.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let bin = dir.path().join("bin");
+    fs::create_dir_all(&work).unwrap();
+    fs::create_dir_all(&bin).unwrap();
+
+    // What the outside step carries in: the image as an OCI archive, the packaged chart.
+    ok(Command::new("skopeo")
+        .args(["copy", "--quiet"])
+        .arg(format!("oci:{}:{}", image.layout.display(), image.version))
+        .arg(format!("oci-archive:{}", work.join("volprep-image.tar").display())));
+    let home = dir.path().join("helm-home");
+    ok(k8s::helm(&helm, &home).arg("package").arg(Path::new(ROOT).join("examples/helm/volprep")).arg("-d").arg(&work));
+    assert!(work.join("volprep-0.1.0.tgz").is_file());
+
+    // The inside step, verbatim.
+    shims(&bin, &helm);
+    let registries = dir.path().join("registries.conf");
+    fs::write(
+        &registries,
+        format!("unqualified-search-registries = []\n[[registry]]\nlocation = \"{reg}\"\ninsecure = true\n"),
+    )
+    .unwrap();
+    let block = doc_block("air-gap: tested");
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let out = containers::output(
+        Command::new("bash")
+            .args(["-euo", "pipefail", "-c", &block])
+            .current_dir(&work)
+            .env("MIRROR", &reg)
+            .env("PATH", path)
+            .env("CONTAINERS_REGISTRIES_CONF", &registries)
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data")),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the air-gap block failed:\n{block}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    k8s::say(stdout.trim_end());
+
+    // The mirror serves the digest that was built; the render pins it, with the pull secret.
+    let rendered = fs::read_to_string(work.join("my-app.yaml")).unwrap();
+    let docs = k8s::docs(&rendered);
+    let sts = docs.iter().find(|d| d["kind"] == "StatefulSet").expect("a StatefulSet");
+    let spec = k8s::pod_spec(sts);
+    let want = format!("{reg}/volprep/volprep:0.1.0@{}", image.digest);
+    assert_eq!(spec["initContainers"][0]["image"].as_str(), Some(want.as_str()), "{rendered}");
+    assert_eq!(spec["imagePullSecrets"][0]["name"].as_str(), Some("mirror-pull"), "{rendered}");
+    assert_eq!(k8s::strs(&spec["securityContext"]["supplementalGroups"]), ["1000"], "{rendered}");
+    let pulled = work.join("my-app/charts/volprep-0.1.0.tgz");
+    assert!(pulled.is_file(), "helm dependency update pulled the library chart from the mirror");
+    k8s::check_volprep_pod(spec, "the air-gap chart");
+    k8s::say(&format!("air gap: mirror {reg}, {want}, pull secret mirror-pull"));
+}
+
+#[test]
+#[ignore = "needs podman, runc and the static binary: source .ci/containers.sh and .ci/static.sh, then --include-ignored"]
+fn podman_run_line_of_the_operations_guide_prepares_a_directory() {
+    containers::require();
+    let image = containers::image();
+    // The guide names the published image: tag the local build so.
+    ok(podman().args(["tag", &image.tag, "ghcr.io/volprep/volprep:0.1.0"]));
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    fs::create_dir_all(data.join("sub")).unwrap();
+    fs::write(data.join("sub/f"), b"x").unwrap();
+    let block = doc_block("podman-run: tested").replace("/srv/data", &data.display().to_string());
+    let out = containers::output(Command::new("bash").args(["-euo", "pipefail", "-c", &block]));
+    assert!(
+        out.status.success(),
+        "{block}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for p in [data.clone(), data.join("sub"), data.join("sub/f")] {
+        let m = fs::metadata(&p).unwrap();
+        assert_eq!(m.gid(), 2000, "{}", p.display());
+    }
+    assert_eq!(fs::metadata(data.join("sub/f")).unwrap().mode() & 0o660, 0o660);
+}
+
+/// A figure "about N MB" that follows `what` in docs/operations.md, in bytes.
+fn documented_mb(doc: &str, what: &str) -> f64 {
+    let at = doc.find(what).unwrap_or_else(|| panic!("docs/operations.md: {what:?}"));
+    let n = doc[at + what.len()..].split_whitespace().next().unwrap();
+    n.parse::<f64>().unwrap_or_else(|_| panic!("{what:?} {n:?}")) * 1e6
+}
+
+/// The sizes docs/operations.md and the README give are those of the image this commit builds (within 5 %).
+#[test]
+#[ignore = "needs buildah, skopeo and the static binary: source .ci/containers.sh and .ci/static.sh, then --include-ignored"]
+fn documented_sizes_match_the_build() {
+    containers::require();
+    let image = containers::image();
+    let words: Vec<&str> = image.line.split_whitespace().collect();
+    let binary: f64 = words[words.iter().position(|w| *w == "binary").unwrap() + 1].parse().unwrap();
+    let doc = k8s::read("docs/operations.md");
+    for (what, built) in [("The binary is about", binary), ("the image about", image.compressed as f64)] {
+        let said = documented_mb(&doc, what);
+        assert!(
+            (said - built).abs() / built < 0.05,
+            "docs/operations.md: {what} {said} bytes, built {built}: {}",
+            image.line
+        );
+    }
+    // Whitespace collapsed: the README wraps its lines.
+    let readme = k8s::read("README.md").split_whitespace().collect::<Vec<_>>().join(" ");
+    let said = format!("{:.1} MB compressed", image.compressed as f64 / 1e6);
+    assert!(readme.contains(&said), "README.md should say {said:?}: {}", image.line);
+}
