@@ -349,6 +349,10 @@ impl Visitor for Fixer<'_> {
                 return Descend::Skip;
             }
         }
+        // Below a verified directory, the walk verifies whatever is not skipped.
+        if parent.verified() {
+            return Descend::Verify(Default::default());
+        }
         let Some(clock) = self.resume.as_ref().and_then(|r| r.was_done(parent, ino, ord)) else {
             return Descend::Read;
         };

@@ -228,7 +228,11 @@ impl<'a> Resume<'a> {
             if ord == span.first && ino != span.first_ino {
                 dropped.insert(key);
                 drop(dropped);
-                self.lock().frontier.remove(key);
+                // Carried as one with any other of the interrupted runs' records of `dir`.
+                let mut cur = self.lock();
+                let carried: Vec<_> = cur.frontier.of(dir.meta.ino).filter_map(|(c, _)| c).collect();
+                carried.into_iter().for_each(|c| drop(cur.frontier.remove((dir.meta.ino, Some(c)))));
+                drop(cur);
                 warn!(dir = %Escaped(dir.rel_path().as_os_str()), "the checkpoint's record of this directory does not match it: reading all of it");
                 continue;
             }

@@ -17,8 +17,8 @@ use common::xattr::{CHECKPOINT, MARKER, xattr_json};
 use common::*;
 
 const GID: u32 = 2000;
-const TOPS: usize = 60;
-const FILES: usize = 200;
+const TOPS: usize = 80;
+const FILES: usize = 250;
 
 /// `TOPS` directories `dNNN`, each with `sub/` holding `FILES` files, all root:root.
 fn build(vol: &Path) -> u64 {
@@ -147,7 +147,7 @@ fn without_group(vol: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Kill a `-j 1` pass at half its entries (a checkpoint after every finished directory), change
+/// Kill a `-j 1` pass at a quarter of its entries (a checkpoint after every finished directory), change
 /// the tree with `m`, rerun: the rerun must end `done` with every entry conforming.
 fn killed_then_changed(base: &Path, m: Mutation) {
     let vol = base.join("vol");
@@ -155,7 +155,8 @@ fn killed_then_changed(base: &Path, m: Mutation) {
     let args = ["apply", "--fs-group", "2000", "--threads", "1", "--checkpoint-interval", "0"];
     let mut cmd = volprep();
     cmd.args(args).arg(&vol);
-    kill::killed_at(cmd, n / 2);
+    // Early enough that the rest of the pass outlasts a slow reader of its progress lines.
+    kill::killed_at(cmd, n / 4);
     let finished = finished_tops(&vol);
     assert!(finished.len() >= 3, "{m:?}: the kill should leave finished subtrees recorded: {finished:?}");
     // The first finished one recorded (not the last, which a kill may catch half-recorded).
@@ -270,7 +271,7 @@ impl Clones {
         let tmp = dir.join("fill");
         std::fs::create_dir(&tmp).unwrap();
         sh("mount", &[imgs[0].as_os_str(), tmp.as_os_str()]);
-        for t in 0..20 {
+        for t in 0..40 {
             let sub = tmp.join(format!("e{t:02}/sub"));
             std::fs::create_dir_all(&sub).unwrap();
             for f in 0..100 {
@@ -352,7 +353,7 @@ fn cross_devices_clones_swapped_after_a_kill() {
         std::fs::write(vol.join(format!("top{t}/f")), b"").unwrap();
     }
     let mut clones = Clones::new(base.path(), &vol);
-    let n = 1 + 10 * 2 + 2 * (1 + 20 * (2 + 100));
+    let n = 1 + 10 * 2 + 2 * (1 + 40 * (2 + 100));
     let args = ["apply", "--fs-group", "2000", "--threads", "1", "--checkpoint-interval", "0", "--cross-devices"];
     let mut cmd = volprep();
     cmd.args(args).arg(&vol);
@@ -360,7 +361,7 @@ fn cross_devices_clones_swapped_after_a_kill() {
     let half: Vec<usize> = (0..2)
         .filter(|&i| {
             let done = without_group(&clones.mnts[i]).len();
-            done > 0 && done < 20 * 102
+            done > 0 && done < 40 * 102
         })
         .collect();
     clones.swap_contents();
