@@ -371,6 +371,14 @@ impl Visitor for Fixer<'_> {
         }
     }
 
+    fn verified_leaf(&self, parent: &Node, _name: &CStr, ord: Option<u32>, meta: &Meta) {
+        Counters::add(&self.counters.verified_dirs);
+        if let Some(r) = &self.resume {
+            parent.add_entries(1);
+            r.finished_leaf(parent, ord, meta.ino);
+        }
+    }
+
     fn dir_verified(&self, dir: &Node) {
         if let Some(r) = &self.resume {
             dir.add_entries(1);

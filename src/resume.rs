@@ -252,14 +252,26 @@ impl<'a> Resume<'a> {
         if dir.tainted() {
             return;
         }
+        self.record(parent, ord, dir.meta.ino, dir.entries(), self.recordable(dir));
+    }
+
+    /// A subdirectory of `parent` (ordinal `ord`, inode `ino`) without subdirectories was
+    /// verified unchanged without being opened: finished, as by [`Resume::finished`].
+    pub fn finished_leaf(&self, parent: &Node, ord: Option<u32>, ino: u64) {
+        if let Some(ord) = ord {
+            self.record(parent, ord, ino, 1, true);
+        }
+    }
+
+    fn record(&self, parent: &Node, ord: u32, ino: u64, covered: u64, recordable: bool) {
         let mut cur = self.lock();
-        cur.frontier.remove_all(dir.meta.ino);
+        cur.frontier.remove_all(ino);
         let seal = Self::seal(parent);
         let trusted = self.start.is_some_and(|start| verify::seal_trusted(seal.at(), start));
-        if !trusted || !self.recordable(dir) || !self.recordable(parent) {
+        if !trusted || !recordable || !self.recordable(parent) {
             return;
         }
-        cur.frontier.finish(parent.meta.ino, seal, ord, dir.meta.ino, dir.entries());
+        cur.frontier.finish(parent.meta.ino, seal, ord, ino, covered);
         // A failed write is warned about (once) inside: it only costs a later resume re-reading.
         let _ = self.write_if_due(cur, false);
     }

@@ -10,7 +10,8 @@
 //! time is `>= T`, or that is on another mount than the root, is read and walked in full, with
 //! everything below it (a directory moved in may keep an old change time on some filesystems).
 //! The walk does this with `Descend::Verify` (see `walk`): `getdents` with `d_type` and one
-//! `statx` per directory, none per file.
+//! `statx` per directory, none per file; a directory without subdirectories (a link count of 2
+//! on a filesystem that counts them) is not even opened.
 //!
 //! Assumptions: the filesystem's timestamps of changes made after `T` are not earlier than `T`
 //! (no backward step of the clock that stamps them: a local filesystem's kernel clock, or on a

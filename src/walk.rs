@@ -22,6 +22,9 @@ use crate::error::{Error, Op};
 use crate::sys::{self, DType, Kind, Meta, Times};
 use crate::verify::{self, Stamp};
 
+/// Filesystems whose directories' link count is 2 plus their subdirectories.
+const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs"];
+
 /// Names handled per batch job.
 const BATCH: usize = 256;
 /// `getdents64` buffer per directory being read.
@@ -292,6 +295,10 @@ pub trait Visitor: Sync {
     /// A directory whose listing was trusted ([`Descend::Verify`]) was listed: `others` entries
     /// that are not directories, not handed over one by one.
     fn listed(&self, _dir: &Node, _others: u64) {}
+    /// A subdirectory `name` (ordinal `ord`) of `parent` verified without being opened: it has
+    /// no subdirectories (a link count of 2 on a filesystem that counts them) and did not
+    /// change (`meta` is its own `lstat`). Neither read nor reported otherwise.
+    fn verified_leaf(&self, _parent: &Node, _name: &CStr, _ord: Option<u32>, _meta: &Meta) {}
     /// A verified directory all of whose subdirectories were verified or visited; called before
     /// its parent's `dir_done` (or `dir_verified`), instead of `dir_done`.
     fn dir_verified(&self, _dir: &Node) {}
@@ -354,6 +361,8 @@ pub struct Walk<'v, V: Visitor> {
     budget: Option<usize>,
     /// The root is on a [`sys::DOTS_FIRST_FS`] mount.
     dots_first: bool,
+    /// The root's filesystem counts a directory's subdirectories in its link count (2 + them).
+    nlink_counts_subdirs: bool,
     /// Where reads of directories on the root's mount start: 0, or, once the root's own read
     /// (from 0) showed `.` and `..` at positions 0 and 1 on a [`sys::DOTS_FIRST_FS`] mount, 2,
     /// which skips them and what they cost there.
@@ -362,7 +371,15 @@ pub struct Walk<'v, V: Visitor> {
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
-        Walk { visitor, root: *root, cross_devices, budget: None, dots_first: false, read_from: AtomicU64::new(0) }
+        Walk {
+            visitor,
+            root: *root,
+            cross_devices,
+            budget: None,
+            dots_first: false,
+            nlink_counts_subdirs: false,
+            read_from: AtomicU64::new(0),
+        }
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
@@ -402,8 +419,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
             let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
             self.budget = Some(left.max(threads).min(usize::MAX as u64) as usize);
         }
-        self.dots_first =
-            root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
+        let fs = if root_meta.mnt_id != 0 { sys::mount_fs_type(root_meta.mnt_id) } else { None };
+        self.dots_first = fs.as_deref() == Some(sys::DOTS_FIRST_FS);
+        self.nlink_counts_subdirs = fs.as_deref().is_some_and(|f| NLINK_COUNTS_SUBDIRS.contains(&f));
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
         let root = Node::new(root_fd, (root_meta, times), None, c"", (None, None));
         let lease = root.try_lease().expect("a new node is open");
@@ -584,6 +602,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let parent = Arc::clone(parent);
         let name: Box<CStr> = name.into();
         s.spawn(move |s| match self.lease(&parent) {
+            Ok(pl) if bound.is_some_and(|b| self.leaf_verified(&pl, &name, ord, b)) => self.complete(parent, Some(pl)),
             Ok(pl) => match self.open_child(&pl, &name, (ord, bound)) {
                 Some(child) => {
                     // Neither the parent's fd nor (through it) its ancestors' are held while
@@ -598,6 +617,25 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 self.complete(parent, None)
             }
         });
+    }
+
+    /// Verifies subdirectory `name` of the held `parent` by one `lstat` when that is enough: on
+    /// the root's mount, unchanged since `bound`, and without subdirectories (a link count of
+    /// 2, on a filesystem that counts them), it lists nothing to look at further.
+    fn leaf_verified(&self, parent: &Lease, name: &CStr, ord: Option<u32>, bound: Stamp) -> bool {
+        if !self.nlink_counts_subdirs {
+            return false;
+        }
+        match sys::stat_at_times(parent.fd(), name) {
+            Ok((meta, times)) if meta.kind() == Kind::Dir && meta.nlink == 2 => {
+                let leaf = verify::unchanged(&meta, &times, &self.root, bound);
+                if leaf {
+                    self.visitor.verified_leaf(parent.node(), name, ord, &meta);
+                }
+                leaf
+            }
+            _ => false,
+        }
     }
 
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
