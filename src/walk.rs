@@ -21,6 +21,10 @@ use rustix::io::Errno;
 
 use crate::error::{Error, Op};
 use crate::sys::{self, DType, Kind, Meta, Times};
+use crate::verify::{self, Stamp};
+
+/// Filesystems whose directories' link count is 2 plus their subdirectories.
+const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs"];
 
 /// Names handled per batch job.
 const BATCH: usize = 256;
@@ -82,6 +86,10 @@ pub struct Node {
     entries: AtomicU64,
     /// Set on this directory and its ancestors by [`Node::taint`].
     tainted: AtomicBool,
+    /// To be verified against this bound ([`Descend::Verify`]) rather than read.
+    bound: Option<Stamp>,
+    /// Its listing was trusted ([`verify::unchanged`]): only its subdirectories were looked at.
+    verified: AtomicBool,
 }
 
 struct Slot {
@@ -100,7 +108,7 @@ impl Node {
         (meta, times): (Meta, Times),
         parent: Option<Arc<Node>>,
         name: &CStr,
-        ord: Option<u32>,
+        (ord, bound): (Option<u32>, Option<Stamp>),
     ) -> Lease {
         OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
         let node = Arc::new(Node {
@@ -117,6 +125,8 @@ impl Node {
             queued: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             tainted: AtomicBool::new(false),
+            bound,
+            verified: AtomicBool::new(false),
         });
         register(&node);
         Lease(node)
@@ -152,6 +162,12 @@ impl Node {
             }
             cur = n.parent.as_deref();
         }
+    }
+
+    /// Whether the walk trusted this directory's listing ([`Descend::Verify`]): its entries other
+    /// than subdirectories were not handed to the visitor.
+    pub fn verified(&self) -> bool {
+        self.verified.load(Ordering::Relaxed)
     }
 
     /// Whether [`Node::taint`] was called on this directory or one below it.
@@ -311,6 +327,20 @@ impl Drop for Lease {
     }
 }
 
+/// What to do with a subdirectory (see [`Visitor::enter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Descend {
+    /// Read it and everything below it.
+    Read,
+    /// Neither read nor report it.
+    Skip,
+    /// It was finished by a run whose claim holds from this bound on (see `verify`): each
+    /// directory of the subtree whose change time is before the bound, on the root's mount, has
+    /// only its subdirectories looked at (and verified the same way), and is reported with
+    /// [`Visitor::dir_verified`]; any other is read with everything below it, as by `Read`.
+    Verify(Stamp),
+}
+
 /// What the walk tells its user. Called from many threads at once.
 pub trait Visitor: Sync {
     /// A non-directory entry (or any entry at all below a skipped mount is never seen), as an
@@ -329,12 +359,23 @@ pub trait Visitor: Sync {
     /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
     /// of the same filesystem or not): not entered, not handed to [`Visitor::entry`].
     fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
-    /// Whether to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see [`Node::ord`])
-    /// of `parent` (default: yes). A skipped subtree is neither read nor reported. Called while
-    /// `parent` is being read, in `getdents` order for the typed ones.
-    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64, _ord: Option<u32>) -> bool {
-        true
+    /// Whether and how to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see
+    /// [`Node::ord`]) of `parent` (default: read it). A skipped subtree is neither read nor
+    /// reported. Called while `parent` is being read, in `getdents` order for the typed ones;
+    /// below a verified directory only `Skip` counts (anything else verifies).
+    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
+        Descend::Read
     }
+    /// A directory whose listing was trusted ([`Descend::Verify`]) was listed: `others` entries
+    /// that are not directories, not handed over one by one.
+    fn listed(&self, _dir: &Node, _others: u64) {}
+    /// A subdirectory `name` (ordinal `ord`) of `parent` verified without being opened: it has
+    /// no subdirectories (a link count of 2 on a filesystem that counts them) and did not
+    /// change (`meta` is its own `lstat`). Neither read nor reported otherwise.
+    fn verified_leaf(&self, _parent: &Node, _name: &CStr, _ord: Option<u32>, _meta: &Meta) {}
+    /// A verified directory all of whose subdirectories were verified or visited; called before
+    /// its parent's `dir_done` (or `dir_verified`), instead of `dir_done`.
+    fn dir_verified(&self, _dir: &Node) {}
     /// A directory is about to be read (counts `getdents` work).
     fn dir_read(&self, _dir: &Node) {}
     /// Whether the walk must stop (SIGTERM): no directory is read or entered and no batch goes
@@ -394,6 +435,8 @@ pub struct Walk<'v, V: Visitor> {
     budget: Option<usize>,
     /// The root is on a [`sys::DOTS_FIRST_FS`] mount.
     dots_first: bool,
+    /// The root's filesystem counts a directory's subdirectories in its link count (2 + them).
+    nlink_counts_subdirs: bool,
     /// Where reads of directories on the root's mount start: 0, or, once the root's own read
     /// (from 0) showed `.` and `..` at positions 0 and 1 on a [`sys::DOTS_FIRST_FS`] mount, 2,
     /// which skips them and what they cost there.
@@ -402,7 +445,15 @@ pub struct Walk<'v, V: Visitor> {
 
 impl<'v, V: Visitor> Walk<'v, V> {
     pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
-        Walk { visitor, root: *root, cross_devices, budget: None, dots_first: false, read_from: AtomicU64::new(0) }
+        Walk {
+            visitor,
+            root: *root,
+            cross_devices,
+            budget: None,
+            dots_first: false,
+            nlink_counts_subdirs: false,
+            read_from: AtomicU64::new(0),
+        }
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
@@ -442,10 +493,11 @@ impl<'v, V: Visitor> Walk<'v, V> {
             let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
             self.budget = Some(left.max(threads).min(usize::MAX as u64) as usize);
         }
-        self.dots_first =
-            root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
+        let fs = if root_meta.mnt_id != 0 { sys::mount_fs_type(root_meta.mnt_id) } else { None };
+        self.dots_first = fs.as_deref() == Some(sys::DOTS_FIRST_FS);
+        self.nlink_counts_subdirs = fs.as_deref().is_some_and(|f| NLINK_COUNTS_SUBDIRS.contains(&f));
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let lease = Node::opened(root_fd, (root_meta, times), None, c"", None);
+        let lease = Node::opened(root_fd, (root_meta, times), None, c"", (None, None));
         let this = &self;
         rayon_core::in_place_scope(|s| this.read(s, lease));
     }
@@ -457,7 +509,13 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
-        self.visitor.dir_read(&node);
+        let verified = node.bound.is_some_and(|b| verify::unchanged(&node.meta, &node.times, &self.root, b));
+        node.verified.store(verified, Ordering::Relaxed);
+        // Entries of a verified directory that are not directories: counted, not visited.
+        let others = std::cell::Cell::new(0u64);
+        if !verified {
+            self.visitor.dir_read(&node);
+        }
         let on_root_mount = node.meta.mnt_id == self.root.mnt_id && node.meta.dev == self.root.dev;
         let from = if on_root_mount { self.read_from.load(Ordering::Relaxed) } else { 0 };
         // Subdirectories met, and whether every entry came with its type (ceph-fuse's do).
@@ -466,6 +524,16 @@ impl<'v, V: Visitor> Walk<'v, V> {
             DType::Dir => {
                 self.subdir(s, &node, name, ino, Some(ord.get()));
                 ord.set(ord.get().saturating_add(1));
+            }
+            DType::Other if verified => others.set(others.get() + 1),
+            DType::Unknown if verified => {
+                typed.set(false);
+                match sys::stat_at(lease.fd(), name) {
+                    Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, &node, name, meta.ino, None),
+                    Ok(_) => others.set(others.get() + 1),
+                    Err(Errno::NOENT) => {}
+                    Err(e) => self.visitor.error(&node, Some(name), Op::Stat, e),
+                }
             }
             DType::Other | DType::Unknown => {
                 typed.set(typed.get() && dtype == DType::Other);
@@ -501,6 +569,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
         if !batch.is_empty() {
             self.dispatch(s, &lease, batch);
+        }
+        if verified {
+            self.visitor.listed(&node, others.get());
         }
         drop(buf);
         self.complete(node, Some(lease));
@@ -590,24 +661,38 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Queues subdirectory `name` of `parent`. It is opened by the job that reads it, not here:
     /// a directory of a million subdirectories queues a million names, not a million open fds.
     fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64, ord: Option<u32>) {
-        if self.visitor.stopped() || !self.visitor.enter(parent, name, ino, ord) {
+        if self.visitor.stopped() {
             return;
         }
+        let bound = match (self.visitor.enter(parent, name, ino, ord), parent.bound) {
+            (Descend::Skip, _) => return,
+            (_, Some(b)) if parent.verified() => Some(b),
+            (Descend::Verify(b), _) => Some(b),
+            (Descend::Read, _) => None,
+        };
         parent.pending.fetch_add(1, Ordering::Relaxed);
         parent.queued.fetch_add(1, Ordering::Relaxed);
         let node = Arc::clone(parent);
         let name: Box<CStr> = name.into();
         s.spawn(move |s| {
             node.queued.fetch_sub(1, Ordering::Relaxed);
-            self.enter_subdir(s, node, &name, ord)
+            self.enter_subdir(s, node, &name, (ord, bound))
         });
         pace(parent);
     }
 
-    /// The job of a queued subdirectory: opens it from its parent and reads it.
-    fn enter_subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: Arc<Node>, name: &CStr, ord: Option<u32>) {
+    /// The job of a queued subdirectory: opens it from its parent and reads it (or, when one
+    /// `lstat` verifies it, only counts it done).
+    fn enter_subdir<'s>(
+        &'s self,
+        s: &rayon_core::Scope<'s>,
+        parent: Arc<Node>,
+        name: &CStr,
+        (ord, bound): (Option<u32>, Option<Stamp>),
+    ) {
         match self.lease(&parent) {
-            Ok(pl) => match self.open_child(&pl, name, ord) {
+            Ok(pl) if bound.is_some_and(|b| self.leaf_verified(&pl, name, ord, b)) => self.complete(parent, Some(pl)),
+            Ok(pl) => match self.open_child(&pl, name, (ord, bound)) {
                 Some(child) => {
                     // Neither the parent's fd nor (through it) its ancestors' are held while
                     // this subtree is walked: the budget may close them.
@@ -623,10 +708,29 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
     }
 
+    /// Verifies subdirectory `name` of the held `parent` by one `lstat` when that is enough: on
+    /// the root's mount, unchanged since `bound`, and without subdirectories (a link count of
+    /// 2, on a filesystem that counts them), it lists nothing to look at further.
+    fn leaf_verified(&self, parent: &Lease, name: &CStr, ord: Option<u32>, bound: Stamp) -> bool {
+        if !self.nlink_counts_subdirs {
+            return false;
+        }
+        match sys::stat_at_times(parent.fd(), name) {
+            Ok((meta, times)) if meta.kind() == Kind::Dir && meta.nlink == 2 => {
+                let leaf = verify::unchanged(&meta, &times, &self.root, bound);
+                if leaf {
+                    self.visitor.verified_leaf(parent.node(), name, ord, &meta);
+                }
+                leaf
+            }
+            _ => false,
+        }
+    }
+
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
     /// read, or handles it as the entry it turned out to be (nested mount, or no longer a
     /// directory).
-    fn open_child(&self, parent: &Lease, name: &CStr, ord: Option<u32>) -> Option<Lease> {
+    fn open_child(&self, parent: &Lease, name: &CStr, ord: (Option<u32>, Option<Stamp>)) -> Option<Lease> {
         let p = parent.node();
         let fd = match self.open_dir(p, || sys::open_subdir(parent.fd(), name)) {
             Ok(fd) => fd,
@@ -700,7 +804,11 @@ impl<'v, V: Visitor> Walk<'v, V> {
             };
             match lease {
                 Ok(l) => {
-                    self.visitor.dir_done(&node);
+                    if node.verified() {
+                        self.visitor.dir_verified(&node);
+                    } else {
+                        self.visitor.dir_done(&node);
+                    }
                     held = Some(l);
                 }
                 Err(e) => self.visitor.error(&node, None, Op::Open, e),

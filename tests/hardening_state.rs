@@ -217,7 +217,7 @@ fn verify_full_ignores_a_forged_checkpoint() {
         &digest,
         &spec,
         "r1",
-        Some(json!({"run": "r1", "digest": digest, "v": 2, "dirs": dirs, "pending": []})),
+        Some(json!({"run": "r1", "digest": digest, "v": 3, "dirs": dirs, "pending": []})),
     );
     let r = apply(&vol, &["--verify", "full"]).expect_code(0);
     assert_eq!(r.count("skipped_subtrees"), 0, "nothing skipped on the word of a checkpoint\n{}", r.describe());

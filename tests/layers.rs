@@ -15,8 +15,9 @@ const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["pass"],
     &["resume"],
-    &["caps", "fix", "guard", "marker", "progress", "report", "walk"],
-    &["error", "frontier", "logsink", "options", "spec", "sys"],
+    &["caps", "fix", "frontier", "guard", "marker", "progress", "report", "walk"],
+    &["verify"],
+    &["error", "logsink", "options", "spec", "sys"],
     &["escape"],
 ];
 

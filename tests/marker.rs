@@ -379,7 +379,7 @@ fn a_checkpoint_skips_nothing_for_another_spec_run_or_after_done() {
             "run": "r1", "started": 1, "finished": 2, "entries": 5});
         set_xattr(&vol, MARKER, marker.to_string().as_bytes());
         let dirs = [dir_record(&vol, true, n - 1, |_| true)];
-        let cp = serde_json::json!({"run": crun, "digest": cdigest, "v": 2, "dirs": dirs, "pending": []});
+        let cp = serde_json::json!({"run": crun, "digest": cdigest, "v": 3, "dirs": dirs, "pending": []});
         set_xattr(&vol, CHECKPOINT, cp.to_string().as_bytes());
     };
 
@@ -414,15 +414,17 @@ fn a_checkpoint_skips_nothing_for_another_spec_run_or_after_done() {
 // 3. Kill and resume
 
 /// What a resumed run must skip on the word of checkpoint `cp` over `vol` as it is now:
-/// (subtrees, entries in them), `before` giving the subtree sizes. Follows the rule: a record
-/// holds while its directory's inode, change time (the root's modification time) and link
-/// count are those recorded; it then skips the subdirectories at its ordinals among the
-/// directory's `DT_DIR` entries in `getdents` order.
+/// (subtrees, entries in them not read), `before` giving the subtree sizes and change times.
+/// Follows the rule: a record holds while its directory's inode, change time (the root's
+/// modification time) and link count are those recorded; the subdirectories at its ordinals
+/// among the directory's `DT_DIR` entries in `getdents` order are then verified, not read: in
+/// each, a directory whose change time is not before the record's clock (the latest of the
+/// records naming it) is read with everything below it, the rest is not.
 fn skipped_by_checkpoint(vol: &Path, before: &Snapshot, cp: &Value) -> (u64, u64) {
     let by_ino: std::collections::HashMap<u64, &Vec<u8>> =
         before.iter().filter(|(_, m)| m.kind == Kind::Dir).map(|(k, m)| (m.ino, k)).collect();
-    let mut skipped: BTreeSet<Vec<u8>> = BTreeSet::new();
-    for rec in cp["dirs"].as_array().expect("a v2 checkpoint") {
+    let mut skipped: std::collections::BTreeMap<Vec<u8>, (i64, i64)> = Default::default();
+    for rec in cp["dirs"].as_array().expect("a v3 checkpoint") {
         let f: Vec<&str> = rec.as_str().unwrap().split(':').collect();
         let rel = by_ino[&f[0].parse::<u64>().unwrap()];
         let dir = if rel.as_slice() == ROOT { vol.to_path_buf() } else { vol.join(std::ffi::OsStr::from_bytes(rel)) };
@@ -432,26 +434,37 @@ fn skipped_by_checkpoint(vol: &Path, before: &Snapshot, cp: &Value) -> (u64, u64
         if f[1] != format!("{sec}.{nsec:09}") || f[2] != m.nlink().to_string() {
             continue;
         }
+        let (csec, cnsec) = f[4].split_once('.').unwrap();
+        let clock = (csec.parse::<i64>().unwrap(), cnsec.parse::<i64>().unwrap());
         let subdirs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap())
             .filter(|e| e.file_type().unwrap().is_dir())
             .map(|e| snap::join(rel, e.file_name().as_encoded_bytes()))
             .collect();
-        for span in f[4].split(',').filter(|s| !s.is_empty()) {
+        for span in f[5].split(',').filter(|s| !s.is_empty()) {
             let range = span.split('@').next().unwrap();
             let (a, b) = range.split_once('-').unwrap_or((range, range));
             let (a, b) = (a.parse::<usize>().unwrap(), b.parse::<usize>().unwrap());
-            skipped.extend(subdirs[a..=b].iter().cloned());
+            for p in &subdirs[a..=b] {
+                let c = skipped.entry(p.clone()).or_insert(clock);
+                *c = (*c).max(clock);
+            }
         }
     }
+    let below = |k: &Vec<u8>, p: &Vec<u8>| k == p || (k.starts_with(p) && k.get(p.len()) == Some(&b'/'));
     // A subtree inside another one skipped is never reached.
-    let outer: Vec<&Vec<u8>> =
-        skipped.iter().filter(|p| !skipped.iter().any(|q| p.starts_with(q) && p.get(q.len()) == Some(&b'/'))).collect();
-    let entries = outer
-        .iter()
-        .map(|p| before.keys().filter(|k| k == p || (k.starts_with(p) && k.get(p.len()) == Some(&b'/'))).count() as u64)
-        .sum();
+    let outer: Vec<(&Vec<u8>, (i64, i64))> =
+        skipped.iter().filter(|(p, _)| !skipped.keys().any(|q| q != *p && below(p, q))).map(|(p, c)| (p, *c)).collect();
+    let mut entries = 0;
+    for (p, clock) in &outer {
+        let changed: Vec<&Vec<u8>> = before
+            .iter()
+            .filter(|(k, m)| below(k, p) && m.kind == Kind::Dir && m.ctime >= *clock)
+            .map(|(k, _)| k)
+            .collect();
+        entries += before.keys().filter(|k| below(k, p) && !changed.iter().any(|c| below(k, c))).count() as u64;
+    }
     (outer.len() as u64, entries)
 }
 
@@ -520,7 +533,7 @@ fn killed_passes_resume_at_any_depth(base: &Path, what: &str) {
             .unwrap_or_else(|| panic!("{what} kill {i}: no checkpoint after a kill at {at} entries\n{log}"));
         assert_eq!(
             (cp["run"].as_str(), cp["digest"].as_str(), cp["v"].as_u64()),
-            (Some(run.as_str()), Some(digest.as_str()), Some(2)),
+            (Some(run.as_str()), Some(digest.as_str()), Some(3)),
             "{cp}"
         );
         let bytes = get_xattr(&vol, CHECKPOINT).unwrap().len();
@@ -616,7 +629,7 @@ fn a_directory_changed_after_a_kill_is_read_again() {
         .find(|r| r.starts_with(&format!("{repos}:")));
     let rec = rec.unwrap_or_else(|| panic!("a record of repos/: {cp}"));
     // The first finished repository of repos/'s record, and a new directory next to it.
-    let first: usize = rec.split(':').nth(4).unwrap().split(['-', '@']).next().unwrap().parse().unwrap();
+    let first: usize = rec.split(':').nth(5).unwrap().split(['-', '@']).next().unwrap().parse().unwrap();
     let names: Vec<_> = std::fs::read_dir(vol.join("repos"))
         .unwrap()
         .map(|e| e.unwrap())

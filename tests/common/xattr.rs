@@ -51,9 +51,9 @@ pub fn set_json(path: &Path, name: &str, v: &Value) {
     set_xattr(path, name, v.to_string().as_bytes());
 }
 
-/// The checkpoint record (format 2) that says which subdirectories of `dir` are finished, as
+/// The checkpoint record (format 3) that says which subdirectories of `dir` are finished, as
 /// volprep writes it: `dir`'s inode, its change time (the root's modification time: `is_root`),
-/// link count, the entries covered (`covered`), and the ordinals, among `dir`'s directory
+/// link count, the entries covered (`covered`), its clock (a second from now), and the ordinals, among `dir`'s directory
 /// entries in `getdents` order, of those `finished` picks, each range with the inode of its
 /// first. What a forged or hand-made checkpoint looks like.
 pub fn dir_record(dir: &Path, is_root: bool, covered: u64, finished: impl Fn(&std::ffi::OsStr) -> bool) -> String {
@@ -77,5 +77,7 @@ pub fn dir_record(dir: &Path, is_root: bool, covered: u64, finished: impl Fn(&st
     }
     let spans: Vec<String> =
         spans.iter().map(|(a, b, ino)| if a == b { format!("{a}@{ino}") } else { format!("{a}-{b}@{ino}") }).collect();
-    format!("{}:{sec}.{nsec:09}:{}:{covered}:{}", m.ino(), m.nlink(), spans.join(","))
+    // The claim holds from a clock after every change made so far (a second from now).
+    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
+    format!("{}:{sec}.{nsec:09}:{}:{covered}:{clock}.000000000:{}", m.ino(), m.nlink(), spans.join(","))
 }
