@@ -35,7 +35,11 @@ fn wide_tree(outside: &Path, tops: usize, per_top: usize) -> Tree {
 
 fn shard_cmd(path: &Path, i: u32, extra: &[&str]) -> std::process::Command {
     let mut c = volprep();
-    c.args(["apply", "--fs-group", "2000", "--progress-interval", "0", "--threads", "2", "--report", "-", "--shard"])
+    // Two threads unless `extra` says (clap refuses a flag given twice).
+    let threads: &[&str] = if extra.contains(&"--threads") { &[] } else { &["--threads", "2"] };
+    c.args(["apply", "--fs-group", "2000", "--progress-interval", "0", "--report", "-"])
+        .args(threads)
+        .arg("--shard")
         .arg(format!("{i}/{N}"))
         .args(extra)
         .arg(path)
