@@ -550,7 +550,9 @@ mod tests {
 
     #[test]
     fn the_anchor_digest_is_of_names_and_inodes_in_any_order() {
-        let d = |v: &[(&str, u64)]| anchor_digest(&mut v.iter().map(|(n, i)| (n.as_bytes().to_vec(), *i)).collect::<Vec<_>>());
+        let d = |v: &[(&str, u64)]| {
+            anchor_digest(&mut v.iter().map(|(n, i)| (n.as_bytes().to_vec(), *i)).collect::<Vec<_>>())
+        };
         let a = d(&[("a", 1), ("c", 3)]);
         assert_eq!(a.len(), 16);
         assert_eq!(a, d(&[("c", 3), ("a", 1)]));

@@ -334,7 +334,12 @@ fn written(root: BorrowedFd<'_>, path: &Path, m: Marker) -> Result<Outcome, Erro
 
 /// The sharded marker of this spec on the root, or the state word to leave with when another
 /// run of the same spec completed (or is completing) the volume unsharded.
-fn ours(root: BorrowedFd<'_>, path: &Path, spec: &Spec, opts: &RunOptions) -> Result<Result<Marker, &'static str>, Error> {
+fn ours(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    spec: &Spec,
+    opts: &RunOptions,
+) -> Result<Result<Marker, &'static str>, Error> {
     let Found::Marker(m) = marker::read(root) else {
         return Err(Error::Other { path: path.to_path_buf(), msg: "the shard marker vanished during the walk".into() });
     };
@@ -400,7 +405,13 @@ fn seal(
 
 /// The digest of the anchors of this shard's part, listed before its walk; `None` (no claim:
 /// the run that completes the volume walks the part again) when they cannot be listed.
-fn own_anchors(root: BorrowedFd<'_>, root_meta: &sys::Meta, opts: &RunOptions, f: ShardFilter, shown: &str) -> Option<String> {
+fn own_anchors(
+    root: BorrowedFd<'_>,
+    root_meta: &sys::Meta,
+    opts: &RunOptions,
+    f: ShardFilter,
+    shown: &str,
+) -> Option<String> {
     match recheck::list_top(root, root_meta, f.depth, opts.cross_devices) {
         Ok(tops) => Some(recheck::part_digest(&tops, f)),
         Err((rel, e)) => {

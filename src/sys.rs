@@ -212,8 +212,6 @@ pub struct Times {
 
 /// `fstat(fd)` with the change and modification times: the same single `statx` as [`stat_fd`],
 /// asking for two more fields.
-// `st_ctime_nsec` is i64 here but another width on some targets.
-#[allow(clippy::unnecessary_cast)]
 pub fn stat_fd_times(fd: BorrowedFd<'_>) -> Result<(Meta, Times), Errno> {
     stat_times(fd, c"", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW)
 }
@@ -223,6 +221,7 @@ pub fn stat_at_times(dir: BorrowedFd<'_>, name: &CStr) -> Result<(Meta, Times), 
     stat_times(dir, name, AtFlags::SYMLINK_NOFOLLOW)
 }
 
+// `st_ctime_nsec` is i64 here but another width on some targets.
 #[allow(clippy::unnecessary_cast)]
 fn stat_times(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<(Meta, Times), Errno> {
     if !NO_STATX.load(Ordering::Relaxed) {

@@ -281,11 +281,7 @@ fn part_of(rel: &str, n: u32) -> u32 {
 
 /// `k` names `prefix{i}` whose anchor `parent/name` goes to shard `part` of 2.
 fn names_in(part: u32, parent: &str, k: usize) -> Vec<String> {
-    (0..1000)
-        .map(|i| format!("d{i}"))
-        .filter(|n| part_of(&format!("{parent}{n}"), 2) == part)
-        .take(k)
-        .collect()
+    (0..1000).map(|i| format!("d{i}")).filter(|n| part_of(&format!("{parent}{n}"), 2) == part).take(k).collect()
 }
 
 /// A small volume for two shards split at `depth` (1: anchors under the root; 2: under

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use rustix::io::Errno;
-use tracing::info;
+use tracing::{debug, info};
 
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
@@ -116,7 +116,7 @@ impl Recheck<'_, '_> {
     /// what the check cannot trust. Errors of the walks are counted in the fixer.
     pub fn run(&self, shards: &Shards, skip: Option<u32>) -> Result<Summary, Error> {
         let tops = list_top(self.root, &self.root_meta, shards.depth, self.opts.cross_devices)
-            .map_err(|(rel, e)| Error::sys(&self.full(&rel), Op::Readdir, e))?;
+            .map_err(|(rel, e)| Error::sys(self.full(&rel), Op::Readdir, e))?;
         let mut sum = Summary::default();
         for i in (0..shards.n).filter(|&i| Some(i) != skip) {
             let f = ShardFilter { index: i, count: shards.n, depth: shards.depth };
@@ -167,6 +167,10 @@ impl Recheck<'_, '_> {
                 continue;
             }
             let anchor_dir = t.depth == f.depth && meta.kind() == Kind::Dir;
+            if times.ctime >= claim.t {
+                debug!(path = %Escaped(self.full(&t.rel).as_os_str()), ctime = ?times.ctime, since = ?claim.t,
+                       "changed since shard {}/{} walked: fixed again", f.index, f.count);
+            }
             match (times.ctime >= claim.t, anchor_dir) {
                 (true, true) => changed.push(t.rel.clone()),
                 (true, false) => {
@@ -350,7 +354,8 @@ impl Verifier {
             if dtype == DType::Unknown && !is_dir(fd.as_fd(), &name, dtype) {
                 continue;
             }
-            let opened = sys::open_subdir(fd.as_fd(), &name).and_then(|c| sys::stat_fd_times(c.as_fd()).map(|m| (c, m)));
+            let opened =
+                sys::open_subdir(fd.as_fd(), &name).and_then(|c| sys::stat_fd_times(c.as_fd()).map(|m| (c, m)));
             let (sub, (meta, times)) = match opened {
                 Ok(x) => x,
                 Err(Errno::NOENT) => continue,
@@ -378,5 +383,39 @@ impl Verifier {
 
     fn change(&self, rel: PathBuf) {
         self.changed.lock().unwrap_or_else(|e| e.into_inner()).push(rel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tops(names: &[(&str, u64, u32)]) -> Vec<Top> {
+        names.iter().map(|&(n, ino, depth)| Top { rel: n.into(), ino, depth }).collect()
+    }
+
+    #[test]
+    fn a_rename_between_parts_changes_the_digest_of_the_part_it_lands_in() {
+        let f = |i| ShardFilter { index: i, count: 2, depth: 1 };
+        // Names whose anchors go to shard 0 and to shard 1.
+        let name_in = |part: u32, skip: usize| {
+            (0..100).map(|i| format!("d{i}")).filter(|n| f(0).shard_of(n.as_bytes()) == part).nth(skip).unwrap()
+        };
+        let (a, b, e) = (name_in(0, 0), name_in(1, 0), name_in(0, 1));
+        let before = tops(&[(&a, 10, 1), (&b, 11, 1)]);
+        let after = tops(&[(&a, 10, 1), (&e, 11, 1)]);
+        assert_ne!(part_digest(&before, f(0)), part_digest(&after, f(0)), "{b} renamed to {e}");
+        assert_eq!(part_digest(&after, f(0)), part_digest(&tops(&[(&e, 11, 1), (&a, 10, 1)]), f(0)));
+        // Above the split depth, entries are shard 0's.
+        let deep = ShardFilter { index: 0, count: 2, depth: 2 };
+        let upper = tops(&[("top", 5, 1)]);
+        assert_ne!(part_digest(&upper, deep), part_digest(&[], deep));
+        assert_eq!(part_digest(&upper, ShardFilter { index: 1, ..deep }), part_digest(&[], deep));
+    }
+
+    #[test]
+    fn paths_split_into_parent_and_name() {
+        assert_eq!(split(Path::new("a")), (Path::new(""), CString::new("a").unwrap()));
+        assert_eq!(split(Path::new("top/b")), (Path::new("top"), CString::new("b").unwrap()));
     }
 }
