@@ -21,15 +21,17 @@ mod resume;
 // Walking, deciding and fixing, the marker, the report, progress, refusals made up front:
 mod caps;
 mod fix;
+mod frontier;
 mod guard;
 mod marker;
 mod progress;
 mod report;
 mod walk;
+// Whether a finished subtree changed since (the filesystem's clock):
+mod verify;
 // Ground: syscalls, the spec, option values, errors, escaping:
 mod error;
 mod escape;
-mod frontier;
 mod options;
 mod spec;
 mod sys;

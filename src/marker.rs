@@ -26,7 +26,7 @@ pub const CHECKPOINT_XATTR: &CStr = c"user.volprep.checkpoint";
 /// Format version written in every marker.
 pub const FORMAT: u32 = 1;
 /// Format of [`Checkpoint::dirs`]; a checkpoint of another format skips nothing.
-pub const CHECKPOINT_FORMAT: u32 = 2;
+pub const CHECKPOINT_FORMAT: u32 = 3;
 /// A checkpoint never grows past this (it must fit one xattr block beside the marker: ext4
 /// keeps all of an inode's xattrs in one 4 KiB block by default).
 pub const CHECKPOINT_MAX_BYTES: usize = 3000;

@@ -23,7 +23,7 @@ use crate::report::{EntryError, ForeignEntry, MAX_LISTED_ERRORS, MAX_LISTED_FORE
 use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Kind, Meta};
-use crate::walk::{self, Node, Visitor};
+use crate::walk::{self, Descend, Node, Visitor};
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
 /// list, mount list and checkpoint take a lock only on their (rare) events.
@@ -169,6 +169,7 @@ impl<'a> Fixer<'a> {
         r.errors = Counters::get(&c.errors);
         r.dirs_read = Counters::get(&c.dirs_read);
         r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
+        r.verified_dirs = Counters::get(&c.verified_dirs);
         r.interrupted = self.interrupted.map(str::to_string);
         r.hardlinked = Counters::get(&c.hardlinked);
         if r.hardlinked > 0 {
@@ -341,25 +342,39 @@ impl Visitor for Fixer<'_> {
         self.skipped_mounts.lock().unwrap_or_else(|e| e.into_inner()).push(path);
     }
 
-    fn enter(&self, parent: &Node, name: &CStr, ino: u64, ord: Option<u32>) -> bool {
+    fn enter(&self, parent: &Node, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
         if let Some(s) = self.shard {
             let depth = parent.depth + 1;
             if depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name)) {
-                return false;
+                return Descend::Skip;
             }
         }
-        let Some(r) = &self.resume else {
-            return true;
+        let Some(clock) = self.resume.as_ref().and_then(|r| r.was_done(parent, ino, ord)) else {
+            return Descend::Read;
         };
-        if !r.was_done(parent, ino, ord) {
-            return true;
-        }
         Counters::add(&self.counters.skipped_subtrees);
         if tracing::enabled!(tracing::Level::DEBUG) {
             let path = self.path_of(parent, Some(name));
-            debug!(path = %Escaped(path.as_os_str()), "finished by the interrupted run: not read again");
+            debug!(path = %Escaped(path.as_os_str()), "finished by the interrupted run: verified, not read again");
         }
-        false
+        Descend::Verify(clock)
+    }
+
+    fn listed(&self, dir: &Node, others: u64) {
+        Counters::add(&self.counters.verified_dirs);
+        if self.resume.is_some() {
+            dir.add_entries(others);
+        }
+    }
+
+    fn dir_verified(&self, dir: &Node) {
+        if let Some(r) = &self.resume {
+            dir.add_entries(1);
+            r.finished(dir);
+            if let Some(p) = dir.parent() {
+                p.add_entries(dir.entries());
+            }
+        }
     }
 
     fn dir_read(&self, dir: &Node) {

@@ -30,6 +30,8 @@ pub struct Counters {
     pub dirs_read: AtomicU64,
     /// Top-level subtrees not read again because an interrupted run had finished them.
     pub skipped_subtrees: AtomicU64,
+    /// Directories of those subtrees whose listing was verified unchanged (no file looked at).
+    pub verified_dirs: AtomicU64,
     /// Non-directories whose inode has more than one link (each name counted).
     pub hardlinked: AtomicU64,
     /// Unprivileged: entries of other users that do not conform, left as they are.

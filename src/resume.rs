@@ -4,14 +4,24 @@
 //!
 //! Finished work is recorded at any depth: when a directory finishes with nothing left
 //! unfinished below it (no error, no entry of another user left as it is), its ordinal goes into
-//! its parent's record and its own record goes away (see `frontier`). A resumed walk reads
-//! every directory it reaches; where the directory's inode, change time and link count are
-//! those of a record (the root's modification time stands in for its change time, which the
-//! checkpoint writes themselves change), the subdirectories at recorded ordinals are not
-//! entered, after the inode at the first ordinal of each range matched (a mismatch drops the
-//! record: the rest is read). Unmatched records are carried into the new checkpoint until their
-//! directory is read or the pass ends. The checkpoint keeps the records that save most within
-//! [`CHECKPOINT_MAX_BYTES`]; special-bit records always stay.
+//! its parent's record and its own record goes away (see `frontier`). Only directories on the
+//! root's mount are recorded: a nested filesystem (`--cross-devices`) is walked again in full by
+//! every resume, as device numbers change between mounts and clones share inodes and times.
+//!
+//! A resumed walk reads every directory it reaches; where the directory's inode, change time
+//! and link count are those of a record (the root's modification time stands in for its change
+//! time, which the checkpoint writes themselves change), the subdirectories at recorded
+//! ordinals are verified, not read, after the inode at the first ordinal of each range matched
+//! (a mismatch drops the record: the rest is read). Verifying a subtree (see `verify`) lists
+//! its directories and looks at no file: each directory whose change time is before the
+//! record's clock lists what it listed when it was finished; one changed since (an entry moved
+//! in, linked, exchanged) is read with everything below it. So a change between two runs inside
+//! a finished subtree is always seen. Each record's clock is the filesystem's time read just
+//! before the checkpoint write that first carried it; a record carried from an older checkpoint
+//! keeps its clock, and a subtree verified by this run is recorded again under this run's.
+//! Unmatched records are carried into the new checkpoint until their directory is read or the
+//! pass ends. The checkpoint keeps the records that save most within [`CHECKPOINT_MAX_BYTES`];
+//! special-bit records always stay.
 //!
 //! Where it cannot be kept: on a filesystem without xattrs (ramfs) there is no marker and no
 //! checkpoint, so every start walks everything, as before. A write that fails (a full
@@ -39,10 +49,11 @@ use tracing::warn;
 
 use crate::error::{Op, errno_text};
 use crate::escape::{Escaped, escape_bytes};
-use crate::frontier::{DirId, Frontier, Seal};
+use crate::frontier::{Frontier, Record, Seal};
 use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint};
 use crate::spec::Spec;
-use crate::sys::{self, Kind};
+use crate::sys::{self, Kind, Meta};
+use crate::verify::{self, Stamp};
 use crate::walk::Node;
 
 /// Resume bookkeeping of an `apply` on a filesystem with xattrs.
@@ -52,14 +63,18 @@ pub struct Resume<'a> {
     xattr: CString,
     /// The checkpoint's byte bound (shards share the root's xattr space).
     max_bytes: usize,
-    /// The device of the root: records name directories of other devices with theirs.
-    root_dev: u64,
+    /// The root: what is on another mount is neither recorded nor trusted.
+    root_meta: Option<Meta>,
+    /// The filesystem's time when this run started: the seal of a directory opened by this run
+    /// proves it unchanged only if it is older (see [`verify::seal_trusted`]). `None` when it
+    /// can't be read (the root can't be changed): then nothing is recorded.
+    start: Option<Stamp>,
     /// What the interrupted run had finished (empty under `--verify full`).
     previous: Frontier,
     /// Special-bit records of the interrupted run.
     pub previous_pending: Vec<(String, u64, u32)>,
     /// Records of `previous` found not to hold while their directory was read.
-    dropped: Mutex<HashSet<DirId>>,
+    dropped: Mutex<HashSet<(u64, Option<Stamp>)>>,
     /// What this run has finished so far, written to the root now and then.
     current: Mutex<Current>,
     /// How often `current` is written to the root, at most.
@@ -122,7 +137,8 @@ impl<'a> Resume<'a> {
             root: place.root,
             xattr: place.xattr,
             max_bytes: place.max_bytes,
-            root_dev: sys::stat_fd(place.root).map_or(0, |m| m.dev),
+            root_meta: sys::stat_fd(place.root).ok(),
+            start: verify::take(place.root).ok(),
             previous: frontier.clone(),
             previous_pending: pending,
             dropped: Mutex::new(HashSet::new()),
@@ -141,16 +157,20 @@ impl<'a> Resume<'a> {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn bounded(&self, cur: &Current) -> Checkpoint {
+    /// The checkpoint to write; this run's records get the clock `now` (none without one).
+    fn bounded(&self, cur: &Current, now: Option<Stamp>) -> Checkpoint {
         let mut c = cur.checkpoint.clone();
         let base = c.encode().len();
         // Each record costs its quotes and a comma.
-        c.dirs = cur.frontier.encode(self.max_bytes.saturating_sub(base), 3);
+        if let Some(now) = now {
+            c.dirs = cur.frontier.encode(now, self.max_bytes.saturating_sub(base), 3);
+        }
         c
     }
 
-    fn id(&self, dir: &Node) -> DirId {
-        DirId { ino: dir.meta.ino, dev: (dir.meta.dev != self.root_dev).then_some(dir.meta.dev) }
+    /// Whether `dir` may have records: it is on the root's mount.
+    fn recordable(&self, dir: &Node) -> bool {
+        self.root_meta.is_some_and(|root| !dir.meta.other_mount(&root))
     }
 
     /// The seal of a directory as read when the walk opened it, before reading it. The root's
@@ -161,58 +181,66 @@ impl<'a> Resume<'a> {
         Seal { sec, nsec, nlink: dir.meta.nlink }
     }
 
-    /// The record of the interrupted run that holds for `dir` as it is now.
-    fn holding(&self, dir: &Node) -> Option<(DirId, &crate::frontier::Record)> {
-        if self.previous.is_empty() {
-            return None;
-        }
-        let id = self.id(dir);
-        let r = self.previous.get(id).filter(|r| r.seal == Self::seal(dir))?;
-        Some((id, r))
+    /// The records of the interrupted run(s) that hold for `dir` as it is now, with their clocks.
+    fn holding<'s>(&'s self, dir: &Node) -> impl Iterator<Item = (Stamp, &'s Record)> + 's {
+        let (seal, ok) = (Self::seal(dir), self.recordable(dir));
+        self.previous.of(dir.meta.ino).filter(move |(_, r)| ok && r.seal == seal).filter_map(|(c, r)| Some((c?, r)))
     }
 
-    /// `dir` is about to be read: a record of the interrupted run that holds for it is carried
-    /// over (and the entries it covers counted into `dir`); one that does not is dropped.
+    /// `dir` is about to be read: the records of the interrupted run(s) that hold for it are
+    /// carried over as one (under the oldest clock: each claim holds from its own), to be kept
+    /// until `dir` finishes; one that does not hold is dropped, and so is this run's own.
     pub fn begin(&self, dir: &Node) {
         if self.previous.is_empty() {
             return;
         }
-        let id = self.id(dir);
+        let ino = dir.meta.ino;
+        let mut carried: Option<(Stamp, Record)> = None;
+        for (clock, r) in self.holding(dir) {
+            carried = Some(match carried {
+                None => (clock, r.clone()),
+                Some((c, acc)) => (c.min(clock), acc.union(r)),
+            });
+        }
         let mut cur = self.lock();
-        cur.frontier.remove(id);
-        if let Some((_, r)) = self.holding(dir) {
-            dir.add_entries(r.covered);
-            cur.frontier.insert(id, r.clone());
+        cur.frontier.remove_all(ino);
+        if let Some((clock, r)) = carried {
+            cur.frontier.insert((ino, Some(clock)), r);
         }
     }
 
-    /// Whether the subdirectory at ordinal `ord` (inode `ino`) of `dir` was finished by the
-    /// interrupted run. At the first ordinal of a range the inode must be the recorded one, or
-    /// the record is dropped and nothing more of `dir` is skipped.
-    pub fn was_done(&self, dir: &Node, ino: u64, ord: Option<u32>) -> bool {
-        let (Some(ord), Some((id, r))) = (ord, self.holding(dir)) else {
-            return false;
-        };
-        let Some(span) = r.span_of(ord) else {
-            return false;
-        };
-        let mut dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
-        if dropped.contains(&id) {
-            return false;
+    /// Whether the subdirectory at ordinal `ord` (inode `ino`) of `dir` was finished by an
+    /// interrupted run, and if so the clock to verify it against (the latest of the records
+    /// that say so). At the first ordinal of a range the inode must be the recorded one, or that
+    /// record is dropped and skips nothing more of `dir`.
+    pub fn was_done(&self, dir: &Node, ino: u64, ord: Option<u32>) -> Option<Stamp> {
+        let ord = ord?;
+        let mut best: Option<Stamp> = None;
+        for (clock, r) in self.holding(dir) {
+            let Some(span) = r.span_of(ord) else {
+                continue;
+            };
+            let key = (dir.meta.ino, Some(clock));
+            let mut dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
+            if dropped.contains(&key) {
+                continue;
+            }
+            if ord == span.first && ino != span.first_ino {
+                dropped.insert(key);
+                drop(dropped);
+                self.lock().frontier.remove(key);
+                warn!(dir = %Escaped(dir.rel_path().as_os_str()), "the checkpoint's record of this directory does not match it: reading all of it");
+                continue;
+            }
+            best = best.max(Some(clock));
         }
-        if ord == span.first && ino != span.first_ino {
-            dropped.insert(id);
-            drop(dropped);
-            self.lock().frontier.remove(id);
-            warn!(dir = %Escaped(dir.rel_path().as_os_str()), "the checkpoint's record of this directory does not match it: reading all of it");
-            return false;
-        }
-        true
+        best
     }
 
-    /// `dir` is finished: if nothing below it is left unfinished, it goes into its parent's
-    /// record (its own record is no longer needed). The checkpoint is written when the interval
-    /// has passed.
+    /// `dir` is finished (or verified): if nothing below it is left unfinished, it goes into its
+    /// parent's record (its own records are no longer needed). The checkpoint is written when
+    /// the interval has passed. Nothing of another mount is recorded, nor anything below a
+    /// directory that changed after this run started (its seal proves nothing).
     pub fn finished(&self, dir: &Node) {
         let (Some(parent), Some(ord)) = (dir.parent(), dir.ord()) else {
             return;
@@ -220,10 +248,14 @@ impl<'a> Resume<'a> {
         if dir.tainted() {
             return;
         }
-        let (id, pid) = (self.id(dir), self.id(parent));
         let mut cur = self.lock();
-        cur.frontier.remove(id);
-        cur.frontier.finish(pid, Self::seal(parent), ord, dir.meta.ino, dir.entries());
+        cur.frontier.remove_all(dir.meta.ino);
+        let seal = Self::seal(parent);
+        let trusted = self.start.is_some_and(|start| verify::seal_trusted(seal.at(), start));
+        if !trusted || !self.recordable(dir) || !self.recordable(parent) {
+            return;
+        }
+        cur.frontier.finish(parent.meta.ino, seal, ord, dir.meta.ino, dir.entries());
         // A failed write is warned about (once) inside: it only costs a later resume re-reading.
         let _ = self.write_if_due(cur, false);
     }
@@ -258,7 +290,10 @@ impl<'a> Resume<'a> {
             return Ok(());
         }
         cur.written = Instant::now();
-        let res = marker::write_checkpoint(self.root, &self.xattr, &self.bounded(&cur));
+        // The clock of this run's records: read after every one of them was made, so it is
+        // later than anything this run did to the subtrees they name (see `verify`).
+        let now = verify::take(self.root).ok();
+        let res = marker::write_checkpoint(self.root, &self.xattr, &self.bounded(&cur, now));
         if let Err(e) = res {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 warn!(

@@ -20,6 +20,7 @@ use rustix::io::Errno;
 
 use crate::error::{Error, Op};
 use crate::sys::{self, DType, Kind, Meta, Times};
+use crate::verify::{self, Stamp};
 
 /// Names handled per batch job.
 const BATCH: usize = 256;
@@ -69,6 +70,10 @@ pub struct Node {
     entries: AtomicU64,
     /// Set on this directory and its ancestors by [`Node::taint`].
     tainted: AtomicBool,
+    /// To be verified against this bound ([`Descend::Verify`]) rather than read.
+    bound: Option<Stamp>,
+    /// Its listing was trusted ([`verify::unchanged`]): only its subdirectories were looked at.
+    verified: AtomicBool,
 }
 
 struct Slot {
@@ -86,7 +91,7 @@ impl Node {
         (meta, times): (Meta, Times),
         parent: Option<Arc<Node>>,
         name: &CStr,
-        ord: Option<u32>,
+        (ord, bound): (Option<u32>, Option<Stamp>),
     ) -> Arc<Node> {
         OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
         Arc::new(Node {
@@ -101,6 +106,8 @@ impl Node {
             pending: AtomicUsize::new(1),
             entries: AtomicU64::new(0),
             tainted: AtomicBool::new(false),
+            bound,
+            verified: AtomicBool::new(false),
         })
     }
 
@@ -134,6 +141,12 @@ impl Node {
             }
             cur = n.parent.as_deref();
         }
+    }
+
+    /// Whether the walk trusted this directory's listing ([`Descend::Verify`]): its entries other
+    /// than subdirectories were not handed to the visitor.
+    pub fn verified(&self) -> bool {
+        self.verified.load(Ordering::Relaxed)
     }
 
     /// Whether [`Node::taint`] was called on this directory or one below it.
@@ -237,6 +250,20 @@ impl Drop for Lease {
     }
 }
 
+/// What to do with a subdirectory (see [`Visitor::enter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Descend {
+    /// Read it and everything below it.
+    Read,
+    /// Neither read nor report it.
+    Skip,
+    /// It was finished by a run whose claim holds from this bound on (see `verify`): each
+    /// directory of the subtree whose change time is before the bound, on the root's mount, has
+    /// only its subdirectories looked at (and verified the same way), and is reported with
+    /// [`Visitor::dir_verified`]; any other is read with everything below it, as by `Read`.
+    Verify(Stamp),
+}
+
 /// What the walk tells its user. Called from many threads at once.
 pub trait Visitor: Sync {
     /// A non-directory entry (or any entry at all below a skipped mount is never seen), as an
@@ -255,12 +282,19 @@ pub trait Visitor: Sync {
     /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
     /// of the same filesystem or not): not entered, not handed to [`Visitor::entry`].
     fn mount_skipped(&self, parent: &Node, name: &CStr, meta: &Meta);
-    /// Whether to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see [`Node::ord`])
-    /// of `parent` (default: yes). A skipped subtree is neither read nor reported. Called while
-    /// `parent` is being read, in `getdents` order for the typed ones.
-    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64, _ord: Option<u32>) -> bool {
-        true
+    /// Whether and how to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see
+    /// [`Node::ord`]) of `parent` (default: read it). A skipped subtree is neither read nor
+    /// reported. Called while `parent` is being read, in `getdents` order for the typed ones;
+    /// below a verified directory only `Skip` counts (anything else verifies).
+    fn enter(&self, _parent: &Node, _name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
+        Descend::Read
     }
+    /// A directory whose listing was trusted ([`Descend::Verify`]) was listed: `others` entries
+    /// that are not directories, not handed over one by one.
+    fn listed(&self, _dir: &Node, _others: u64) {}
+    /// A verified directory all of whose subdirectories were verified or visited; called before
+    /// its parent's `dir_done` (or `dir_verified`), instead of `dir_done`.
+    fn dir_verified(&self, _dir: &Node) {}
     /// A directory is about to be read (counts `getdents` work).
     fn dir_read(&self, _dir: &Node) {}
     /// Whether the walk must stop (SIGTERM): no directory is read or entered and no batch goes
@@ -371,7 +405,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         self.dots_first =
             root_meta.mnt_id != 0 && sys::mount_fs_type(root_meta.mnt_id).as_deref() == Some(sys::DOTS_FIRST_FS);
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let root = Node::new(root_fd, (root_meta, times), None, c"", None);
+        let root = Node::new(root_fd, (root_meta, times), None, c"", (None, None));
         let lease = root.try_lease().expect("a new node is open");
         drop(root);
         let this = &self;
@@ -385,7 +419,13 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
         let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
         let mut batch = Batch::default();
-        self.visitor.dir_read(&node);
+        let verified = node.bound.is_some_and(|b| verify::unchanged(&node.meta, &node.times, &self.root, b));
+        node.verified.store(verified, Ordering::Relaxed);
+        // Entries of a verified directory that are not directories: counted, not visited.
+        let others = std::cell::Cell::new(0u64);
+        if !verified {
+            self.visitor.dir_read(&node);
+        }
         let on_root_mount = node.meta.mnt_id == self.root.mnt_id && node.meta.dev == self.root.dev;
         let from = if on_root_mount { self.read_from.load(Ordering::Relaxed) } else { 0 };
         // Subdirectories met, and whether every entry came with its type (ceph-fuse's do).
@@ -394,6 +434,16 @@ impl<'v, V: Visitor> Walk<'v, V> {
             DType::Dir => {
                 self.subdir(s, &node, name, ino, Some(ord.get()));
                 ord.set(ord.get().saturating_add(1));
+            }
+            DType::Other if verified => others.set(others.get() + 1),
+            DType::Unknown if verified => {
+                typed.set(false);
+                match sys::stat_at(lease.fd(), name) {
+                    Ok(meta) if meta.kind() == Kind::Dir => self.subdir(s, &node, name, meta.ino, None),
+                    Ok(_) => others.set(others.get() + 1),
+                    Err(Errno::NOENT) => {}
+                    Err(e) => self.visitor.error(&node, Some(name), Op::Stat, e),
+                }
             }
             DType::Other | DType::Unknown => {
                 typed.set(typed.get() && dtype == DType::Other);
@@ -429,6 +479,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
         if !batch.is_empty() {
             self.dispatch(s, &lease, batch);
+        }
+        if verified {
+            self.visitor.listed(&node, others.get());
         }
         drop(buf);
         self.complete(node, Some(lease));
@@ -518,14 +571,20 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Queues subdirectory `name` of `parent`. It is opened by the job that reads it, not here:
     /// a directory of a million subdirectories queues a million names, not a million open fds.
     fn subdir<'s>(&'s self, s: &rayon_core::Scope<'s>, parent: &Arc<Node>, name: &CStr, ino: u64, ord: Option<u32>) {
-        if self.visitor.stopped() || !self.visitor.enter(parent, name, ino, ord) {
+        if self.visitor.stopped() {
             return;
         }
+        let bound = match (self.visitor.enter(parent, name, ino, ord), parent.bound) {
+            (Descend::Skip, _) => return,
+            (_, Some(b)) if parent.verified() => Some(b),
+            (Descend::Verify(b), _) => Some(b),
+            (Descend::Read, _) => None,
+        };
         parent.pending.fetch_add(1, Ordering::Relaxed);
         let parent = Arc::clone(parent);
         let name: Box<CStr> = name.into();
         s.spawn(move |s| match self.lease(&parent) {
-            Ok(pl) => match self.open_child(&pl, &name, ord) {
+            Ok(pl) => match self.open_child(&pl, &name, (ord, bound)) {
                 Some(child) => {
                     // Neither the parent's fd nor (through it) its ancestors' are held while
                     // this subtree is walked: the budget may close them.
@@ -544,7 +603,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
     /// read, or handles it as the entry it turned out to be (nested mount, or no longer a
     /// directory).
-    fn open_child(&self, parent: &Lease, name: &CStr, ord: Option<u32>) -> Option<Lease> {
+    fn open_child(&self, parent: &Lease, name: &CStr, ord: (Option<u32>, Option<Stamp>)) -> Option<Lease> {
         let p = parent.node();
         let fd = match self.open_dir(p, || sys::open_subdir(parent.fd(), name)) {
             Ok(fd) => fd,
@@ -619,7 +678,11 @@ impl<'v, V: Visitor> Walk<'v, V> {
             };
             match lease {
                 Ok(l) => {
-                    self.visitor.dir_done(&node);
+                    if node.verified() {
+                        self.visitor.dir_verified(&node);
+                    } else {
+                        self.visitor.dir_done(&node);
+                    }
                     held = Some(l);
                 }
                 Err(e) => self.visitor.error(&node, None, Op::Open, e),

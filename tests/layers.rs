@@ -14,8 +14,9 @@ const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["pass"],
     &["resume"],
-    &["caps", "fix", "guard", "marker", "progress", "report", "walk"],
-    &["error", "frontier", "options", "spec", "sys"],
+    &["caps", "fix", "frontier", "guard", "marker", "progress", "report", "walk"],
+    &["verify"],
+    &["error", "options", "spec", "sys"],
     &["escape"],
 ];
 

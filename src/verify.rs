@@ -1,0 +1,131 @@
+//! Whether a subtree recorded finished is still what was finished: the filesystem's own clock, and the rule that trusts a directory's listing without reading its entries' metadata.
+//!
+//! A claim "this subtree was finished" is made at a time `T` read from the filesystem itself
+//! ([`take`]: a no-op `fchown(root, -1, -1)` that sets the root's change time to the
+//! filesystem's "now", read back with `fstat`), so `T` has the filesystem's clock and
+//! granularity. Everything the claiming run did to the subtree happened before `T`; any later
+//! entry added, removed or renamed in a directory sets that directory's change time to a value
+//! `>= T`. So a directory whose change time is `< T` ([`unchanged`]) lists the same entries it
+//! listed when it was finished, and its files need not be looked at again; one whose change
+//! time is `>= T`, or that is on another mount than the root, is read and walked in full, with
+//! everything below it (a directory moved in may keep an old change time on some filesystems).
+//! The walk does this with `Descend::Verify` (see `walk`): `getdents` with `d_type` and one
+//! `statx` per directory, none per file.
+//!
+//! Assumptions: the filesystem's timestamps of changes made after `T` are not earlier than `T`
+//! (no backward step of the clock that stamps them: a local filesystem's kernel clock, or on a
+//! network filesystem the clocks of every client that changes the tree, kept in sync with the
+//! one that read `T`); and nothing writes into the tree while a pass runs (a change made
+//! between a directory's read and `T` is not seen by any run).
+//!
+//! A record of an unfinished directory is kept by the order of its entries, sealed by its
+//! change time when it was opened: that seal proves the directory unchanged only if it is
+//! older than the start of the run that made it ([`seal_trusted`]), or a change made within the
+//! same timestamp tick right after it was read would keep it.
+
+use std::fmt;
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
+
+use crate::sys::{self, Meta, Times};
+
+/// A timestamp of the filesystem (seconds, nanoseconds), as `statx` gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Stamp {
+    pub sec: i64,
+    pub nsec: u32,
+}
+
+impl From<(i64, u32)> for Stamp {
+    fn from((sec, nsec): (i64, u32)) -> Stamp {
+        Stamp { sec, nsec }
+    }
+}
+
+impl fmt::Display for Stamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{:09}", self.sec, self.nsec)
+    }
+}
+
+impl Stamp {
+    /// Parses `SEC.NSEC` as [`Display`](fmt::Display) writes it (nine digits of nanoseconds).
+    pub fn parse(text: &str) -> Option<Stamp> {
+        let (sec, nsec) = text.split_once('.')?;
+        let nsec: u32 = nsec.parse().ok().filter(|&n| n < 1_000_000_000)?;
+        Some(Stamp { sec: sec.parse().ok()?, nsec })
+    }
+}
+
+/// The filesystem's "now", as the change time of the root after a metadata write that changes
+/// nothing else (`fchown(root, -1, -1)`). Fails where the root can't be changed (read-only,
+/// another user's root): then nothing may be claimed.
+pub fn take(root: BorrowedFd<'_>) -> Result<Stamp, Errno> {
+    sys::chown_fd(root, None, None)?;
+    let (_, times) = sys::stat_fd_times(root)?;
+    Ok(times.ctime.into())
+}
+
+/// Whether a directory recorded inside a subtree finished before `bound` still lists what it
+/// listed then: it is on the root's mount and its change time is strictly before `bound`.
+pub fn unchanged(meta: &Meta, times: &Times, root: &Meta, bound: Stamp) -> bool {
+    !meta.other_mount(root) && Stamp::from(times.ctime) < bound
+}
+
+/// Whether a directory's seal (its change time, or the root's modification time, when the run
+/// opened it) proves it unchanged later: it must be older than the start of that run.
+pub fn seal_trusted(seal: Stamp, run_start: Stamp) -> bool {
+    seal < run_start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(dev: u64, mnt_id: u64) -> Meta {
+        Meta { dev, ino: 5, mode: libc::S_IFDIR | 0o755, uid: 0, gid: 0, nlink: 2, mnt_id }
+    }
+
+    fn times(sec: i64, nsec: u32) -> Times {
+        Times { ctime: (sec, nsec), mtime: (0, 0) }
+    }
+
+    #[test]
+    fn a_directory_is_unchanged_only_strictly_before_the_bound_and_on_the_roots_mount() {
+        let root = meta(7, 30);
+        let t = Stamp { sec: 100, nsec: 500 };
+        assert!(unchanged(&meta(7, 30), &times(100, 499), &root, t));
+        assert!(unchanged(&meta(7, 30), &times(99, 999_999_999), &root, t));
+        // The same tick as the bound may be a change made after it (coarse timestamps).
+        assert!(!unchanged(&meta(7, 30), &times(100, 500), &root, t));
+        assert!(!unchanged(&meta(7, 30), &times(101, 0), &root, t));
+        // Another filesystem, or a bind mount of this one: walked, whatever its time.
+        assert!(!unchanged(&meta(8, 31), &times(1, 0), &root, t));
+        assert!(!unchanged(&meta(7, 31), &times(1, 0), &root, t));
+        // No mount ids (old kernels): the device decides.
+        assert!(unchanged(&meta(7, 0), &times(1, 0), &root, t));
+    }
+
+    #[test]
+    fn a_seal_is_trusted_only_before_the_run_started() {
+        let start = Stamp { sec: 50, nsec: 0 };
+        assert!(seal_trusted(Stamp { sec: 49, nsec: 999_999_999 }, start));
+        assert!(!seal_trusted(start, start), "a change in the start's own tick may follow the read");
+        assert!(!seal_trusted(Stamp { sec: 51, nsec: 0 }, start));
+    }
+
+    #[test]
+    fn stamps_round_trip_and_order() {
+        for s in
+            [Stamp { sec: 0, nsec: 0 }, Stamp { sec: -3, nsec: 999_999_999 }, Stamp { sec: 1_700_000_000, nsec: 7 }]
+        {
+            assert_eq!(Stamp::parse(&s.to_string()), Some(s));
+        }
+        assert_eq!(Stamp { sec: 1_700_000_000, nsec: 7 }.to_string(), "1700000000.000000007");
+        for bad in ["", "1", "1.", ".5", "1.1000000000", "x.1"] {
+            assert_eq!(Stamp::parse(bad), None, "{bad}");
+        }
+        assert!(Stamp { sec: 1, nsec: 999_999_999 } < Stamp { sec: 2, nsec: 0 });
+    }
+}
