@@ -153,9 +153,10 @@ pub fn run(
         Outcome::Complete(shards) => {
             let check = recheck::Recheck { path, spec, opts, root, root_meta, threads: pool.start()?, fixer: &fixer };
             let sum = check.run(&shards, walk_needed.then_some(filter.index))?;
-            info!(path = %shown, shard = %name, dirs_read = sum.dirs_read, walked = sum.walked, parts = ?sum.parts,
-                  "checked what the other shards claim: {} directories read, {} changed anchors or directories walked again, parts walked again: {:?}",
-                  sum.dirs_read, sum.walked, sum.parts);
+            info!(path = %shown, shard = %name, entries = sum.entries, dirs_read = sum.dirs_read,
+                  verified_dirs = sum.verified_dirs, parts = ?sum.parts,
+                  "checked what the other shards claim: {} directories verified, {} read, {} entries looked at again; parts walked again whole: {:?}",
+                  sum.verified_dirs, sum.dirs_read, sum.entries, sum.parts);
             with_lock(root, path, opts.lock_timeout, |root| seal(root, path, spec, opts, filter, &fixer))?
         }
     };

@@ -212,21 +212,13 @@ pub struct Times {
 
 /// `fstat(fd)` with the change and modification times: the same single `statx` as [`stat_fd`],
 /// asking for two more fields.
-pub fn stat_fd_times(fd: BorrowedFd<'_>) -> Result<(Meta, Times), Errno> {
-    stat_times(fd, c"", AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW)
-}
-
-/// `fstatat(dir, name, AT_SYMLINK_NOFOLLOW)` with the change and modification times.
-pub fn stat_at_times(dir: BorrowedFd<'_>, name: &CStr) -> Result<(Meta, Times), Errno> {
-    stat_times(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-}
-
 // `st_ctime_nsec` is i64 here but another width on some targets.
 #[allow(clippy::unnecessary_cast)]
-fn stat_times(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<(Meta, Times), Errno> {
+pub fn stat_fd_times(fd: BorrowedFd<'_>) -> Result<(Meta, Times), Errno> {
+    let flags = AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW;
     if !NO_STATX.load(Ordering::Relaxed) {
         let mask = statx_mask() | StatxFlags::CTIME | StatxFlags::MTIME;
-        match retry(|| rustix::fs::statx(fd, name, flags, mask)) {
+        match retry(|| rustix::fs::statx(fd, c"", flags, mask)) {
             Err(Errno::NOSYS) => NO_STATX.store(true, Ordering::Relaxed),
             other => {
                 return other.map(|x| {
@@ -236,7 +228,7 @@ fn stat_times(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<(Meta, 
             }
         }
     }
-    let st = retry(|| rustix::fs::statat(fd, name, flags))?;
+    let st = retry(|| rustix::fs::statat(fd, c"", flags))?;
     let times = Times {
         ctime: (st.st_ctime as i64, st.st_ctime_nsec as u32),
         mtime: (st.st_mtime as i64, st.st_mtime_nsec as u32),

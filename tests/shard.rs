@@ -242,7 +242,7 @@ fn each_shard_resumes_from_its_own_checkpoint() {
         let name = format!("user.volprep.checkpoint.{i}");
         let mut cp =
             xattr::xattr_json(&vol, &name).unwrap_or_else(|| panic!("shard {i}: no checkpoint of its own\n{log}"));
-        assert_eq!(cp["v"], 2, "{cp}");
+        assert_eq!(cp["v"], 3, "{cp}");
         assert!(!cp["dirs"].as_array().unwrap().is_empty(), "shard {i}: {cp}");
         assert_eq!(xattr::get_xattr(&vol, xattr::CHECKPOINT), None, "no unsharded checkpoint");
         if i == 0 {
