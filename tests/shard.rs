@@ -469,3 +469,26 @@ fn a_shard_reports_the_marker_state_it_found() {
     let second = two_shards(&vol, 1, 1).expect_code(0);
     assert_eq!(second.volume()["marker_before"], "in-progress", "{}", second.describe());
 }
+
+/// A shard recorded done by an earlier version (no claim) is not trusted: the completing run
+/// walks its part again, and fixes there even what no directory's ctime shows.
+#[test]
+fn a_done_shard_without_a_claim_has_its_part_walked_again() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (vol, parent) = two_part_volume(&fs, 1);
+    two_shards(&vol, 0, 1).expect_code(0);
+    let mut m = xattr::xattr_json(&vol, xattr::MARKER).expect("marker");
+    assert_eq!(m["shards"]["claims"].as_array().map(Vec::len), Some(1), "shard 0 made a claim: {m}");
+    m["shards"].as_object_mut().unwrap().remove("claims");
+    xattr::set_json(&vol, xattr::MARKER, &m);
+    // A file of the finished part put back to root's group: its directory does not change.
+    let file = vol.join(format!("{parent}{}/sub/g0", names_in(0, &parent, 1)[0]));
+    std::os::unix::fs::lchown(&file, Some(0), Some(0)).unwrap();
+    let last = two_shards(&vol, 1, 1).expect_code(0);
+    assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
+    assert!(last.stderr.contains("without a claim"), "{}", last.describe());
+    assert_conforms(&vol, &last.describe());
+}
