@@ -99,6 +99,40 @@ pub struct Shards {
     pub entries: u64,
     /// Shards being walked: index, run id and the last heartbeat (unix seconds).
     pub running: Vec<(u32, String, u64)>,
+    /// What each shard in `done` claims to have walked, for the run that completes the volume
+    /// to check (absent in records of earlier versions: a done shard without a claim has its
+    /// part walked again by that run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<Claim>,
+}
+
+/// A done shard's claim: the anchors of its part, as they were when its walk began, and the
+/// filesystem's time once it ended. A directory of its part changed after that time has a
+/// change time (ctime) at or past it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// The shard.
+    pub i: u32,
+    /// The root's ctime (seconds, nanoseconds) read right after a write on the root that
+    /// followed the walk: the filesystem's clock, not this process's.
+    pub t: (i64, u32),
+    /// [`anchor_digest`] of the part's anchors (and, for shard 0, the entries above the split
+    /// depth) listed before the walk.
+    pub a: String,
+}
+
+/// The digest of a part's anchors: each one's path relative to the root and inode number, in
+/// any order. 16 hex digits of SHA-256.
+pub fn anchor_digest(anchors: &mut [(Vec<u8>, u64)]) -> String {
+    use sha2::{Digest, Sha256};
+    anchors.sort_unstable();
+    let mut h = Sha256::new();
+    for (rel, ino) in anchors.iter() {
+        h.update(rel);
+        h.update([0]);
+        h.update(ino.to_le_bytes());
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 impl Shards {
@@ -124,6 +158,27 @@ impl Shards {
     /// Whether every shard is done (for a record that fits its layout).
     pub fn complete(&self) -> bool {
         self.done.len() as u32 == self.n
+    }
+
+    /// The claim of shard `i`, if it is done and made one.
+    pub fn claim(&self, i: u32) -> Option<&Claim> {
+        self.claims.iter().find(|c| c.i == i).filter(|_| self.done.contains(&i))
+    }
+
+    /// Records shard `i` as done with `claim` (none when its anchors could not be listed).
+    pub fn set_done(&mut self, i: u32, claim: Option<Claim>) {
+        if !self.done.contains(&i) {
+            self.done.push(i);
+            self.done.sort_unstable();
+        }
+        self.claims.retain(|c| c.i != i);
+        self.claims.extend(claim);
+    }
+
+    /// Takes shard `i` out of `done`, with its claim.
+    pub fn undo(&mut self, i: u32) {
+        self.done.retain(|&d| d != i);
+        self.claims.retain(|c| c.i != i);
     }
 }
 
@@ -550,6 +605,44 @@ mod tests {
         assert!(s(vec![]).misfit(2, 2).is_some());
         let running = Shards { running: vec![(7, "r".into(), 1)], ..s(vec![]) };
         assert!(running.misfit(2, 1).is_some());
+    }
+
+    #[test]
+    fn shard_claims_are_optional_and_only_count_for_done_shards() {
+        let old = br#"{"v":1,"state":"in-progress","digest":"d","spec":"s","run":"r","started":1,
+            "shards":{"n":2,"depth":1,"done":[0],"entries":5,"running":[]}}"#;
+        let m = Marker::decode(old).unwrap();
+        let mut s = m.shards.unwrap();
+        assert!(s.claims.is_empty() && s.claim(0).is_none(), "a record of an earlier version has no claims");
+        let c = Claim { i: 1, t: (1_700_000_000, 5), a: "00112233aabbccdd".into() };
+        s.set_done(1, Some(c.clone()));
+        assert_eq!((s.done.clone(), s.claim(1)), (vec![0, 1], Some(&c)));
+        s.undo(1);
+        assert!(s.claim(1).is_none() && s.claims.is_empty());
+        s.claims.push(c.clone());
+        assert!(s.claim(1).is_none(), "a claim of a shard not in done is no claim");
+        let mut m = marker(State::InProgress, "d1");
+        m.shards = Some(Shards { n: 16, depth: 1, done: (0..16).collect(), ..Default::default() });
+        for i in 0..16 {
+            m.shards.as_mut().unwrap().set_done(i, Some(Claim { i, ..c.clone() }));
+        }
+        let bytes = m.encode();
+        assert_eq!(Marker::decode(&bytes).unwrap(), m);
+        assert!(bytes.len() < 1200, "16 claims take {} bytes", bytes.len());
+    }
+
+    #[test]
+    fn the_anchor_digest_is_of_names_and_inodes_in_any_order() {
+        let d = |v: &[(&str, u64)]| {
+            anchor_digest(&mut v.iter().map(|(n, i)| (n.as_bytes().to_vec(), *i)).collect::<Vec<_>>())
+        };
+        let a = d(&[("a", 1), ("c", 3)]);
+        assert_eq!(a.len(), 16);
+        assert_eq!(a, d(&[("c", 3), ("a", 1)]));
+        assert_ne!(a, d(&[("a", 1), ("e", 3)]), "a renamed anchor");
+        assert_ne!(a, d(&[("a", 1), ("c", 4)]), "a replaced anchor");
+        assert_ne!(a, d(&[("a", 1)]), "a removed anchor");
+        assert_ne!(d(&[("ab", 1)]), d(&[("a", 0x62)]), "names and inodes do not run together");
     }
 
     #[test]

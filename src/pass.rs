@@ -23,6 +23,7 @@ use crate::report::{EntryError, ForeignEntry, MAX_LISTED_ERRORS, MAX_LISTED_FORE
 use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Kind, Meta};
+use crate::verify::Stamp;
 use crate::walk::{self, Descend, Node, Visitor};
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
@@ -37,6 +38,9 @@ pub struct Fixer<'a> {
     pub resume: Option<Resume<'a>>,
     /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
     pub shard: Option<ShardFilter>,
+    /// With `shard`, for the run that completes a sharded volume: the part's anchor
+    /// directories are verified against this bound (`Descend::Verify`) rather than read.
+    pub verify_part: Option<Stamp>,
     /// The signal that stopped the walk early, once it is over.
     pub interrupted: Option<&'static str>,
     /// Unprivileged: only entries this user owns are changed.
@@ -58,6 +62,7 @@ impl<'a> Fixer<'a> {
             skipped_mounts: Mutex::new(Vec::new()),
             resume,
             shard: None,
+            verify_part: None,
             interrupted: None,
             privilege: Privilege::Full,
             foreign: Mutex::new(Vec::new()),
@@ -353,6 +358,9 @@ impl Visitor for Fixer<'_> {
             let depth = parent.depth + 1;
             if depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name)) {
                 return Descend::Skip;
+            }
+            if let (true, Some(bound)) = (depth == s.depth, self.verify_part) {
+                return Descend::Verify(bound);
             }
         }
         // Below a verified directory, the walk verifies whatever is not skipped.

@@ -1,6 +1,9 @@
 //! The sharded run (`apply --shard I/N`): one of N processes (an Indexed Job's pods) prepares its
 //! part of a volume; the root marker is where they meet, and the run that completes the set fixes
-//! the root and marks the volume done. Which entries a shard owns is [`ShardFilter`]'s rule.
+//! the root and marks the volume done once it has checked what the other shards claim
+//! ([`recheck`]). Which entries a shard owns is [`ShardFilter`]'s rule.
+
+mod recheck;
 
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
@@ -13,7 +16,7 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::fix;
-use crate::marker::{self, Found, Marker, Shards, State};
+use crate::marker::{self, Claim, Decision, Found, Marker, Shards, State};
 use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::progress::{self, Counters};
@@ -38,6 +41,14 @@ enum Step {
     Finish,
 }
 
+/// What a shard leaves after recording its outcome.
+enum Outcome {
+    /// The marker's state word: this run does not complete the volume.
+    Left(&'static str),
+    /// Every shard is done: this run checks the others' claims, then seals the volume.
+    Complete(Shards),
+}
+
 /// Runs shard `filter.index` of the volume at `path`.
 pub fn run(
     path: &Path,
@@ -56,11 +67,15 @@ pub fn run(
     let shown = Escaped(path.as_os_str()).to_string();
     let name = format!("{}/{}", filter.index, filter.count);
     let mut waited_log = Duration::ZERO;
+    let mut marker_before;
     let step = loop {
         if let Some(sig) = sys::termination() {
             return Err(Error::Other { path: path.to_path_buf(), msg: format!("shard {name}: {sig} before walking") });
         }
-        match with_lock(root, path, opts.lock_timeout, |root| register(root, path, spec, opts, filter, &run_id))? {
+        let (step, before) =
+            with_lock(root, path, opts.lock_timeout, |root| register(root, path, spec, opts, filter, &run_id))?;
+        marker_before = before;
+        match step {
             Step::Wait(why) if started.elapsed() < opts.lock_timeout => {
                 if started.elapsed() >= waited_log {
                     info!(path = %shown, "shard {name}: waiting: {why}");
@@ -87,7 +102,7 @@ pub fn run(
             info!(path = %shown, shard = %name, decision = "skip", reason = %why, "skip {shown}");
             report.action = Action::Skipped;
             report.reason = why;
-            report.marker_before = "done".into();
+            report.marker_before = marker_before.into();
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
         }
@@ -111,9 +126,11 @@ pub fn run(
         fixer.record_restored(&restored);
         r.keep_pending(restored.kept);
     }
+    let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+    // The anchors this shard claims are the ones there before it walks.
+    let claimed = walk_needed.then(|| own_anchors(root, &root_meta, opts, filter, &shown)).flatten();
     if walk_needed {
         let threads = pool.start()?;
-        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(path, Op::Open, e))?;
         std::thread::scope(|s| {
             let (stop, stopped) = mpsc::channel::<()>();
@@ -128,8 +145,21 @@ pub fn run(
     if let Some(sig) = fixer.interrupted {
         warn!(path = %shown, "shard {name}: {sig}: stopped walking; this shard is not done and is walked again at its next start");
     }
-    let after =
-        with_lock(root, path, opts.lock_timeout, |root| finish(root, path, spec, opts, filter, &run_id, &fixer))?;
+    let outcome = with_lock(root, path, opts.lock_timeout, |root| {
+        finish(root, path, spec, opts, filter, &run_id, &fixer, claimed.as_deref())
+    })?;
+    let after = match outcome {
+        Outcome::Left(word) => word,
+        Outcome::Complete(shards) => {
+            let check = recheck::Recheck { path, spec, opts, root, root_meta, threads: pool.start()?, fixer: &fixer };
+            let sum = check.run(&shards, walk_needed.then_some(filter.index))?;
+            info!(path = %shown, shard = %name, entries = sum.entries, dirs_read = sum.dirs_read,
+                  verified_dirs = sum.verified_dirs, parts = ?sum.parts,
+                  "checked what the other shards claim: {} directories verified, {} read, {} entries looked at again; parts walked again whole: {:?}",
+                  sum.verified_dirs, sum.dirs_read, sum.entries, sum.parts);
+            with_lock(root, path, opts.lock_timeout, |root| seal(root, path, spec, opts, filter, &fixer))?
+        }
+    };
     if let Some(r) = &fixer.resume {
         // This shard's checkpoint: gone once its part is done, kept for its next run otherwise.
         let res = if clean(&fixer) { Place::new(root, Some((filter.index, filter.count))).remove() } else { r.write() };
@@ -140,13 +170,14 @@ pub fn run(
     report.reason = reason;
     report.fs_type = fs;
     report.estimated_entries = estimate;
-    report.marker_before = "in-progress".into();
-    report.marker_after = after;
+    report.marker_before = marker_before.into();
+    report.marker_after = after.into();
     fixer.fill(&mut report, started.elapsed());
     Ok(report)
 }
 
 /// Under the root lock: read the marker and decide; register this run as the shard's runner.
+/// Also returns the state of the marker it found (for the report).
 fn register(
     root: BorrowedFd<'_>,
     path: &Path,
@@ -154,27 +185,44 @@ fn register(
     opts: &RunOptions,
     f: ShardFilter,
     run: &str,
+) -> Result<(Step, &'static str), Error> {
+    let found = marker::read(root);
+    let before = found.state_word();
+    register_on(root, path, spec, opts, f, run, found).map(|step| (step, before))
+}
+
+fn register_on(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    spec: &Spec,
+    opts: &RunOptions,
+    f: ShardFilter,
+    run: &str,
+    found: Found,
 ) -> Result<Step, Error> {
     let digest = spec.coverage_digest(opts.cross_devices);
-    let found = marker::read(root);
+    if found == Found::Unsupported {
+        return Err(Error::Other {
+            path: path.to_path_buf(),
+            msg: "a sharded pass needs extended attributes: the root marker is where shards meet".into(),
+        });
+    }
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
-    let conforms = fix::decide(&root_meta, spec).is_none();
+    // The skip rule of every run (spec, root, --force, --verify, --reverify-after) in one place.
+    let inputs = marker::Inputs {
+        found: &found,
+        digest: &digest,
+        spec: &spec.coverage_text(opts.cross_devices),
+        root_conforms: fix::decide(&root_meta, spec).is_none(),
+        force: opts.force,
+        verify: opts.verify,
+        reverify_after: opts.reverify_after,
+        now: marker::now(),
+    };
+    if let Decision::Skip(why) = marker::decide(&inputs) {
+        return Ok(Step::Skip(why));
+    }
     let mut m = match found {
-        Found::Unsupported => {
-            return Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: "a sharded pass needs extended attributes: the root marker is where shards meet".into(),
-            });
-        }
-        Found::Marker(m)
-            if m.digest == digest
-                && m.state == State::Done
-                && conforms
-                && !opts.force
-                && opts.verify == Verify::Marker =>
-        {
-            return Ok(Step::Skip("marker says done for this spec and the root conforms".into()));
-        }
         Found::Marker(m) if m.digest == digest && m.state == State::InProgress && m.shards.is_some() => {
             match m.shards.as_ref().and_then(|s| s.misfit(f.count, f.depth)) {
                 None => m,
@@ -192,7 +240,7 @@ fn register(
     let now = marker::now();
     if shards.done.contains(&f.index) && opts.verify == Verify::Full {
         // Nothing is skipped on the word of the root: this shard walks its part again.
-        shards.done.retain(|&i| i != f.index);
+        shards.undo(f.index);
     } else if shards.done.contains(&f.index) {
         if shards.complete() {
             return Ok(Step::Finish);
@@ -230,8 +278,10 @@ fn new_round(spec: &Spec, opts: &RunOptions, f: ShardFilter, run: &str) -> Marke
     }
 }
 
-/// Under the root lock: record this shard's outcome; the run that completes the set fixes the
-/// root and marks the volume done. Returns the marker state it leaves.
+/// Under the root lock: record this shard's outcome (with its claim when its part is done).
+/// When every shard is then done, the volume is not sealed here: the caller checks the other
+/// shards' claims first ([`seal`] follows).
+#[allow(clippy::too_many_arguments)]
 fn finish(
     root: BorrowedFd<'_>,
     path: &Path,
@@ -240,16 +290,12 @@ fn finish(
     f: ShardFilter,
     run: &str,
     fixer: &Fixer<'_>,
-) -> Result<String, Error> {
-    let Found::Marker(mut m) = marker::read(root) else {
-        return Err(Error::Other { path: path.to_path_buf(), msg: "the shard marker vanished during the walk".into() });
+    anchors: Option<&str>,
+) -> Result<Outcome, Error> {
+    let mut m = match ours(root, path, spec, opts)? {
+        Ok(m) => m,
+        Err(word) => return Ok(Outcome::Left(word)),
     };
-    if m.digest != spec.coverage_digest(opts.cross_devices) || m.shards.is_none() {
-        return Err(Error::Other {
-            path: path.to_path_buf(),
-            msg: "another spec took over the volume during the walk".into(),
-        });
-    }
     let shards = m.shards.as_mut().expect("checked");
     shards.running.retain(|(i, r, _)| !(*i == f.index && r == run));
     if let Some(why) = shards.misfit(f.count, f.depth) {
@@ -257,35 +303,123 @@ fn finish(
         warn!(path = %Escaped(path.as_os_str()), "the shard record on the root no longer fits the layout: {why}; starting a new round");
         *shards = Shards { n: f.count, depth: f.depth, ..Default::default() };
     }
-    let clean = clean(fixer);
-    if clean && !shards.done.contains(&f.index) {
-        shards.done.push(f.index);
-        shards.done.sort_unstable();
+    let done = clean(fixer) && !shards.done.contains(&f.index);
+    if done {
         shards.entries = shards.entries.saturating_add(Counters::get(&fixer.counters.entries));
     }
-    if clean && shards.complete() {
-        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
-        fixer.counters.seen(sys::Kind::Dir);
-        match fix::fix_dir(root, &root_meta, spec, &fixer.setgid) {
-            Ok(fixed) => {
-                fixer.count(fixed.change.owner(), fixed.mode_changed());
-                m.state = State::Done;
-                m.finished = Some(marker::now());
-                m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
-                // No shard's checkpoint is needed any more.
-                for i in 0..f.count.min(1024) {
-                    let _ = Place::new(root, Some((i, f.count))).remove();
-                }
-                info!(path = %Escaped(path.as_os_str()), "every shard is done: root fixed, volume marked done");
+    if !done || anchors.is_none() {
+        // Not done, or nothing to claim (a finishing run, or anchors that could not be listed).
+        if done {
+            shards.set_done(f.index, None);
+        }
+        return written(root, path, m);
+    }
+    // The filesystem's clock past the walk: the root's ctime right after a write on it (this
+    // very record, its registration gone). A filesystem that did not move the ctime leaves an
+    // earlier time, which only makes the check stricter.
+    marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
+    let (_, times) = sys::stat_fd_times(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+    let claim = anchors.map(|a| Claim { i: f.index, t: times.ctime, a: a.to_string() });
+    m.shards.as_mut().expect("checked").set_done(f.index, claim);
+    written(root, path, m)
+}
+
+/// Writes `m`; a record with every shard done asks the caller to check and seal.
+fn written(root: BorrowedFd<'_>, path: &Path, m: Marker) -> Result<Outcome, Error> {
+    marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
+    match m.shards {
+        Some(s) if s.complete() => Ok(Outcome::Complete(s)),
+        _ => Ok(Outcome::Left("in-progress")),
+    }
+}
+
+/// The sharded marker of this spec on the root, or the state word to leave with when another
+/// run of the same spec completed (or is completing) the volume unsharded.
+fn ours(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    spec: &Spec,
+    opts: &RunOptions,
+) -> Result<Result<Marker, &'static str>, Error> {
+    let Found::Marker(m) = marker::read(root) else {
+        return Err(Error::Other { path: path.to_path_buf(), msg: "the shard marker vanished during the walk".into() });
+    };
+    let shown = Escaped(path.as_os_str());
+    match (m.digest == spec.coverage_digest(opts.cross_devices), m.shards.is_some(), m.state) {
+        (true, true, _) => Ok(Ok(m)),
+        (true, false, State::Done) => {
+            info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", marker::escape_str(&m.run));
+            Ok(Err("done"))
+        }
+        (true, false, State::InProgress) => {
+            info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
+            Ok(Err("in-progress"))
+        }
+        (false, ..) => Err(Error::Other {
+            path: path.to_path_buf(),
+            msg: "another spec took over the volume during the walk".into(),
+        }),
+    }
+}
+
+/// Under the root lock, once the other shards' claims were checked: fixes the root and marks
+/// the volume done, if every shard is still done and this run left nothing unfinished.
+fn seal(
+    root: BorrowedFd<'_>,
+    path: &Path,
+    spec: &Spec,
+    opts: &RunOptions,
+    f: ShardFilter,
+    fixer: &Fixer<'_>,
+) -> Result<&'static str, Error> {
+    let mut m = match ours(root, path, spec, opts)? {
+        Ok(m) => m,
+        Err(word) => return Ok(word),
+    };
+    let complete = m.shards.as_ref().is_some_and(|s| s.misfit(f.count, f.depth).is_none() && s.complete());
+    if !complete || !clean(fixer) {
+        return Ok("in-progress");
+    }
+    let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+    fixer.counters.seen(sys::Kind::Dir);
+    match fix::fix_dir(root, &root_meta, spec, &fixer.setgid) {
+        Ok(fixed) => {
+            fixer.count(fixed.change.owner(), fixed.mode_changed());
+            m.state = State::Done;
+            m.finished = Some(marker::now());
+            m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
+            // No shard's checkpoint is needed any more.
+            for i in 0..f.count.min(1024) {
+                let _ = Place::new(root, Some((i, f.count))).remove();
             }
-            Err(f) => {
-                fixer.count_change(&f.done);
-                fixer.error_at(path, f.op, f.errno)
-            }
+            info!(path = %Escaped(path.as_os_str()), "every shard is done: root fixed, volume marked done");
+        }
+        Err(e) => {
+            fixer.count_change(&e.done);
+            fixer.error_at(path, e.op, e.errno);
+            return Ok("in-progress");
         }
     }
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
-    Ok(if m.state == State::Done { "done" } else { "in-progress" }.into())
+    Ok("done")
+}
+
+/// The digest of the anchors of this shard's part, listed before its walk; `None` (no claim:
+/// the run that completes the volume walks the part again) when they cannot be listed.
+fn own_anchors(
+    root: BorrowedFd<'_>,
+    root_meta: &sys::Meta,
+    opts: &RunOptions,
+    f: ShardFilter,
+    shown: &str,
+) -> Option<String> {
+    match recheck::list_top(root, root_meta, f.depth, opts.cross_devices) {
+        Ok(tops) => Some(recheck::part_digest(&tops, f)),
+        Err((rel, e)) => {
+            warn!(path = %shown, "cannot list the anchors of this shard's part ({}: {e}): it claims none, and the run that completes the volume walks it again", Escaped(rel.as_os_str()));
+            None
+        }
+    }
 }
 
 /// Whether this shard's part is done: no error, no signal, and (unprivileged) no entry of

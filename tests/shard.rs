@@ -35,7 +35,11 @@ fn wide_tree(outside: &Path, tops: usize, per_top: usize) -> Tree {
 
 fn shard_cmd(path: &Path, i: u32, extra: &[&str]) -> std::process::Command {
     let mut c = volprep();
-    c.args(["apply", "--fs-group", "2000", "--progress-interval", "0", "--threads", "2", "--report", "-", "--shard"])
+    // Two threads unless `extra` says (clap refuses a flag given twice).
+    let threads: &[&str] = if extra.contains(&"--threads") { &[] } else { &["--threads", "2"] };
+    c.args(["apply", "--fs-group", "2000", "--progress-interval", "0", "--report", "-"])
+        .args(threads)
+        .arg("--shard")
         .arg(format!("{i}/{N}"))
         .args(extra)
         .arg(path)
@@ -265,4 +269,230 @@ fn each_shard_resumes_from_its_own_checkpoint() {
     let mode = std::fs::symlink_metadata(vol.join("repos/tool")).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o2775, "the setgid bit is restored from shard 0's own record");
     assert_like_kubelet(&vol, &want);
+}
+
+// ---- The completing run checks what the finished shards claim ----------------------------
+
+/// The shard of N that the anchor path `rel` goes to (FNV-1a 64 modulo N, as `--shard` splits).
+fn part_of(rel: &str, n: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in rel.as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % u64::from(n)) as u32
+}
+
+/// `k` names `prefix{i}` whose anchor `parent/name` goes to shard `part` of 2.
+fn names_in(part: u32, parent: &str, k: usize) -> Vec<String> {
+    (0..1000).map(|i| format!("d{i}")).filter(|n| part_of(&format!("{parent}{n}"), 2) == part).take(k).collect()
+}
+
+/// A small volume for two shards split at `depth` (1: anchors under the root; 2: under
+/// `top/`): two anchors of shard 0, two of shard 1, each a directory with files and a
+/// subdirectory with files, everything root:root. Returns the volume and the anchors' parent
+/// prefix ("" or "top/").
+fn two_part_volume(fs: &LoopFs, depth: u32) -> (PathBuf, String) {
+    let parent = if depth == 1 { String::new() } else { "top/".to_string() };
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    if depth == 2 {
+        t.dir("top", 0, 0, 0o755);
+    }
+    for part in 0..2 {
+        for n in names_in(part, &parent, 3).into_iter().take(2) {
+            let a = format!("{parent}{n}");
+            t.dir(&a, 0, 0, 0o755);
+            t.dir(format!("{a}/sub"), 0, 0, 0o755);
+            for f in 0..3 {
+                t.file(format!("{a}/f{f}"), 0, 0, 0o644);
+                t.file(format!("{a}/sub/g{f}"), 0, 0, 0o600);
+            }
+        }
+    }
+    let vol = fs.path().join("vol");
+    t.build(&vol);
+    (vol, parent)
+}
+
+fn two_shards(vol: &Path, i: u32, depth: u32) -> Run {
+    run(volprep()
+        .args(["apply", "--fs-group", "2000", "--report", "-", "--shard-depth", &depth.to_string(), "--shard"])
+        .arg(format!("{i}/2"))
+        .arg(vol))
+}
+
+#[track_caller]
+fn assert_conforms(vol: &Path, what: &str) {
+    let c = run(volprep().args(["check", "--fs-group", "2000"]).arg(vol));
+    assert_eq!(c.code, 0, "{what}: the volume is marked done but does not conform\n{}", c.describe());
+}
+
+/// Between two shard runs, `mutate` changes the tree; the run that completes the volume must
+/// leave it conforming whenever it marks it done.
+fn done_means_conforming(depth: u32, mutate: impl Fn(&Path, &str)) {
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (vol, parent) = two_part_volume(&fs, depth);
+    two_shards(&vol, 0, depth).expect_code(0);
+    tick();
+    mutate(&vol, &parent);
+    let last = two_shards(&vol, 1, depth).expect_code(0);
+    assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
+    assert_conforms(&vol, &last.describe());
+}
+
+#[test]
+fn an_unvisited_anchor_renamed_into_a_finished_part_is_prepared() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    for depth in [1, 2] {
+        done_means_conforming(depth, |vol, parent| {
+            let pending = &names_in(1, parent, 1)[0];
+            // A name that goes to the finished shard 0 and is not taken.
+            let target = &names_in(0, parent, 3)[2];
+            std::fs::rename(vol.join(format!("{parent}{pending}")), vol.join(format!("{parent}{target}"))).unwrap();
+        });
+    }
+}
+
+#[test]
+fn an_unvisited_subtree_moved_into_a_finished_anchor_is_prepared() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    for depth in [1, 2] {
+        done_means_conforming(depth, |vol, parent| {
+            let (pending, finished) = (&names_in(1, parent, 1)[0], &names_in(0, parent, 1)[0]);
+            let from = vol.join(format!("{parent}{pending}/sub"));
+            std::fs::rename(from, vol.join(format!("{parent}{finished}/sub/moved"))).unwrap();
+        });
+    }
+}
+
+#[test]
+fn changes_inside_a_finished_part_are_prepared() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    done_means_conforming(1, |vol, parent| {
+        let a = vol.join(format!("{parent}{}", names_in(0, parent, 1)[0]));
+        std::fs::write(a.join("sub/new"), b"x").unwrap();
+        std::fs::create_dir(a.join("newdir")).unwrap();
+        std::fs::write(a.join("newdir/file"), b"x").unwrap();
+        // A hard link of a file of the pending part, its first name then gone.
+        let b = vol.join(format!("{parent}{}", names_in(1, parent, 1)[0]));
+        std::fs::hard_link(b.join("f0"), a.join("sub/linked")).unwrap();
+        std::fs::remove_file(b.join("f0")).unwrap();
+    });
+}
+
+/// The same layout with the verification finding nothing: the completing run walks no more
+/// than its own part, and every part is counted once.
+#[test]
+fn an_unchanged_volume_is_verified_without_walking_other_parts_again() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (vol, _) = two_part_volume(&fs, 1);
+    let first = two_shards(&vol, 0, 1).expect_code(0);
+    let last = two_shards(&vol, 1, 1).expect_code(0);
+    assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
+    let total = snapshot(&vol).len() as u64;
+    assert_eq!(first.count("entries") + last.count("entries"), total, "{}", last.describe());
+    assert_conforms(&vol, &last.describe());
+}
+
+#[test]
+fn a_shard_overlapped_by_an_unsharded_run_of_the_same_spec_ends_well() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 512, &["-N", "200000"]);
+    let (vol, want, _) = setup(&fs, 40, 1000);
+    let shard = shard_cmd(&vol, 0, &["--threads", "1", "--lock-timeout", "120s"]).spawn().unwrap();
+    let t0 = Instant::now();
+    while status(&vol)["marker"]["shards"]["running"].as_array().is_none_or(|r| r.is_empty()) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the shard never registered");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Hold the shard while an unsharded run of the same spec prepares the whole volume.
+    unsafe { libc::kill(shard.id() as i32, libc::SIGSTOP) };
+    let st = status(&vol);
+    assert!(
+        st["marker"]["shards"]["running"].as_array().is_some_and(|r| !r.is_empty()),
+        "the shard finished before it could be overlapped: {st}"
+    );
+    let whole = run(volprep().args(["apply", "--fs-group", "2000", "--lock-timeout", "60s"]).arg(&vol));
+    unsafe { libc::kill(shard.id() as i32, libc::SIGCONT) };
+    assert_eq!(whole.code, 0, "{}", whole.describe());
+    let (code, v, stderr) = report_of(shard);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("completed by another run"), "{stderr}");
+    assert!(!stderr.contains("took over"), "{stderr}");
+    assert_eq!(v["marker_after"], "done", "{stderr}");
+    assert_eq!(status(&vol)["state"], "done");
+    assert_like_kubelet(&vol, &want);
+}
+
+#[test]
+fn a_sharded_run_reverifies_an_old_done_marker_with_reverify_after() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (vol, _) = two_part_volume(&fs, 1);
+    for i in 0..2 {
+        two_shards(&vol, i, 1).expect_code(0);
+    }
+    let mut m = xattr::xattr_json(&vol, xattr::MARKER).expect("marker");
+    assert_eq!(m["state"], "done", "{m}");
+    let two_hours_ago = m["finished"].as_u64().unwrap() - 7200;
+    m["finished"] = two_hours_ago.into();
+    xattr::set_json(&vol, xattr::MARKER, &m);
+    let fresh = two_shards(&vol, 0, 1).expect_code(0);
+    assert_eq!(fresh.volume()["action"], "skipped", "without --reverify-after an old marker skips");
+    let again = run(volprep()
+        .args(["apply", "--fs-group", "2000", "--report", "-", "--reverify-after", "1h", "--shard", "0/2"])
+        .arg(&vol))
+    .expect_code(0);
+    assert_eq!(again.volume()["action"], "walked", "{}", again.describe());
+    assert!(again.volume()["reason"].as_str().unwrap().contains("shard 0/2"), "{}", again.describe());
+}
+
+#[test]
+fn a_shard_reports_the_marker_state_it_found() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (vol, _) = two_part_volume(&fs, 1);
+    let first = two_shards(&vol, 0, 1).expect_code(0);
+    assert_eq!(first.volume()["marker_before"], "none", "{}", first.describe());
+    let second = two_shards(&vol, 1, 1).expect_code(0);
+    assert_eq!(second.volume()["marker_before"], "in-progress", "{}", second.describe());
+}
+
+/// A shard recorded done by an earlier version (no claim) is not trusted: the completing run
+/// walks its part again, and fixes there even what no directory's ctime shows.
+#[test]
+fn a_done_shard_without_a_claim_has_its_part_walked_again() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (vol, parent) = two_part_volume(&fs, 1);
+    two_shards(&vol, 0, 1).expect_code(0);
+    let mut m = xattr::xattr_json(&vol, xattr::MARKER).expect("marker");
+    assert_eq!(m["shards"]["claims"].as_array().map(Vec::len), Some(1), "shard 0 made a claim: {m}");
+    m["shards"].as_object_mut().unwrap().remove("claims");
+    xattr::set_json(&vol, xattr::MARKER, &m);
+    // A file of the finished part put back to root's group: its directory does not change.
+    let file = vol.join(format!("{parent}{}/sub/g0", names_in(0, &parent, 1)[0]));
+    std::os::unix::fs::lchown(&file, Some(0), Some(0)).unwrap();
+    let last = two_shards(&vol, 1, 1).expect_code(0);
+    assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
+    assert!(last.stderr.contains("without a claim"), "{}", last.describe());
+    assert_conforms(&vol, &last.describe());
 }

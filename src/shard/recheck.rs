@@ -1,0 +1,218 @@
+//! What the run that completes a sharded volume checks before marking it done: that the part
+//! each other shard claims is still what it walked, walking again whatever moved or changed.
+//!
+//! A done shard's [`Claim`] holds a digest of its anchors (names and inodes, listed before its
+//! walk) and the filesystem's time `T` once its walk ended. A part whose anchors changed, or
+//! whose shard left no claim, is walked again whole. Otherwise the part is walked again with its
+//! anchor directories verified against `T` (`Descend::Verify`, see `verify`): a directory whose
+//! ctime is before `T` has only its subdirectories looked at; one changed since (an entry
+//! added, removed, renamed in or out, hard-linked in, or its own owner or mode changed) is read
+//! and fixed with everything below it. The levels above the anchors are read as usual.
+
+use std::ffi::{CStr, OsStr};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use rustix::io::Errno;
+use tracing::info;
+
+use crate::error::{Error, Op};
+use crate::escape::Escaped;
+use crate::marker::{self, Shards};
+use crate::options::{RunOptions, ShardFilter};
+use crate::pass::Fixer;
+use crate::progress::Counters;
+use crate::spec::Spec;
+use crate::sys::{self, DType, Kind, Meta};
+use crate::verify::Stamp;
+use crate::walk::Walk;
+
+const DIRENT_BUF: usize = 32 * 1024;
+
+/// An entry at a depth from 1 to the split depth: an anchor (at the split depth) or an entry
+/// above it (shard 0's).
+#[derive(Debug, Clone)]
+pub struct Top {
+    pub rel: PathBuf,
+    pub ino: u64,
+    pub depth: u32,
+}
+
+/// Lists the entries from depth 1 to `split` below the root (reading the directories above the
+/// split depth, on the root's mount unless `cross`), by `getdents` alone where it gives types.
+pub fn list_top(root: BorrowedFd<'_>, root_meta: &Meta, split: u32, cross: bool) -> Result<Vec<Top>, (PathBuf, Errno)> {
+    let fresh = sys::open_subdir(root, c".").map_err(|e| (PathBuf::new(), e))?;
+    let mut queue = vec![(fresh, PathBuf::new(), 0u32)];
+    let mut tops = Vec::new();
+    let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
+    while let Some((fd, rel, depth)) = queue.pop() {
+        let mut names = Vec::new();
+        sys::read_dir(fd.as_fd(), &mut buf, 0, u64::MAX, |name, dtype, ino| names.push((name.to_owned(), dtype, ino)))
+            .map_err(|e| (rel.clone(), e))?;
+        for (name, dtype, ino) in names {
+            let child = rel.join(OsStr::from_bytes(name.to_bytes()));
+            let depth = depth + 1;
+            if depth < split && is_dir(fd.as_fd(), &name, dtype) {
+                let sub = sys::open_subdir(fd.as_fd(), &name).map_err(|e| (child.clone(), e))?;
+                let meta = sys::stat_fd(sub.as_fd()).map_err(|e| (child.clone(), e))?;
+                if cross || !meta.other_mount(root_meta) {
+                    queue.push((sub, child.clone(), depth));
+                }
+            }
+            tops.push(Top { rel: child, ino, depth });
+        }
+    }
+    Ok(tops)
+}
+
+fn is_dir(dir: BorrowedFd<'_>, name: &CStr, dtype: DType) -> bool {
+    match dtype {
+        DType::Dir => true,
+        DType::Other => false,
+        DType::Unknown => sys::stat_at(dir, name).is_ok_and(|m| m.kind() == Kind::Dir),
+    }
+}
+
+/// The digest of the entries of `tops` that shard `f` owns.
+pub fn part_digest(tops: &[Top], f: ShardFilter) -> String {
+    let mut owned: Vec<(Vec<u8>, u64)> = tops
+        .iter()
+        .filter(|t| f.owns(t.depth, || t.rel.clone()))
+        .map(|t| (t.rel.as_os_str().as_bytes().to_vec(), t.ino))
+        .collect();
+    marker::anchor_digest(&mut owned)
+}
+
+/// What the check found and did, for the log.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Parts walked again whole (no claim, or their anchors changed).
+    pub parts: Vec<u32>,
+    /// Entries looked at again (the levels above the anchors, and what changed).
+    pub entries: u64,
+    /// Directories read (above the anchors, changed ones and below them, whole parts).
+    pub dirs_read: u64,
+    /// Directories verified: only their subdirectories looked at.
+    pub verified_dirs: u64,
+}
+
+/// The volume being completed and the run completing it.
+pub struct Recheck<'r, 'a> {
+    pub path: &'r Path,
+    pub spec: &'r Spec,
+    pub opts: &'r RunOptions,
+    pub root: BorrowedFd<'r>,
+    pub root_meta: Meta,
+    pub threads: &'r rayon_core::ThreadPool,
+    pub fixer: &'r Fixer<'a>,
+}
+
+impl Recheck<'_, '_> {
+    /// Checks the part of every done shard but `skip` (the one this run just walked), walking
+    /// what the check cannot trust. Errors of the walks are counted in the fixer.
+    pub fn run(&self, shards: &Shards, skip: Option<u32>) -> Result<Summary, Error> {
+        let tops = list_top(self.root, &self.root_meta, shards.depth, self.opts.cross_devices)
+            .map_err(|(rel, e)| Error::sys(self.full(&rel), Op::Readdir, e))?;
+        let mut sum = Summary::default();
+        for i in (0..shards.n).filter(|&i| Some(i) != skip) {
+            let f = ShardFilter { index: i, count: shards.n, depth: shards.depth };
+            let shown = Escaped(self.path.as_os_str());
+            let bound = match shards.claim(i) {
+                None => {
+                    info!(path = %shown, "shard {i}/{}: done without a claim to check (recorded by an earlier version): walking its part again", shards.n);
+                    None
+                }
+                Some(c) if part_digest(&tops, f) != c.a => {
+                    info!(path = %shown, "shard {i}/{}: its anchors changed since it walked (one renamed, added, removed or replaced): walking its part again", shards.n);
+                    None
+                }
+                Some(c) => Some(Stamp::from(c.t)),
+            };
+            if bound.is_none() {
+                sum.parts.push(i);
+            }
+            self.walk_part(f, bound, &mut sum);
+        }
+        Ok(sum)
+    }
+
+    fn full(&self, rel: &Path) -> PathBuf {
+        if rel.as_os_str().is_empty() { self.path.to_path_buf() } else { self.path.join(rel) }
+    }
+
+    /// Walks the part of shard `f` again, its anchor directories verified against `bound`.
+    fn walk_part(&self, f: ShardFilter, bound: Option<Stamp>, sum: &mut Summary) {
+        let opened = sys::open_subdir(self.root, c".").and_then(|fd| sys::stat_fd(fd.as_fd()).map(|m| (fd, m)));
+        let (fd, meta) = match opened {
+            Ok(x) => x,
+            Err(e) => return self.fixer.error_at(self.path, Op::Open, e),
+        };
+        let mut sub = Fixer::new(self.path, self.spec, self.opts.mode, None);
+        sub.shard = Some(f);
+        sub.verify_part = bound;
+        sub.privilege = self.opts.privilege;
+        self.threads.install(|| Walk::new(&sub, &self.root_meta, self.opts.cross_devices).run(fd, meta));
+        sum.entries += Counters::get(&sub.counters.entries);
+        sum.dirs_read += Counters::get(&sub.counters.dirs_read);
+        sum.verified_dirs += Counters::get(&sub.counters.verified_dirs);
+        absorb(self.fixer, sub);
+    }
+}
+
+/// Adds what `from` counted and listed to `into`.
+fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
+    // What it changed and what failed; the entries it looked at again are not this run's part
+    // (each part is counted once, by its shard) and go to the log only.
+    let (a, b) = (&into.counters, &from.counters);
+    for (x, y) in [
+        (&a.changed_owner, &b.changed_owner),
+        (&a.changed_mode, &b.changed_mode),
+        (&a.errors, &b.errors),
+        (&a.dirs_read, &b.dirs_read),
+        (&a.verified_dirs, &b.verified_dirs),
+        (&a.foreign_owned, &b.foreign_owned),
+        (&a.foreign_unread, &b.foreign_unread),
+    ] {
+        x.fetch_add(y.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    append(&into.errors, from.errors);
+    append(&into.skipped_mounts, from.skipped_mounts);
+    append(&into.foreign, from.foreign);
+}
+
+fn append<T>(into: &Mutex<Vec<T>>, from: Mutex<Vec<T>>) {
+    let from = from.into_inner().unwrap_or_else(|e| e.into_inner());
+    into.lock().unwrap_or_else(|e| e.into_inner()).extend(from);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tops(names: &[(&str, u64, u32)]) -> Vec<Top> {
+        names.iter().map(|&(n, ino, depth)| Top { rel: n.into(), ino, depth }).collect()
+    }
+
+    #[test]
+    fn a_rename_between_parts_changes_the_digest_of_the_part_it_lands_in() {
+        let f = |i| ShardFilter { index: i, count: 2, depth: 1 };
+        // Names whose anchors go to shard 0 and to shard 1.
+        let name_in = |part: u32, skip: usize| {
+            (0..100).map(|i| format!("d{i}")).filter(|n| f(0).shard_of(n.as_bytes()) == part).nth(skip).unwrap()
+        };
+        let (a, b, e) = (name_in(0, 0), name_in(1, 0), name_in(0, 1));
+        let before = tops(&[(&a, 10, 1), (&b, 11, 1)]);
+        let after = tops(&[(&a, 10, 1), (&e, 11, 1)]);
+        assert_ne!(part_digest(&before, f(0)), part_digest(&after, f(0)), "{b} renamed to {e}");
+        assert_eq!(part_digest(&after, f(0)), part_digest(&tops(&[(&e, 11, 1), (&a, 10, 1)]), f(0)));
+        // Above the split depth, entries are shard 0's.
+        let deep = ShardFilter { index: 0, count: 2, depth: 2 };
+        let upper = tops(&[("top", 5, 1)]);
+        assert_ne!(part_digest(&upper, deep), part_digest(&[], deep));
+        assert_eq!(part_digest(&upper, ShardFilter { index: 1, ..deep }), part_digest(&[], deep));
+    }
+}
