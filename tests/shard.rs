@@ -213,20 +213,10 @@ fn each_shard_resumes_from_its_own_checkpoint() {
     std::fs::set_permissions(want.join("repos/tool"), std::os::unix::fs::PermissionsExt::from_mode(0o2775)).unwrap();
     let cmd = |path: &Path, i: u32, extra: &[&str]| {
         let mut c = volprep();
-        c.args([
-            "apply",
-            "--fs-group",
-            "2000",
-            "--threads",
-            "2",
-            "--shard-depth",
-            "2",
-            "--checkpoint-interval",
-            "10ms",
-        ])
-        .arg(format!("--shard={i}/{SHARDS}"))
-        .args(extra)
-        .arg(path);
+        c.args(["apply", "--fs-group", "2000", "--threads", "2", "--shard-depth", "2", "--checkpoint-interval", "0"])
+            .arg(format!("--shard={i}/{SHARDS}"))
+            .args(extra)
+            .arg(path);
         c
     };
     for i in 0..SHARDS {
