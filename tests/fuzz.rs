@@ -5,7 +5,7 @@
 //! interleavings. The property: whenever the marker says `done`, `volprep check` exits 0, every
 //! entry conforms, and nothing outside the volume changed.
 //!
-//! CI runs 200 rounds from a fixed seed (a fifth on ext4, the rest on tmpfs). Locally:
+//! CI runs 500 rounds from a fixed seed (a fifth on ext4, the rest on tmpfs). Locally:
 //! `VOLPREP_FUZZ_SEED=<n>` another seed, `VOLPREP_FUZZ_ROUNDS=<n>` more rounds,
 //! `VOLPREP_FUZZ_SECS=<n>` rounds until that many seconds have passed, `VOLPREP_FUZZ_ROUND=<r>`
 //! replays one round (it prints what it does). A failing round prints the seed, round, tree,
@@ -30,7 +30,7 @@ use common::*;
 
 const GID: u32 = 2000;
 const DEFAULT_SEED: u64 = 0x766f_6c70_7265_70;
-const DEFAULT_ROUNDS: u64 = 200;
+const DEFAULT_ROUNDS: u64 = 500;
 
 /// Every change between two runs the fuzzer makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -263,7 +263,7 @@ impl Round {
         let mut done = false;
         for _ in 0..steps {
             let kill = self.rng.below(10) < 8;
-            self.one_run(stats, kill);
+            self.one_run(stats, kill, None);
             if self.marker_done() {
                 done = true;
                 self.check_done(stats);
@@ -273,15 +273,22 @@ impl Round {
                 self.mutate(stats);
             }
         }
-        // Then runs without kills or changes until the volume is done (every shard in turn).
-        for _ in 0..12 {
-            if done {
-                break;
+        // Then runs without kills or changes until the volume is done: every shard in turn, in
+        // a random order, each sweep.
+        for _ in 0..3 {
+            let mut order: Vec<u32> = (0..self.sharding.map_or(1, |s| s.n)).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, self.rng.below(i + 1));
             }
-            self.one_run(stats, false);
-            if self.marker_done() {
-                done = true;
-                self.check_done(stats);
+            for shard in order {
+                if done {
+                    break;
+                }
+                self.one_run(stats, false, Some(shard));
+                if self.marker_done() {
+                    done = true;
+                    self.check_done(stats);
+                }
             }
         }
         if !done {
@@ -337,16 +344,21 @@ impl Round {
         stats.failures.push(msg);
     }
 
-    /// One `apply` (a shard of it when the volume is sharded), maybe with a kill point.
-    fn one_run(&mut self, stats: &mut Stats, kill: bool) {
+    /// One `apply` (a shard of it when the volume is sharded: `shard`, or a random one), maybe
+    /// with a kill point.
+    fn one_run(&mut self, stats: &mut Stats, kill: bool, shard: Option<u32>) {
         let threads = 1 + self.rng.below(3);
         let interval = ["0", "0", "0", "2ms", "3s"][self.rng.below(5)];
         let mut cmd = volprep();
-        cmd.args(["apply", "--fs-group", "2000", "--log-format", "text", "--progress-interval", "0"])
-            .args(["--threads", &threads.to_string(), "--checkpoint-interval", interval]);
+        cmd.args(["apply", "--fs-group", "2000", "--log-format", "text", "--progress-interval", "0"]).args([
+            "--threads",
+            &threads.to_string(),
+            "--checkpoint-interval",
+            interval,
+        ]);
         let (kind, mut what) = match self.sharding {
             Some(s) => {
-                let i = self.rng.below(s.n as usize);
+                let i = shard.unwrap_or_else(|| self.rng.below(s.n as usize) as u32);
                 cmd.arg(format!("--shard={i}/{}", s.n)).arg(format!("--shard-depth={}", s.depth));
                 (RunKind::Shard, format!("apply --shard {i}/{} --shard-depth {}", s.n, s.depth))
             }
@@ -410,10 +422,8 @@ impl Round {
         let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
         for _ in 0..20 {
             let d = movable.get(self.rng.below(movable.len().max(1)))?;
-            let targets: Vec<&PathBuf> = dirs
-                .iter()
-                .filter(|p| !p.starts_with(d) && (!across || Some(p.as_path()) != d.parent()))
-                .collect();
+            let targets: Vec<&PathBuf> =
+                dirs.iter().filter(|p| !p.starts_with(d) && (!across || Some(p.as_path()) != d.parent())).collect();
             if let Some(p) = targets.get(self.rng.below(targets.len().max(1))) {
                 return Some(((*d).clone(), (*p).clone()));
             }
@@ -520,7 +530,8 @@ fn chmod(p: &Path, mode: u32) {
 pub fn exchange(a: &Path, b: &Path) {
     let (ca, cb) = (CString::new(a.as_os_str().as_bytes()).unwrap(), CString::new(b.as_os_str().as_bytes()).unwrap());
     // SAFETY: two NUL-terminated paths relative to the cwd.
-    let rc = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
     assert_eq!(rc, 0, "renameat2 {} {}: {}", a.display(), b.display(), std::io::Error::last_os_error());
 }
 
@@ -628,4 +639,3 @@ fn kind_of(e: &tree::Entry) -> &'static str {
         _ => "other",
     }
 }
-
