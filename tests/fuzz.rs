@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::clones::Clones;
 use common::kill::{KillOnDrop, wait_within};
 use common::snap::conforms;
 use common::tree::Rng;
@@ -29,7 +30,7 @@ use common::xattr::{MARKER, xattr_json};
 use common::*;
 
 const GID: u32 = 2000;
-const DEFAULT_SEED: u64 = 0x766f_6c70_7265_70;
+const DEFAULT_SEED: u64 = 0x0076_6f6c_7072_6570;
 const DEFAULT_ROUNDS: u64 = 500;
 
 /// Every change between two runs the fuzzer makes.
@@ -51,6 +52,9 @@ pub enum Mutation {
     HardlinkUnlink,
     /// `mv D P/new; ln -s OUTSIDE D`.
     DirToSymlink,
+    /// Clone rounds: both nested filesystems unmounted, their loop devices swapped, mounted
+    /// again at their places (each clone now has the other's device number).
+    Remount,
 }
 
 const MUTATIONS: &[Mutation] = &[
@@ -96,6 +100,7 @@ struct Sharding {
 struct Stats {
     rounds: u64,
     ext4_rounds: u64,
+    clone_rounds: u64,
     mutations: BTreeMap<String, u64>,
     kills: BTreeMap<String, u64>,
     reruns: BTreeMap<String, u64>,
@@ -155,7 +160,9 @@ fn mutation_fuzz_done_means_every_entry_conforms() {
         let on_ext4 = r % 5 == 4;
         let base = if on_ext4 { ext4.path() } else { tmpfs.path() };
         let mut round = Round::new(seed, r, base.join(format!("r{r}")), on_ext4, only.is_some());
+        round.with_clones = r % 10 == 7;
         round.play(&mut stats);
+        round.clones = None;
         let _ = std::fs::remove_dir_all(&round.dir);
     }
     let summary = summary(seed, &stats, start.elapsed());
@@ -177,10 +184,11 @@ fn mutation_fuzz_done_means_every_entry_conforms() {
 fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     format!(
-        "fuzz summary: seed={seed:#x} rounds={} (ext4 {}, tmpfs {}) | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} | {:.1}s",
+        "fuzz summary: seed={seed:#x} rounds={} (ext4 {}, tmpfs {}, with nested ext4 clones {}) | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} | {:.1}s",
         s.rounds,
         s.ext4_rounds,
         s.rounds - s.ext4_rounds,
+        s.clone_rounds,
         list(&s.mutations),
         s.mutations.values().sum::<u64>(),
         list(&s.kills),
@@ -207,6 +215,9 @@ struct Round {
     steps: Vec<String>,
     tree: String,
     counter: u32,
+    /// Two ext4 clones mounted inside the volume, passes with `--cross-devices`.
+    with_clones: bool,
+    clones: Option<Clones>,
 }
 
 impl Round {
@@ -225,6 +236,8 @@ impl Round {
             steps: Vec::new(),
             tree: String::new(),
             counter: 0,
+            with_clones: false,
+            clones: None,
         }
     }
 
@@ -248,8 +261,14 @@ impl Round {
         let tree = random_tree(&mut self.rng, &self.outside);
         tree.build(&self.vol);
         self.tree = describe_tree(&tree);
+        if self.with_clones {
+            let inner = random_tree(&mut self.rng, &self.outside);
+            self.tree += &format!("\nm1 and m2 (ext4 clones of one image):\n{}", describe_tree(&inner));
+            self.clones = Some(Clones::new(&self.vol, &inner));
+            stats.clone_rounds += 1;
+        }
         let outside_before = snapshot(&self.outside);
-        if self.rng.below(3) == 0 {
+        if !self.with_clones && self.rng.below(3) == 0 {
             self.sharding = Some(Sharding { n: 2 + self.rng.below(3) as u32, depth: 1 + self.rng.below(2) as u32 });
         }
         self.log(format!(
@@ -303,6 +322,11 @@ impl Round {
         }
     }
 
+    /// The volume's entries, nested filesystems included in clone rounds.
+    fn snapshot(&self) -> Snapshot {
+        snapshot_with(&self.vol, if self.with_clones { Mounts::Enter } else { Mounts::Skip })
+    }
+
     fn marker_done(&self) -> bool {
         xattr_json(&self.vol, MARKER).is_some_and(|m| m["state"] == "done")
     }
@@ -310,8 +334,13 @@ impl Round {
     /// The property: `done` means `check` exits 0 and every entry conforms.
     fn check_done(&mut self, stats: &mut Stats) {
         stats.done_checked += 1;
-        let c = run(volprep().args(["check", "--fs-group", "2000", "--log-format", "text"]).arg(&self.vol));
-        let snap = snapshot(&self.vol);
+        let mut cmd = volprep();
+        cmd.args(["check", "--fs-group", "2000", "--log-format", "text"]);
+        if self.with_clones {
+            cmd.arg("--cross-devices");
+        }
+        let c = run(cmd.arg(&self.vol));
+        let snap = self.snapshot();
         let wrong: Vec<String> = snap
             .iter()
             .filter(|(_, m)| !conforms(m, GID, false))
@@ -372,10 +401,14 @@ impl Round {
             cmd.args(["--verify", "full"]);
             what += " --verify full";
         }
+        if self.with_clones {
+            cmd.arg("--cross-devices");
+            what += " --cross-devices";
+        }
         what += &format!(" -j {threads} --checkpoint-interval {interval}");
         if kill {
             // A shard counts only its part: about 1/N of the entries.
-            let entries = count_entries(&self.vol) * 2 / self.sharding.map_or(2, |s| s.n as u64);
+            let entries = self.snapshot().len() as u64 * 2 / self.sharding.map_or(2, |s| s.n as u64);
             let at = 1 + self.rng.below(entries.max(1) as usize) as u64;
             let how = if self.rng.below(2) == 0 { "kill" } else { "term" };
             cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:{how}"));
@@ -395,7 +428,10 @@ impl Round {
     }
 
     fn mutate(&mut self, stats: &mut Stats) {
-        let m = MUTATIONS[self.rng.below(MUTATIONS.len())];
+        let m = match self.clones {
+            Some(_) if self.rng.below(3) == 0 => Mutation::Remount,
+            _ => MUTATIONS[self.rng.below(MUTATIONS.len())],
+        };
         let (dirs, files) = list_tree(&self.vol);
         let done = match m {
             Mutation::MvAcross => self.mv_across(&dirs),
@@ -406,6 +442,7 @@ impl Round {
             Mutation::Unlink => self.unlink(&files),
             Mutation::HardlinkUnlink => self.hardlink_unlink(&dirs, &files),
             Mutation::DirToSymlink => self.dir_to_symlink(&dirs),
+            Mutation::Remount => self.clones.as_mut().map(Clones::remount_swapped),
         };
         if let Some(what) = done {
             bump(&mut stats.mutations, m);
@@ -434,7 +471,7 @@ impl Round {
     fn mv_across(&mut self, dirs: &[PathBuf]) -> Option<String> {
         let (d, p) = self.mover_and_target(dirs, true)?;
         let to = p.join(self.fresh("mv"));
-        std::fs::rename(self.abs(&d), self.abs(&to)).unwrap();
+        rename(&self.abs(&d), &self.abs(&to))?;
         Some(format!("mv {} {}", d.display(), to.display()))
     }
 
@@ -442,7 +479,7 @@ impl Round {
         let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
         let d = (*movable.get(self.rng.below(movable.len().max(1)))?).clone();
         let to = d.parent().unwrap().join(self.fresh("mv"));
-        std::fs::rename(self.abs(&d), self.abs(&to)).unwrap();
+        rename(&self.abs(&d), &self.abs(&to))?;
         Some(format!("mv {} {}", d.display(), to.display()))
     }
 
@@ -454,7 +491,7 @@ impl Round {
             if a.starts_with(b) || b.starts_with(a) {
                 continue;
             }
-            exchange(&self.abs(a), &self.abs(b));
+            exchange(&self.abs(a), &self.abs(b))?;
             return Some(format!("renameat2({}, {}, RENAME_EXCHANGE)", a.display(), b.display()));
         }
         None
@@ -465,7 +502,14 @@ impl Round {
         let new = p.join(self.fresh("new"));
         std::fs::create_dir(self.abs(&new)).unwrap();
         let to = new.join(d.file_name().unwrap());
-        std::fs::rename(self.abs(&d), self.abs(&to)).unwrap();
+        if rename(&self.abs(&d), &self.abs(&to)).is_none() {
+            return Some(format!(
+                "mkdir {} (mv {} {} failed: another filesystem)",
+                new.display(),
+                d.display(),
+                to.display()
+            ));
+        }
         Some(format!("mkdir {}; mv {} {}", new.display(), d.display(), to.display()))
     }
 
@@ -485,7 +529,7 @@ impl Round {
     fn hardlink_unlink(&mut self, dirs: &[PathBuf], files: &[PathBuf]) -> Option<String> {
         let f = files.get(self.rng.below(files.len().max(1)))?.clone();
         let to = dirs[self.rng.below(dirs.len())].join(self.fresh("ln"));
-        std::fs::hard_link(self.abs(&f), self.abs(&to)).unwrap();
+        cross_ok(std::fs::hard_link(self.abs(&f), self.abs(&to)))?;
         std::fs::remove_file(self.abs(&f)).unwrap();
         Some(format!("ln {} {}; rm {}", f.display(), to.display(), f.display()))
     }
@@ -493,7 +537,7 @@ impl Round {
     fn dir_to_symlink(&mut self, dirs: &[PathBuf]) -> Option<String> {
         let (d, p) = self.mover_and_target(dirs, false)?;
         let to = p.join(self.fresh("away"));
-        std::fs::rename(self.abs(&d), self.abs(&to)).unwrap();
+        rename(&self.abs(&d), &self.abs(&to))?;
         std::os::unix::fs::symlink(&self.outside, self.abs(&d)).unwrap();
         Some(format!("mv {} {}; ln -s OUTSIDE {}", d.display(), to.display(), d.display()))
     }
@@ -526,13 +570,27 @@ fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
 }
 
+/// `Some` on success, `None` when the change would cross filesystems or move a mount point
+/// (EXDEV, EBUSY: clone rounds); panics on any other error.
+fn cross_ok(r: std::io::Result<()>) -> Option<()> {
+    match r {
+        Ok(()) => Some(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::EBUSY)) => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn rename(a: &Path, b: &Path) -> Option<()> {
+    cross_ok(std::fs::rename(a, b))
+}
+
 /// `renameat2(a, b, RENAME_EXCHANGE)`.
-pub fn exchange(a: &Path, b: &Path) {
+fn exchange(a: &Path, b: &Path) -> Option<()> {
     let (ca, cb) = (CString::new(a.as_os_str().as_bytes()).unwrap(), CString::new(b.as_os_str().as_bytes()).unwrap());
     // SAFETY: two NUL-terminated paths relative to the cwd.
     let rc =
         unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
-    assert_eq!(rc, 0, "renameat2 {} {}: {}", a.display(), b.display(), std::io::Error::last_os_error());
+    cross_ok(if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) })
 }
 
 /// The sentinel next to the volume: what symlinks inside point at, root-owned and
@@ -565,10 +623,6 @@ fn list_tree(vol: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         i += 1;
     }
     (dirs, files)
-}
-
-fn count_entries(vol: &Path) -> u64 {
-    snapshot(vol).len() as u64
 }
 
 /// A random tree of 30–400 entries: directories up to 5 deep, files, setgid directories,

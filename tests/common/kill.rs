@@ -27,14 +27,6 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     Some(word.trim_matches('"'))
 }
 
-/// Entries counted in a progress log line, if `line` is one.
-pub fn progress_entries(line: &str) -> Option<u64> {
-    if !line.contains(" progress ") {
-        return None;
-    }
-    field(line, "entries")?.parse().ok()
-}
-
 /// How a pass is interrupted at its kill point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
