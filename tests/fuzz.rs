@@ -218,6 +218,9 @@ struct Round {
     /// Two ext4 clones mounted inside the volume, passes with `--cross-devices`.
     with_clones: bool,
     clones: Option<Clones>,
+    /// The last run stopped on a setuid/setgid bit a SIGKILL cleared (exit 1, documented): the
+    /// next run does what the message says, `--force`.
+    force_next: bool,
 }
 
 impl Round {
@@ -238,6 +241,7 @@ impl Round {
             counter: 0,
             with_clones: false,
             clones: None,
+            force_next: false,
         }
     }
 
@@ -405,6 +409,10 @@ impl Round {
             cmd.arg("--cross-devices");
             what += " --cross-devices";
         }
+        if std::mem::take(&mut self.force_next) {
+            cmd.arg("--force");
+            what += " --force";
+        }
         what += &format!(" -j {threads} --checkpoint-interval {interval}");
         if kill {
             // A shard counts only its part: about 1/N of the entries.
@@ -422,6 +430,12 @@ impl Round {
         }
         let state = xattr_json(&self.vol, MARKER).map_or("none".to_string(), |m| m["state"].to_string());
         self.log(format!("{what} -> {end:?}, marker {state}"));
+        // A SIGKILL between a setuid file's chown and chmod: the bit is not restored from the
+        // app-writable root; the run exits 1 and says to chmod or run `--force` once.
+        if end == End::Exit(1) && stderr.contains("not restored automatically") {
+            self.force_next = true;
+            *stats.reruns.entry("force_after_cleared_special_bit".into()).or_default() += 1;
+        }
         if let End::Exit(code) = end {
             self.log(format!("  exit {code}: {}", tail(&stderr, 4).replace('\n', "\n    ")));
         }
