@@ -436,6 +436,9 @@ impl Round {
             self.force_next = true;
             *stats.reruns.entry("force_after_cleared_special_bit".into()).or_default() += 1;
         }
+        if self.verbose {
+            say(&format!("    stderr (tail):\n{}", tail(&stderr, 8)));
+        }
         if let End::Exit(code) = end {
             self.log(format!("  exit {code}: {}", tail(&stderr, 4).replace('\n', "\n    ")));
         }
