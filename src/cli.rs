@@ -8,9 +8,10 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::inject_args::InjectArgs;
 use crate::options::{self, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
 use crate::spec::{self, Spec};
-use crate::{apply, demo, inspect, merge, status};
+use crate::{apply, demo, inject, inspect, merge, status};
 
 /// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
 /// change-only-what-differs and safe against symlink races.
@@ -51,6 +52,10 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Make a demo volume in a temp dir (or DIR), then check, apply and check it again.
     Demo(DemoArgs),
+    /// Rewrite rendered manifests (stdin or FILEs, to stdout) so pods with an fsGroup get the
+    /// volprep init container instead of the kubelet's walk: a Helm post-renderer, a kustomize
+    /// KRM function, a filter.
+    Inject(InjectArgs),
 }
 
 /// The desired state of the volumes.
@@ -417,6 +422,7 @@ pub enum Job {
     Inspect(inspect::Options),
     Merge(merge::Options),
     Demo(demo::Options),
+    Inject(inject::Options),
 }
 
 impl Cli {
@@ -437,6 +443,7 @@ impl Cli {
                 path: a.path,
             }),
             Command::Demo(a) => Job::Demo(demo::Options { dir: a.dir, entries: a.entries, keep: a.keep }),
+            Command::Inject(a) => Job::Inject(a.to_options()?),
         })
     }
 }

@@ -19,6 +19,9 @@ pub enum ExitCode {
     /// Unprivileged mode: every entry this user owns conforms (or would), but entries owned by
     /// other users do not and were left as they are: a privileged run is needed.
     Partial = 4,
+    /// `inject --strict`: a workload was left unchanged because the rewrite would change what
+    /// the app may read or do; nothing was written.
+    Refused = 5,
     /// Stopped by SIGINT (128 + 2): the walk stopped, the checkpoint and report were written.
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15, what a shell reports for a process SIGTERM ended): the walk
@@ -35,6 +38,7 @@ impl ExitCode {
             (ExitCode::Interrupted, _) | (_, ExitCode::Interrupted) => ExitCode::Interrupted,
             (ExitCode::Usage, _) | (_, ExitCode::Usage) => ExitCode::Usage,
             (ExitCode::Failure, _) | (_, ExitCode::Failure) => ExitCode::Failure,
+            (ExitCode::Refused, _) | (_, ExitCode::Refused) => ExitCode::Refused,
             (ExitCode::Partial, _) | (_, ExitCode::Partial) => ExitCode::Partial,
             (ExitCode::WouldChange, _) | (_, ExitCode::WouldChange) => ExitCode::WouldChange,
             _ => ExitCode::Success,

@@ -5,9 +5,11 @@
 // Process and command line:
 mod app;
 mod cli;
+mod inject_args;
 // Commands:
 mod apply;
 mod demo;
+mod inject;
 mod inspect;
 mod merge;
 mod status;

@@ -9,7 +9,8 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["app"],
     &["cli"],
-    &["apply", "demo", "inspect", "merge", "status"],
+    &["inject_args"],
+    &["apply", "demo", "inject", "inspect", "merge", "status"],
     &["shard", "sticky"],
     &["volume"],
     &["pass"],

@@ -57,6 +57,9 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--shard",
     "--unprivileged",
     "--allow-foreign",
+    "--volume",
+    "--verify",
+    "--reverify-after",
 ];
 
 /// The flags of APPLY_FLAGS that take no value; the others are written `--name=VALUE`, one arg.
@@ -256,6 +259,16 @@ pub fn check_volprep_container(c: &Value, at: &str) -> VolprepArgs {
                 ("shard", Some(v)) => parsed.shard = Some(v.to_owned()),
                 ("report", Some(v)) => parsed.report = Some(v.to_owned()),
                 ("sticky", Some(v)) => parsed.sticky.push(v.to_owned()),
+                // `--volume=PATH,fs-group=GID[,read-only]` (what `volprep inject` writes).
+                ("volume", Some(v)) => {
+                    let mut parts = v.split(',');
+                    parsed.paths.push(parts.next().unwrap_or_default().to_owned());
+                    for p in parts {
+                        if let Some(gid) = p.strip_prefix("fs-group=") {
+                            parsed.fs_group = Some(gid.parse().expect("numeric fs-group"));
+                        }
+                    }
+                }
                 _ => {}
             }
         } else {

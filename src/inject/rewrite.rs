@@ -1,0 +1,107 @@
+//! Applies a [`Plan`] to a pod template, as the volprep library chart writes it: the volprep
+//! init container first, each volume at /volumes/NAME with its spec, and the pod's fsGroup
+//! moved to supplementalGroups (fsGroupChangePolicy dropped).
+
+use super::config::{Config, Mode};
+use super::node::Node;
+use super::parse::parse;
+use super::select::{Plan, Prep};
+
+/// Where the init container mounts each volume.
+pub const MOUNT_DIR: &str = "/volumes";
+
+/// Rewrites the pod spec of `obj` at `path`.
+pub fn apply(obj: &mut Node, path: &[&str], plan: &Plan, cfg: &Config) {
+    let Some(pod) = obj.at_mut(path) else { return };
+    let psc = pod.map_at("securityContext");
+    psc.remove("fsGroup");
+    psc.remove("fsGroupChangePolicy");
+    let groups = psc.seq_at("supplementalGroups");
+    if !groups.iter().any(|g| g.as_u64() == Some(plan.fs_group)) {
+        groups.push(Node::int(plan.fs_group));
+    }
+    if !cfg.pull_secrets.is_empty() {
+        let secrets = pod.seq_at("imagePullSecrets");
+        for s in &cfg.pull_secrets {
+            if !secrets.iter().any(|n| n.get("name").and_then(Node::as_str) == Some(s.as_str())) {
+                let mut entry = Node::map();
+                entry.set("name", Node::str(s));
+                secrets.push(entry);
+            }
+        }
+    }
+    pod.seq_at("initContainers").insert(0, container(plan, cfg));
+}
+
+/// The container's args: the subcommand, the options, extraArgs, then a `--volume` or
+/// `--sticky` per volume.
+pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
+    let mut a = vec!["apply".to_string()];
+    if cfg.mode == Mode::Unprivileged {
+        a.push("--unprivileged".into());
+        if cfg.allow_foreign {
+            a.push("--allow-foreign".into());
+        }
+    }
+    if cfg.threads > 0 {
+        a.push(format!("--threads={}", cfg.threads));
+    }
+    if cfg.max_errors > 0 {
+        a.push(format!("--max-errors={}", cfg.max_errors));
+    }
+    if !cfg.log_format.is_empty() {
+        a.push(format!("--log-format={}", cfg.log_format));
+    }
+    if !cfg.termination_log.is_empty() {
+        a.push(format!("--termination-log={}", cfg.termination_log));
+    }
+    a.extend(cfg.extra_args.iter().cloned());
+    for v in &plan.volumes {
+        let at = format!("{MOUNT_DIR}/{}", v.name);
+        a.push(match v.prep {
+            Prep::Walk { read_only: false } => format!("--volume={at},fs-group={}", plan.fs_group),
+            Prep::Walk { read_only: true } => format!("--volume={at},fs-group={},read-only", plan.fs_group),
+            Prep::Sticky => format!("--sticky={at}"),
+        });
+    }
+    a
+}
+
+fn container(plan: &Plan, cfg: &Config) -> Node {
+    let mut c = Node::map();
+    c.set("name", Node::str(&cfg.name));
+    c.set("image", Node::str(&cfg.image()));
+    c.set("imagePullPolicy", Node::str(&cfg.pull_policy));
+    c.set("args", Node::seq(args(plan, cfg).iter().map(|s| Node::str(s)).collect()));
+    c.set("terminationMessagePolicy", Node::str("FallbackToLogsOnError"));
+    c.set("securityContext", security_context(plan, cfg));
+    c.set("resources", cfg.resources.clone());
+    let mounts = plan
+        .volumes
+        .iter()
+        .map(|v| {
+            let mut m = Node::map();
+            m.set("name", Node::str(&v.name));
+            m.set("mountPath", Node::str(&format!("{MOUNT_DIR}/{}", v.name)));
+            m
+        })
+        .collect();
+    c.set("volumeMounts", Node::seq(mounts));
+    c
+}
+
+/// Least privilege: root with CHOWN, DAC_OVERRIDE, FOWNER and FSETID (the chart's default and
+/// why), or in mode unprivileged the app's ids with no capability ("restricted").
+fn security_context(plan: &Plan, cfg: &Config) -> Node {
+    if let Some(sc) = &cfg.security_context {
+        return sc.clone();
+    }
+    let (user, group, non_root, add) = match plan.run_as {
+        Some((u, g)) => (u, g, "true", ""),
+        None => (0, 0, "false", "\n  add: [CHOWN, DAC_OVERRIDE, FOWNER, FSETID]"),
+    };
+    let text = format!(
+        "runAsUser: {user}\nrunAsGroup: {group}\nrunAsNonRoot: {non_root}\nprivileged: false\nallowPrivilegeEscalation: false\nreadOnlyRootFilesystem: true\ncapabilities:\n  drop: [ALL]{add}\nseccompProfile:\n  type: RuntimeDefault\n"
+    );
+    parse(&text).expect("securityContext template").remove(0)
+}

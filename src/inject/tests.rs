@@ -1,0 +1,297 @@
+//! The rewrite on text, without I/O: selection, the chart's pattern, refusals, idempotence,
+//! untouched documents byte for byte, KRM ResourceLists.
+
+use super::config::Config;
+use super::node::Node;
+use super::parse::parse;
+use super::{Outcome, inject_stream};
+
+const STS: &str = "\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: db
+spec:
+  serviceName: db
+  selector:
+    matchLabels: {app: db}
+  template:
+    metadata:
+      labels: {app: db}
+    spec:
+      securityContext:
+        runAsUser: 1001
+        runAsGroup: 1001
+        fsGroup: 1001
+        fsGroupChangePolicy: OnRootMismatch
+      containers:
+        - name: db
+          image: postgres:17
+          env:
+            - name: FLAG
+              value: \"yes\"
+          volumeMounts:
+            - name: data
+              mountPath: /var/lib/postgresql
+            - name: tmp
+              mountPath: /tmp
+            - name: conf
+              mountPath: /etc/db
+      volumes:
+        - name: tmp
+          emptyDir: {}
+        - name: conf
+          configMap:
+            name: db
+            defaultMode: 0644
+  volumeClaimTemplates:
+    - metadata:
+        name: data
+      spec:
+        accessModes: [ReadWriteOnce]
+        resources:
+          requests:
+            storage: 1Gi
+";
+
+fn run(text: &str) -> super::Output {
+    run_with(text, &[])
+}
+
+fn run_with(text: &str, sets: &[&str]) -> super::Output {
+    let mut cfg = Config::default();
+    for s in sets {
+        cfg.set_pair(s).unwrap();
+    }
+    inject_stream(text, "-", &cfg, &[]).unwrap()
+}
+
+fn doc(text: &str) -> Node {
+    parse(text).unwrap().remove(0)
+}
+
+fn strs(n: Option<&Node>) -> Vec<String> {
+    n.map(Node::as_seq).unwrap_or(&[]).iter().map(|x| x.as_str().unwrap_or("").to_string()).collect()
+}
+
+#[test]
+fn statefulset_gets_the_chart_pattern() {
+    let out = run(STS);
+    assert_eq!(out.events[0].outcome, Outcome::Injected);
+    let d = doc(&out.text);
+    let pod = d.at(&["spec", "template", "spec"]).unwrap();
+    let psc = pod.get("securityContext").unwrap();
+    assert!(psc.get("fsGroup").is_none() && psc.get("fsGroupChangePolicy").is_none(), "{}", out.text);
+    assert_eq!(psc.get("supplementalGroups").unwrap().as_seq()[0].as_u64(), Some(1001));
+    let init = &pod.get("initContainers").unwrap().as_seq()[0];
+    assert_eq!(init.get("name").and_then(Node::as_str), Some("volprep"));
+    assert_eq!(
+        strs(init.get("args")),
+        [
+            "apply",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "--sticky=/volumes/tmp",
+            "--volume=/volumes/data,fs-group=1001"
+        ]
+    );
+    let mounts: Vec<String> = init
+        .get("volumeMounts")
+        .unwrap()
+        .as_seq()
+        .iter()
+        .map(|m| {
+            format!("{}={}", m.get("name").unwrap().as_str().unwrap(), m.get("mountPath").unwrap().as_str().unwrap())
+        })
+        .collect();
+    assert_eq!(mounts, ["tmp=/volumes/tmp", "data=/volumes/data"]);
+    let sc = init.get("securityContext").unwrap();
+    assert_eq!(sc.get("runAsUser").and_then(Node::as_u64), Some(0));
+    assert_eq!(strs(sc.at(&["capabilities", "add"])), ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]);
+    assert_eq!(init.get("image").and_then(Node::as_str), Some(Config::default().image().as_str()));
+    // The rest of the document means what it meant to a YAML 1.1 reader.
+    assert!(out.text.contains("defaultMode: 0644") && out.text.contains("value: \"yes\""), "{}", out.text);
+    assert!(out.text.contains("matchLabels:\n      app: db\n"), "{}", out.text);
+}
+
+#[test]
+fn injecting_twice_is_injecting_once() {
+    let once = run(STS).text;
+    let twice = run(&once);
+    assert_eq!(twice.text, once);
+    assert_eq!(twice.events[0].outcome, Outcome::Skipped("already injected".into()));
+}
+
+#[test]
+fn untouched_documents_are_copied_byte_for_byte() {
+    let other = "---\n# a comment\napiVersion: v1\nkind:   Service   # odd spacing\nmetadata: {name: db}\nspec:\n    ports: [{port: 5432}]\n";
+    let plain = "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    spec:\n      containers: [{name: w, image: nginx}]\n";
+    let input = format!("# leading\n{other}---\n# Source: chart/templates/sts.yaml\n{STS}{plain}");
+    let out = run(&input);
+    assert!(
+        out.text
+            .starts_with(&format!("# leading\n{other}---\n# Source: chart/templates/sts.yaml\napiVersion: apps/v1\n"))
+    );
+    assert!(out.text.ends_with(plain), "{}", out.text);
+    assert_eq!(out.events.len(), 3);
+    assert_eq!(run(&format!("{other}{plain}")).text, format!("{other}{plain}"));
+}
+
+#[test]
+fn opt_out_and_opt_in_by_annotation() {
+    let annotated = |v: &str| {
+        STS.replacen("  name: db\n", &format!("  name: db\n  annotations:\n    volprep.io/inject: \"{v}\"\n"), 1)
+    };
+    let out = run(&annotated("false"));
+    assert!(matches!(&out.events[0].outcome, Outcome::Skipped(w) if w.contains("opted out")));
+    assert_eq!(out.text, annotated("false"));
+    let out = run_with(STS, &["select=opt-in"]);
+    assert!(matches!(&out.events[0].outcome, Outcome::Skipped(w) if w.contains("not opted in")));
+    assert_eq!(run_with(&annotated("true"), &["select=opt-in"]).events[0].outcome, Outcome::Injected);
+}
+
+#[test]
+fn refusals_leave_the_workload_unchanged_and_say_why() {
+    let secret = STS.replace(
+        "configMap:\n            name: db\n            defaultMode: 0644",
+        "secret:\n            secretName: db\n            defaultMode: 0440",
+    );
+    let mixed = STS.replace(
+        "      containers:\n",
+        "      containers:\n        - name: exporter\n          image: exporter\n          securityContext: {runAsUser: 999}\n",
+    );
+    let items = STS.replace("            defaultMode: 0644", "            items: [{key: a, path: a, mode: 416}]");
+    for (input, expect) in [
+        (secret, "volume conf (secret, mode 0440) is readable through its group only"),
+        (mixed, "containers run as different users (exporter 999:1001, db 1001:1001)"),
+        (items, "volume conf (configMap, mode 0640)"),
+    ] {
+        let out = run(&input);
+        assert_eq!(out.text, input);
+        let Outcome::Refused(why) = &out.events[0].outcome else { panic!("{:?}", out.events) };
+        assert!(why[0].contains(expect), "{why:?}");
+    }
+    let out = run_with(&STS.replace("        runAsUser: 1001\n", ""), &["mode=unprivileged"]);
+    let Outcome::Refused(why) = &out.events[0].outcome else { panic!("{:?}", out.events) };
+    assert!(why[0].contains("mode unprivileged runs volprep as the app's uid"), "{why:?}");
+}
+
+#[test]
+fn unprivileged_runs_as_the_app_and_leaves_empty_dirs() {
+    let d = doc(&run_with(STS, &["mode=unprivileged", "allowForeign=true"]).text);
+    let init = &d.at(&["spec", "template", "spec", "initContainers"]).unwrap().as_seq()[0];
+    assert_eq!(
+        strs(init.get("args")),
+        [
+            "apply",
+            "--unprivileged",
+            "--allow-foreign",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "--volume=/volumes/data,fs-group=1001"
+        ]
+    );
+    let sc = init.get("securityContext").unwrap();
+    assert_eq!(
+        (sc.get("runAsUser").unwrap().as_u64(), sc.get("runAsNonRoot").unwrap().as_bool()),
+        (Some(1001), Some(true))
+    );
+    assert!(sc.at(&["capabilities", "add"]).is_none());
+}
+
+#[test]
+fn cronjob_pvc_read_only_mounts_and_pull_secrets() {
+    let cron = "\
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: backup}
+spec:
+  schedule: '@daily'
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          securityContext: {fsGroup: 2000}
+          containers:
+            - name: b
+              image: busybox
+              env: [{name: TMPDIR, value: /scratch}]
+              volumeMounts:
+                - {name: src, mountPath: /src, readOnly: true}
+                - {name: scratch, mountPath: /scratch}
+                - {name: frozen, mountPath: /frozen}
+          volumes:
+            - name: src
+              persistentVolumeClaim: {claimName: src}
+            - name: scratch
+              ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}}
+            - name: frozen
+              persistentVolumeClaim: {claimName: frozen, readOnly: true}
+";
+    let out = run_with(cron, &["pullSecrets=[regcred]", "extraArgs=[--verify=full]", "image.digest=sha256:00"]);
+    let d = doc(&out.text);
+    let pod = d.at(&["spec", "jobTemplate", "spec", "template", "spec"]).unwrap();
+    let init = &pod.get("initContainers").unwrap().as_seq()[0];
+    let args = strs(init.get("args"));
+    assert_eq!(
+        &args[3..],
+        ["--verify=full", "--volume=/volumes/src,fs-group=2000,read-only", "--volume=/volumes/scratch,fs-group=2000"]
+    );
+    assert!(init.get("image").unwrap().as_str().unwrap().ends_with("@sha256:00"));
+    assert_eq!(pod.at(&["imagePullSecrets"]).unwrap().as_seq()[0].get("name").unwrap().as_str(), Some("regcred"));
+}
+
+#[test]
+fn pods_without_fs_group_or_walked_volumes_are_left_alone() {
+    let no_group = STS.replace("        fsGroup: 1001\n", "");
+    assert_eq!(run(&no_group).text, no_group);
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  securityContext: {fsGroup: 1}\n  containers: [{name: c, image: x}]\n";
+    let out = run(pod);
+    assert_eq!(out.text, pod);
+    assert!(matches!(&out.events[0].outcome, Outcome::Skipped(w) if w.contains("no volume")));
+}
+
+#[test]
+fn lists_and_krm_resource_lists() {
+    let list = format!("apiVersion: v1\nkind: List\nitems:\n{}", indent(STS));
+    let d = doc(&run(&list).text);
+    assert!(d.at(&["items"]).unwrap().as_seq()[0].at(&["spec", "template", "spec", "initContainers"]).is_some());
+    let secret = STS.replace(
+        "configMap:\n            name: db\n            defaultMode: 0644",
+        "secret:\n            secretName: db\n            defaultMode: 0440",
+    );
+    let rl = format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nfunctionConfig:\n  apiVersion: volprep.io/v1alpha1\n  kind: Inject\n  metadata: {{name: x}}\n  spec:\n    image: {{tag: \"9.9\"}}\nitems:\n{}{}",
+        indent(STS),
+        indent(&secret.replace("name: db\nspec:\n  serviceName", "name: other\nspec:\n  serviceName"))
+    );
+    let out = run(&rl);
+    let d = doc(&out.text);
+    let items = d.get("items").unwrap().as_seq();
+    let init = &items[0].at(&["spec", "template", "spec", "initContainers"]).unwrap().as_seq()[0];
+    assert!(init.get("image").unwrap().as_str().unwrap().ends_with(":9.9"));
+    assert!(items[1].at(&["spec", "template", "spec", "initContainers"]).is_none());
+    let r = &d.get("results").unwrap().as_seq()[0];
+    assert_eq!(r.at(&["resourceRef", "name"]).and_then(Node::as_str), Some("other"));
+    assert_eq!(r.get("severity").and_then(Node::as_str), Some("warning"));
+}
+
+#[test]
+fn malformed_yaml_is_one_error_with_its_place() {
+    let bad = format!("{STS}---\nkind: Pod\n  bad: indent\n");
+    let e = inject_stream(&bad, "in.yaml", &Config::default(), &[]).unwrap_err();
+    let line = (STS.lines().count() + 3).to_string();
+    assert_eq!(e.at.split(':').take(2).collect::<Vec<_>>(), ["in.yaml", line.as_str()], "{e:?}");
+    assert!(!e.msg.contains('\n'));
+}
+
+fn indent(doc: &str) -> String {
+    let mut out = String::new();
+    for (i, line) in doc.lines().enumerate() {
+        out.push_str(if i == 0 { "  - " } else { "    " });
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}

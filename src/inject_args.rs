@@ -1,0 +1,120 @@
+//! The command line and environment of `volprep inject` (clap), turned into `inject::Options`:
+//! every flag is one of the configuration keys the config file and `--set` take.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use clap::builder::BoolishValueParser;
+
+use crate::inject::{self, Config, Node};
+
+/// Arguments of `inject`.
+#[derive(Debug, Args)]
+pub struct InjectArgs {
+    /// A YAML file of configuration keys: the volprep chart's value names (image.registry,
+    /// image.repository, image.tag, image.digest, image.pullPolicy, pullSecrets, resources,
+    /// securityContext, extraArgs, mode, runAsUser, runAsGroup, allowForeign, threads,
+    /// maxErrors, logFormat, terminationLog) and tmpDirs, select.
+    #[arg(long, value_name = "FILE", env = "VOLPREP_INJECT_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Set a configuration key, over the config file: KEY=VALUE, VALUE in YAML
+    /// (`image.tag=0.2.0`, `pullSecrets=[regcred]`). Repeatable; VOLPREP_INJECT_SET takes
+    /// several, separated by ';'.
+    #[arg(long = "set", value_name = "KEY=VALUE", env = "VOLPREP_INJECT_SET", value_delimiter = ';')]
+    pub sets: Vec<String>,
+
+    /// root: the init container runs as root with four capabilities and fixes every entry;
+    /// unprivileged: it runs as the app's user with none (emptyDirs are then left alone).
+    #[arg(long, value_name = "MODE", value_parser = ["root", "unprivileged"], env = "VOLPREP_INJECT_MODE")]
+    pub mode: Option<String>,
+
+    /// The volprep image's registry ('' for none).
+    #[arg(long, value_name = "HOST", env = "VOLPREP_INJECT_IMAGE_REGISTRY")]
+    pub image_registry: Option<String>,
+
+    /// The volprep image's repository.
+    #[arg(long, value_name = "NAME", env = "VOLPREP_INJECT_IMAGE_REPOSITORY")]
+    pub image_repository: Option<String>,
+
+    /// The volprep image's tag.
+    #[arg(long, value_name = "TAG", env = "VOLPREP_INJECT_IMAGE_TAG")]
+    pub image_tag: Option<String>,
+
+    /// The volprep image's digest (sha256:...), pinned after the tag.
+    #[arg(long, value_name = "DIGEST", env = "VOLPREP_INJECT_IMAGE_DIGEST")]
+    pub image_digest: Option<String>,
+
+    /// An image pull secret added to each injected pod. Repeatable; VOLPREP_INJECT_PULL_SECRETS
+    /// takes several, separated by ','.
+    #[arg(long = "pull-secret", value_name = "NAME", env = "VOLPREP_INJECT_PULL_SECRETS", value_delimiter = ',')]
+    pub pull_secrets: Vec<String>,
+
+    /// An argument added to every init container's `volprep apply` (e.g. --verify=full,
+    /// --reverify-after=7d, --progress-interval=30s). Repeatable; VOLPREP_INJECT_EXTRA_ARGS
+    /// takes several, separated by ';'.
+    #[arg(
+        long = "extra-arg",
+        value_name = "ARG",
+        env = "VOLPREP_INJECT_EXTRA_ARGS",
+        value_delimiter = ';',
+        allow_hyphen_values = true
+    )]
+    pub extra_args: Vec<String>,
+
+    /// Inject only the workloads annotated `volprep.io/inject: "true"` (default: every pod with
+    /// an fsGroup and a volume the kubelet walks, unless annotated "false").
+    #[arg(long, env = "VOLPREP_INJECT_OPT_IN", value_parser = BoolishValueParser::new())]
+    pub opt_in: bool,
+
+    /// A workload left unchanged (refused) is an error: exit 5 and nothing written.
+    #[arg(long, env = "VOLPREP_INJECT_STRICT", value_parser = BoolishValueParser::new())]
+    pub strict: bool,
+
+    /// Rendered manifests: multi-document YAML, or a KRM ResourceList ('-' or none: stdin).
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+impl InjectArgs {
+    /// The options, or a usage error (a bad KEY=VALUE).
+    pub fn to_options(&self) -> Result<inject::Options, String> {
+        let mut overrides: Vec<(String, Node)> = Vec::new();
+        for pair in &self.sets {
+            let (k, v) = pair.split_once('=').ok_or_else(|| format!("--set '{pair}' is not KEY=VALUE"))?;
+            overrides.push((k.trim().to_string(), inject::value_of(v).map_err(|e| format!("--set {k}: {e}"))?));
+        }
+        let text = |key: &str, v: &Option<String>| v.as_ref().map(|v| (key.to_string(), Node::str(v)));
+        overrides.extend(
+            [
+                text("mode", &self.mode),
+                text("image.registry", &self.image_registry),
+                text("image.repository", &self.image_repository),
+                text("image.tag", &self.image_tag),
+                text("image.digest", &self.image_digest),
+            ]
+            .into_iter()
+            .flatten(),
+        );
+        let list = |v: &[String]| Node::seq(v.iter().map(|s| Node::str(s)).collect());
+        if !self.pull_secrets.is_empty() {
+            overrides.push(("pullSecrets".into(), list(&self.pull_secrets)));
+        }
+        if !self.extra_args.is_empty() {
+            overrides.push(("extraArgs".into(), list(&self.extra_args)));
+        }
+        if self.opt_in {
+            overrides.push(("select".into(), Node::str("opt-in")));
+        }
+        let mut check = Config::default();
+        for (k, v) in &overrides {
+            check.set(k, v)?;
+        }
+        Ok(inject::Options {
+            files: self.files.clone(),
+            config_file: self.config.clone(),
+            overrides,
+            strict: self.strict,
+        })
+    }
+}

@@ -1,0 +1,569 @@
+//! `volprep inject` run as the real binary: manifests on stdin or in files, the rewrite of
+//! charts shaped like third-party ones (tests/charts/thirdparty) rendered by the real helm,
+//! refusals and their exit codes, malformed input, configuration precedence, helm's
+//! post-renderer and kustomize, and the wiring examples of examples/inject.
+//!
+//! The tests that need helm, kubectl, kubernetes-validate or yamllint are
+//! `#[ignore = "needs ..."]` (`source .ci/k8s-tools.sh`, then `--include-ignored`).
+
+mod common;
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::k8s::*;
+use serde_norway::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_volprep");
+
+/// `volprep inject ARGS` with `stdin`, the environment cleared of VOLPREP_INJECT_*.
+fn inject(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("inject").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("VOLPREP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("VOLPREP_LOG_FORMAT", "text").envs(env.iter().copied());
+    let mut child = cmd.spawn().expect("spawn volprep");
+    let mut input = child.stdin.take().expect("stdin");
+    let text = stdin.to_string();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(text.as_bytes());
+    });
+    let out = child.wait_with_output().expect("wait");
+    writer.join().unwrap();
+    out
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8(o.stdout.clone()).expect("UTF-8 stdout")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(o: &Output) -> String {
+    assert_eq!(o.status.code(), Some(0), "stderr:\n{}", stderr(o));
+    stdout(o)
+}
+
+/// The chart rendered once (helm template, the thirdparty test chart), cached in a file by
+/// the caller: the tests that need no helm use tests/charts/thirdparty.rendered.yaml.
+fn rendered() -> String {
+    read("tests/charts/thirdparty.rendered.yaml")
+}
+
+fn by_name<'a>(all: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    all.iter()
+        .find(|o| o["kind"].as_str() == Some(kind) && o["metadata"]["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no {kind}/{name}"))
+}
+
+fn init_args(obj: &Value) -> Vec<String> {
+    strs(&pod_spec_of(obj)["initContainers"][0]["args"])
+}
+
+/// The pod spec of any workload kind, CronJob included.
+fn pod_spec_of(obj: &Value) -> &Value {
+    match obj["kind"].as_str() {
+        Some("CronJob") => &obj["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+        _ => pod_spec(obj),
+    }
+}
+
+/// The documents of a stream with their source text, split at `---` lines.
+fn doc_texts(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    for line in text.split_inclusive('\n') {
+        if line.trim_end() == "---" && !out.last().unwrap().is_empty() {
+            out.push(String::new());
+        }
+        out.last_mut().unwrap().push_str(line);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Without tools: the rendered chart kept in tests/charts
+
+#[test]
+fn rendered_chart_is_injected_refused_and_left_alone_as_it_should() {
+    let input = rendered();
+    let out = inject(&[], &input, &[]);
+    let text = ok(&out);
+    let err = stderr(&out);
+    let all = docs(&text);
+    // Injected: the database, the web app, the backup CronJob.
+    let pg = by_name(&all, "StatefulSet", "rel-postgres");
+    assert_eq!(
+        init_args(pg),
+        [
+            "apply",
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "--sticky=/volumes/tmp",
+            "--volume=/volumes/run,fs-group=1001",
+            "--volume=/volumes/data,fs-group=1001"
+        ]
+    );
+    let web = by_name(&all, "Deployment", "rel-web");
+    assert_eq!(init_args(web)[3..], ["--volume=/volumes/data,fs-group=1001", "--sticky=/volumes/tmp"]);
+    let backup = by_name(&all, "CronJob", "rel-backup");
+    assert_eq!(
+        init_args(backup)[3..],
+        ["--volume=/volumes/data,fs-group=1001,read-only", "--volume=/volumes/backup,fs-group=1001"]
+    );
+    for (obj, at) in [(pg, "postgres"), (web, "web"), (backup, "backup")] {
+        check_volprep_pod(pod_spec_of(obj), at);
+    }
+    // Refused, unchanged, and said why.
+    for (kind, name) in [("Pod", "rel-runner"), ("Deployment", "rel-reader")] {
+        let obj = by_name(&all, kind, name);
+        assert!(pod_spec_of(obj)["initContainers"].is_null(), "{kind}/{name}");
+        assert_eq!(pod_spec_of(obj)["securityContext"]["fsGroup"].as_u64(), Some(1001));
+    }
+    assert!(
+        err.contains(
+            "Pod/rel-runner: left unchanged: containers run as different users (build 1001:1001, helper 1002:1001)"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "Deployment/rel-reader: left unchanged: volume token (secret, mode 0440) is readable through its group only"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("volprep injected").count(), 3, "{err}");
+    // Every document not injected is the input's, byte for byte.
+    let (before, after) = (doc_texts(&input), doc_texts(&text));
+    assert_eq!(before.len(), after.len());
+    let changed: Vec<usize> = (0..before.len()).filter(|i| before[*i] != after[*i]).collect();
+    assert_eq!(changed.len(), 3, "only the three injected documents differ");
+    for i in changed {
+        assert!(after[i].starts_with("---\n# Source: thirdparty/templates/"), "the head is kept:\n{}", after[i]);
+    }
+}
+
+#[test]
+fn inject_twice_is_inject_once() {
+    let once = ok(&inject(&[], &rendered(), &[]));
+    let twice = inject(&[], &once, &[]);
+    assert_eq!(ok(&twice), once);
+    assert!(!stderr(&twice).contains("volprep injected"), "{}", stderr(&twice));
+}
+
+#[test]
+fn files_stdin_and_strict_refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.yaml");
+    fs::write(&file, rendered()).unwrap();
+    let from_file = ok(&inject(&[file.to_str().unwrap()], "", &[]));
+    assert_eq!(from_file, ok(&inject(&["-"], &rendered(), &[])));
+    // --strict: a refusal is an error, exit 5, and nothing is written.
+    let strict = inject(&["--strict", file.to_str().unwrap()], "", &[]);
+    assert_eq!(strict.status.code(), Some(5), "{}", stderr(&strict));
+    assert!(strict.stdout.is_empty());
+    let err = stderr(&strict);
+    assert!(
+        err.contains("refused: containers run as different users") && err.contains("2 workload(s) refused"),
+        "{err}"
+    );
+    let env_strict = inject(&[], &rendered(), &[("VOLPREP_INJECT_STRICT", "true")]);
+    assert_eq!(env_strict.status.code(), Some(5));
+    // Two files: each keeps its documents, separated.
+    let one = dir.path().join("one.yaml");
+    fs::write(&one, "kind: ConfigMap\napiVersion: v1\nmetadata: {name: a}").unwrap();
+    let both = ok(&inject(&[one.to_str().unwrap(), one.to_str().unwrap()], "", &[]));
+    assert_eq!(
+        both,
+        "kind: ConfigMap\napiVersion: v1\nmetadata: {name: a}\n---\nkind: ConfigMap\napiVersion: v1\nmetadata: {name: a}"
+    );
+}
+
+#[test]
+fn malformed_yaml_is_one_line_and_nothing_on_stdout() {
+    let bad = format!("{}---\nkind: Pod\nmetadata:\n  name: [x\n", rendered());
+    let out = inject(&[], &bad, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+    let err = stderr(&out);
+    let line = bad.lines().count() + 1;
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains(&format!("-:{line}:")) && err.contains("not YAML"), "{err}");
+    let missing = inject(&["/nonexistent/x.yaml"], "", &[]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("/nonexistent/x.yaml: open failed"), "{}", stderr(&missing));
+    let binary = inject(&[], "kind: Pod\nx: \u{0}\u{1}\n", &[]);
+    assert_eq!(binary.status.code(), Some(1), "{}", stderr(&binary));
+    assert!(binary.stdout.is_empty());
+}
+
+#[test]
+fn configuration_from_file_env_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("inject.yaml");
+    fs::write(
+        &cfg,
+        "image:\n  registry: mirror.example.com\n  tag: \"1.0\"\npullSecrets: [regcred]\nresources:\n  requests: {cpu: 10m, memory: 16Mi}\n  limits: {cpu: 100m, memory: 64Mi}\nextraArgs: [--verify=full]\n",
+    )
+    .unwrap();
+    let c = cfg.to_str().unwrap();
+    let out = ok(&inject(
+        &["--config", c, "--image-tag", "2.0", "--set", "threads=4"],
+        &rendered(),
+        &[("VOLPREP_INJECT_IMAGE_TAG", "9.9"), ("VOLPREP_INJECT_IMAGE_DIGEST", "sha256:abc")],
+    ));
+    let all = docs(&out);
+    let pg = pod_spec_of(by_name(&all, "StatefulSet", "rel-postgres"));
+    let init = &pg["initContainers"][0];
+    assert_eq!(init["image"].as_str(), Some("mirror.example.com/volprep:2.0@sha256:abc"), "flag over env over file");
+    assert_eq!(strs(&init["args"])[1..3], ["--threads=4", "--log-format=json"]);
+    assert!(strs(&init["args"]).contains(&"--verify=full".to_string()));
+    assert_eq!(init["resources"]["limits"]["memory"].as_str(), Some("64Mi"));
+    assert_eq!(pg["imagePullSecrets"][0]["name"].as_str(), Some("regcred"));
+    // Usage errors: exit 2, nothing on stdout.
+    for args in [&["--set", "fsgroup=1"][..], &["--mode", "privileged"], &["--config", "/nonexistent"]] {
+        let o = inject(args, &rendered(), &[]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty());
+    }
+    let o = inject(&[], &rendered(), &[("VOLPREP_INJECT_SET", "mode=unprivileged;select=opt-in")]);
+    assert!(!ok(&o).contains("name: volprep"), "opt-in: nothing annotated, nothing injected");
+}
+
+#[test]
+fn unprivileged_mode_meets_restricted() {
+    let out = ok(&inject(&["--mode", "unprivileged", "--set", "allowForeign=true"], &rendered(), &[]));
+    let all = docs(&out);
+    for (kind, name) in [("StatefulSet", "rel-postgres"), ("Deployment", "rel-web"), ("CronJob", "rel-backup")] {
+        let spec = pod_spec_of(by_name(&all, kind, name));
+        let args = check_volprep_pod(spec, name);
+        assert!(args.unprivileged && args.sticky.is_empty(), "{name}: {args:?}");
+    }
+}
+
+#[test]
+fn krm_resource_list_in_and_out() {
+    // kustomize hands the items over as Go's YAML writes them: 0440 as 288.
+    let items: Vec<Value> = docs(&rendered().replace("defaultMode: 0440", "defaultMode: 288"));
+    let mut rl = serde_norway::Mapping::new();
+    rl.insert("apiVersion".into(), "config.kubernetes.io/v1".into());
+    rl.insert("kind".into(), "ResourceList".into());
+    rl.insert("items".into(), Value::Sequence(items));
+    let fc = "apiVersion: volprep.io/v1alpha1\nkind: Inject\nmetadata: {name: x}\nspec:\n  image: {tag: \"7.7\"}\n";
+    rl.insert("functionConfig".into(), serde_norway::from_str(fc).unwrap());
+    let input = serde_norway::to_string(&Value::Mapping(rl)).unwrap();
+    let out = ok(&inject(&[], &input, &[]));
+    let list = &docs(&out)[0];
+    assert_eq!(list["kind"].as_str(), Some("ResourceList"));
+    let items = list["items"].as_sequence().unwrap();
+    let pg = by_name(items, "StatefulSet", "rel-postgres");
+    assert!(pod_spec(pg)["initContainers"][0]["image"].as_str().unwrap().ends_with(":7.7"));
+    let results = list["results"].as_sequence().unwrap();
+    let refs: Vec<&str> = results.iter().filter_map(|r| r["resourceRef"]["name"].as_str()).collect();
+    assert_eq!(refs, ["rel-runner", "rel-reader"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// With helm, kubectl, kubernetes-validate, yamllint
+
+fn tools(test: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let helm = tool("VOLPREP_HELM", test).unwrap();
+    let kv = tool("VOLPREP_K8S_VALIDATE", test).unwrap();
+    let yl = tool("VOLPREP_YAMLLINT", test).unwrap();
+    (helm, kv, yl)
+}
+
+fn validate(kv: &Path, yl: &Path, name: &str, text: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{name}.yaml"));
+    fs::write(&file, text).unwrap();
+    k8s_validate(kv, std::slice::from_ref(&file));
+    yamllint(yl, &[file]);
+}
+
+/// The helm rendering kept in tests/charts is what helm renders today, and the injected
+/// result validates against the Kubernetes schemas and yamllint.
+#[test]
+#[ignore = "needs helm, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
+fn helm_rendered_chart_injected_validates() {
+    let (helm_bin, kv, yl) = tools("helm_rendered_chart_injected_validates");
+    let home = tempfile::tempdir().unwrap();
+    let chart = Path::new(ROOT).join("tests/charts/thirdparty");
+    let text = run_ok(helm(&helm_bin, home.path()).args(["template", "rel"]).arg(&chart));
+    assert_eq!(text, rendered(), "tests/charts/thirdparty.rendered.yaml is stale: re-render it");
+    run_ok(helm(&helm_bin, home.path()).args(["lint", "--strict"]).arg(&chart));
+    let out = ok(&inject(&[], &text, &[]));
+    validate(&kv, &yl, "injected", &out);
+    let unprivileged = ok(&inject(&["--mode=unprivileged"], &text, &[]));
+    validate(&kv, &yl, "injected-unprivileged", &unprivileged);
+}
+
+/// Helm 4: `--post-renderer` takes a postrenderer/v1 plugin (examples/inject/helm-plugin), and
+/// gives the same manifests as piping `helm template` through `volprep inject`.
+#[test]
+#[ignore = "needs helm (v4): source .ci/k8s-tools.sh"]
+fn helm_post_renderer_plugin() {
+    let test = "helm_post_renderer_plugin";
+    let helm_bin = tool("VOLPREP_HELM", test).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let version = run_ok(helm(&helm_bin, home.path()).args(["version", "--short"]));
+    if !version.starts_with("v4.") {
+        panic!("{test}: helm {version}: this test is for Helm 4's plugin post-renderers");
+    }
+    // `volprep` on the PATH, as the plugin expects.
+    let bin_dir = home.path().join("bin");
+    fs::create_dir_all(&bin_dir).unwrap();
+    std::os::unix::fs::symlink(BIN, bin_dir.join("volprep")).unwrap();
+    let path = format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap_or_default());
+    let plugin = Path::new(ROOT).join("examples/inject/helm-plugin");
+    run_ok(helm(&helm_bin, home.path()).env("PATH", &path).args(["plugin", "install"]).arg(&plugin));
+    let chart = Path::new(ROOT).join("tests/charts/thirdparty");
+    let mut cmd = helm(&helm_bin, home.path());
+    cmd.env("PATH", &path).env("VOLPREP_INJECT_IMAGE_TAG", "4.4.4");
+    cmd.args(["template", "rel"]).arg(&chart).args(["--post-renderer", "volprep-inject"]);
+    say(&format!("{test}: {}", describe(&cmd)));
+    let post = run_ok(&mut cmd);
+    let piped = ok(&inject(&[], &rendered(), &[("VOLPREP_INJECT_IMAGE_TAG", "4.4.4")]));
+    assert_eq!(docs(&post), docs(&piped), "post-renderer and pipe agree");
+    assert!(post.contains("image: registry.example.com/volprep:4.4.4"), "{post}");
+    // An executable path is Helm 3's post-renderer; Helm 4 refuses it.
+    let mut old = helm(&helm_bin, home.path());
+    old.args(["template", "rel"]).arg(&chart).args(["--post-renderer", BIN, "--post-renderer-args", "inject"]);
+    let o = output(&mut old);
+    assert!(!o.status.success(), "Helm 4 took an executable as post-renderer");
+}
+
+/// Helm 3: `--post-renderer` takes an executable, `--post-renderer-args` its arguments (what
+/// examples/inject/helmfile.yaml sets); `--strict` refusals fail the render.
+#[test]
+#[ignore = "needs helm v3: source .ci/k8s-tools.sh"]
+fn helm3_post_renderer_executable() {
+    let test = "helm3_post_renderer_executable";
+    let helm_bin = tool("VOLPREP_HELM3", test).unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let version = run_ok(helm(&helm_bin, home.path()).args(["version", "--short"]));
+    assert!(version.starts_with("v3."), "{test}: VOLPREP_HELM3 is helm {version}");
+    let chart = Path::new(ROOT).join("tests/charts/thirdparty");
+    let mut cmd = helm(&helm_bin, home.path());
+    cmd.args(["template", "rel"]).arg(&chart).args(["--post-renderer", BIN, "--post-renderer-args", "inject"]);
+    say(&format!("{test}: {}", describe(&cmd)));
+    let post = run_ok(&mut cmd);
+    assert_eq!(docs(&post), docs(&ok(&inject(&[], &rendered(), &[]))), "post-renderer and pipe agree");
+    let mut strict = helm(&helm_bin, home.path());
+    strict.args(["template", "rel"]).arg(&chart).args(["--post-renderer", BIN, "--post-renderer-args", "inject"]);
+    strict.arg("--post-renderer-args=--strict");
+    let o = output(&mut strict);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("exit status 5") && err.contains("refused"), "{err}");
+}
+
+/// kustomize's KRM exec function: `kubectl kustomize` (kustomize built into kubectl) has no
+/// --enable-exec; the ResourceList it would send is what `volprep inject` gets here, built
+/// from `kubectl kustomize` of the example's base plus the function config.
+#[test]
+#[ignore = "needs kubectl, kubernetes-validate, yamllint: source .ci/k8s-tools.sh"]
+fn kustomize_exec_function_example() {
+    let test = "kustomize_exec_function_example";
+    let kubectl = tool("VOLPREP_KUBECTL", test).unwrap();
+    let kv = tool("VOLPREP_K8S_VALIDATE", test).unwrap();
+    let yl = tool("VOLPREP_YAMLLINT", test).unwrap();
+    let dir = Path::new(ROOT).join("examples/inject/kustomize");
+    let help = run_ok(Command::new(&kubectl).args(["kustomize", "--help"]));
+    assert!(!help.contains("--enable-exec"), "kubectl kustomize runs exec functions now: build the example with it");
+    // Without --enable-exec, kubectl kustomize leaves the exec function out, silently.
+    let mut silent = Command::new(&kubectl);
+    silent.args(["kustomize", "--enable-alpha-plugins"]).arg(&dir);
+    say(&format!("{test}: {}", describe(&silent)));
+    let silent = run_ok(&mut silent);
+    assert!(silent.contains("fsGroup: 1000") && !silent.contains("volprep"), "{silent}");
+    let base = run_ok(Command::new(&kubectl).arg("kustomize").arg(Path::new(ROOT).join("examples/kustomize/base")));
+    let fc: Value = serde_norway::from_str(&read("examples/inject/kustomize/volprep-inject.yaml")).unwrap();
+    let fn_spec = fc["metadata"]["annotations"]["config.kubernetes.io/function"].as_str().unwrap();
+    assert!(fn_spec.contains("path: ./volprep-inject") && dir.join("volprep-inject").is_file());
+    let mut rl = serde_norway::Mapping::new();
+    rl.insert("apiVersion".into(), "config.kubernetes.io/v1".into());
+    rl.insert("kind".into(), "ResourceList".into());
+    rl.insert("items".into(), Value::Sequence(docs(&base)));
+    rl.insert("functionConfig".into(), fc);
+    let input = serde_norway::to_string(&Value::Mapping(rl)).unwrap();
+    let out = ok(&inject(&[], &input, &[]));
+    let list = &docs(&out)[0];
+    let items = list["items"].as_sequence().unwrap();
+    let spec = pod_spec(&items[0]);
+    let args = check_volprep_pod(spec, "kustomize exec function");
+    assert_eq!(args.sticky, ["/volumes/tmp"]);
+    assert!(strs(&spec["initContainers"][0]["args"]).contains(&"--reverify-after=7d".to_string()));
+    assert_eq!(spec["initContainers"][1]["name"].as_str(), Some("migrate-schema"), "volprep first");
+    validate(&kv, &yl, "kustomize-inject", &serde_norway::to_string(&items[0]).unwrap());
+}
+
+/// The wiring examples agree with the command: the plugin runs `volprep inject`, Helmfile names
+/// it, Argo CD's generate step renders to a file before injecting.
+#[test]
+fn wiring_examples_name_the_command() {
+    let plugin: Value = serde_norway::from_str(&read("examples/inject/helm-plugin/plugin.yaml")).unwrap();
+    assert_eq!(plugin["type"].as_str(), Some("postrenderer/v1"));
+    let cmd = &plugin["runtimeConfig"]["platformCommand"][0];
+    assert_eq!((cmd["command"].as_str(), strs(&cmd["args"])), (Some("volprep"), vec!["inject".to_string()]));
+    let helmfile: Value = serde_norway::from_str(&read("examples/inject/helmfile.yaml")).unwrap();
+    assert_eq!(helmfile["helmDefaults"]["postRenderer"].as_str(), Some("volprep"));
+    assert_eq!(strs(&helmfile["helmDefaults"]["postRendererArgs"]), ["inject"]);
+    let cmp: Value = serde_norway::from_str(&read("examples/inject/argocd/plugin.yaml")).unwrap();
+    let script = strs(&cmp["spec"]["generate"]["args"]).join("\n");
+    assert!(script.contains("set -eu") && script.contains("volprep inject --strict \"$out\""), "{script}");
+    let wrapper = read("examples/inject/kustomize/volprep-inject");
+    assert!(wrapper.contains("exec volprep inject \"$@\""));
+    let help = ok(&inject(&["--help"], "", &[]));
+    for flag in ["--config", "--set", "--mode", "--strict", "--opt-in", "--image-tag", "--pull-secret", "--extra-arg"] {
+        assert!(help.contains(flag), "{flag} not in `volprep inject --help`");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Played under podman
+
+/// What the app stand-in does: says who it is, writes to the volume, and where /tmp is a
+/// mount (the app container's emptyDir) checks that it is a sticky temp dir.
+const PROBE: &str = r#"set -eu
+echo "probe uid=$(id -u) groups=$(id -G)"
+f=$(mktemp -p "$1" app-wrote-XXXXXX); echo written > "$f"
+if grep -q " /tmp " /proc/mounts; then
+  mode=$(stat -c %a /tmp)
+  echo "tmp mode $mode"
+  [ "$mode" = 1777 ]
+  t=$(mktemp -p /tmp); rm "$t"
+fi
+echo PROBE-OK"#;
+
+/// Removes the pods and podman volumes of a play, on drop too.
+struct Played(Vec<String>, Vec<String>);
+
+impl Played {
+    fn clean(&self) {
+        for pod in &self.0 {
+            let _ = common::containers::podman().args(["pod", "rm", "--force", "--ignore", pod]).output();
+        }
+        for vol in &self.1 {
+            let _ = common::containers::podman().args(["volume", "rm", "--force", vol]).output();
+        }
+    }
+}
+
+impl Drop for Played {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
+
+/// The kustomize base StatefulSet (fsGroup, a PVC, an emptyDir /tmp, an init container of its
+/// own) through `volprep inject`, played twice by `podman kube play` on a loop-mounted ext4
+/// volume holding root's files: the first play's volprep prepares the volume and makes /tmp
+/// sticky, the non-root app writes; the second play's volprep skips (marker).
+#[test]
+#[ignore = "needs podman, kubectl and the static binary: source .ci/containers.sh, .ci/static.sh and .ci/k8s-tools.sh"]
+fn injected_pod_plays_under_podman() {
+    use common::containers;
+    use common::play::{self, PlayOpts};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = "injected_pod_plays_under_podman";
+    containers::require();
+    let kubectl = tool("VOLPREP_KUBECTL", test).unwrap();
+    let base = run_ok(Command::new(&kubectl).arg("kustomize").arg(Path::new(ROOT).join("examples/kustomize/base")));
+    let injected = ok(&inject(&["--strict"], &base, &[]));
+    say(&format!("{test}: kubectl kustomize examples/kustomize/base | volprep inject --strict"));
+    let volume = common::LoopFs::new(common::FsKind::Ext4, 64);
+    let root = volume.path();
+    fs::create_dir(root.join("db")).unwrap();
+    fs::write(root.join("db/table"), "rows").unwrap();
+    fs::set_permissions(root.join("db/table"), fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(root.join("db/table"), Some(1000), Some(0)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let term_dir = dir.path().join("termination");
+    fs::create_dir(&term_dir).unwrap();
+    let image = containers::image();
+    let volprep_image = docs(&injected)
+        .iter()
+        .find_map(|d| pod_spec(d)["initContainers"][0]["image"].as_str().map(str::to_string))
+        .unwrap();
+    let opts = PlayOpts {
+        images: vec![(volprep_image, image.tag.clone())],
+        claims: vec![("data-ledger-0".into(), root.to_path_buf())],
+        app: Some((
+            containers::probe_image().to_string(),
+            vec!["/bin/sh".into(), "-c".into(), PROBE.into(), "probe".into(), "/data".into()],
+        )),
+        termination_dir: term_dir,
+    };
+    let (yaml, pods) = play::translate(&docs(&injected), &opts);
+    let yaml_path = dir.path().join("play.yaml");
+    fs::write(&yaml_path, &yaml).unwrap();
+    // The second play finds the PVC's volume there (podman refuses to make it again).
+    let pods_only: Vec<String> = docs(&yaml)
+        .iter()
+        .filter(|d| d["kind"].as_str() != Some("PersistentVolumeClaim"))
+        .map(|d| serde_norway::to_string(d).unwrap())
+        .collect();
+    let replay_path = dir.path().join("replay.yaml");
+    fs::write(&replay_path, pods_only.join("---\n")).unwrap();
+    let played = Played(pods.iter().map(|p| p.name.clone()).collect(), vec!["data-ledger-0".into()]);
+    let mut messages = Vec::new();
+    played.clean();
+    for round in 1..=2 {
+        // The pod goes, its PVC stays (podman chowns a new volume's root to the first
+        // container's user, which no kubelet does: the second play must find the volume as the
+        // first one left it).
+        for pod in &played.0 {
+            let _ = containers::podman().args(["pod", "rm", "--force", "--ignore", pod]).output();
+        }
+        for pod in &pods {
+            for c in pod.init_containers.iter().chain(&pod.containers) {
+                fs::write(pod.termination_file(&opts, c), "").unwrap();
+            }
+        }
+        let path = if round == 1 { &yaml_path } else { &replay_path };
+        let out = output(containers::podman().args(["kube", "play"]).arg(path));
+        assert!(out.status.success(), "play {round}: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+        let pod = &pods[0];
+        assert_eq!(pod.init_containers, ["volprep", "migrate-schema"], "volprep first");
+        for c in pod.init_containers.iter().chain(&pod.containers) {
+            let name = pod.container(c);
+            let (code, logs) = (containers::wait(&name), containers::logs(&name));
+            assert_eq!(code, 0, "play {round}: {name} exited {code}\n{logs}");
+            if c != "volprep" {
+                assert!(logs.contains("probe uid=1000 ") && logs.contains("PROBE-OK"), "play {round}: {name}:\n{logs}");
+            }
+            if pod.containers.contains(c) {
+                assert!(logs.contains("tmp mode 1777"), "play {round}: {name}: /tmp sticky\n{logs}");
+            }
+        }
+        let msg = fs::read_to_string(pod.termination_file(&opts, "volprep")).unwrap();
+        say(&format!("{test}: play {round}: volprep's termination message:\n{msg}"));
+        messages.push(msg);
+    }
+    assert!(messages[0].lines().any(|l| l.starts_with("/volumes/data: prepared ")), "{}", messages[0]);
+    assert!(messages[0].lines().any(|l| l.starts_with("/volumes/tmp: sticky temp dir")), "{}", messages[0]);
+    assert!(messages[1].lines().any(|l| l.starts_with("/volumes/data: skipped (")), "{}", messages[1]);
+    let table = fs::metadata(root.join("db/table")).unwrap();
+    assert_eq!((table.gid(), table.mode() & 0o7777), (1000, 0o660), "the kubelet's fsGroup policy");
+    let wrote: Vec<_> = fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("app-wrote-"))
+        .collect();
+    assert_eq!(wrote.len(), 4, "two plays, the app's init container and the app each wrote");
+    for e in wrote {
+        assert_eq!(
+            (e.metadata().unwrap().uid(), e.metadata().unwrap().gid()),
+            (1000, 1000),
+            "setgid root: the group is inherited"
+        );
+    }
+}
