@@ -9,7 +9,7 @@ use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::{caps, guard, shard, sticky, sys, volume, walk};
+use crate::{caps, guard, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
@@ -63,6 +63,9 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
     // the checkpoint, report and termination message are still written.
     sys::catch_termination();
+    if let Some((n, sig)) = progress::arm_kill_point().map_err(Error::Usage)? {
+        tracing::warn!("test hook {}: signal {sig} after {n} entries", progress::KILL_AFTER_ENV);
+    }
     // Started by the first volume that walks: a restart whose volumes all skip starts no thread.
     let pool = walk::Pool::new(opts.threads);
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.

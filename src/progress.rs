@@ -1,14 +1,53 @@
 //! Live counters of a pass (lock-free atomics shared by every walker thread) and the progress
 //! they drive: a log line every interval, or a live bar when stderr is a terminal.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tracing::info;
 
 use crate::options::ProgressStyle as Style;
-use crate::sys::{Kind, Meta};
+use crate::sys::{self, Kind, Meta};
+
+/// The environment variable of the test hook [`arm_kill_point`].
+pub const KILL_AFTER_ENV: &str = "VOLPREP_TEST_KILL_AFTER";
+
+/// Entries after which the pass signals itself (u64::MAX: never). See [`arm_kill_point`].
+static KILL_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
+static KILL_SIGNAL: AtomicI32 = AtomicI32::new(libc::SIGKILL);
+
+/// TEST HOOK, read once at the start of `apply`/`check`: `VOLPREP_TEST_KILL_AFTER=<entries>`
+/// (or `<entries>:kill`) makes the process SIGKILL itself when one volume's pass has counted
+/// that many entries; `<entries>:term` sends SIGTERM instead, which takes the graceful-stop path
+/// (checkpoint, report, exit 143). Tests use it to interrupt a pass at an exact point rather than
+/// racing a progress line. When unset, each entry costs one relaxed atomic load. It is in
+/// release builds because tests run the release binary; it gives nothing to anyone: only the
+/// process's own environment sets it (the operator's, for an init container; never the app's),
+/// and all it can do is end the process early, which that environment can do anyway.
+/// Returns the kill point armed, or an error text for a value that does not parse.
+pub fn arm_kill_point() -> Result<Option<(u64, i32)>, String> {
+    let Some(v) = std::env::var_os(KILL_AFTER_ENV) else {
+        return Ok(None);
+    };
+    let point = parse_kill_point(&v.to_string_lossy())
+        .ok_or_else(|| format!("{KILL_AFTER_ENV}={}: expected <entries>[:kill|:term]", v.to_string_lossy()))?;
+    KILL_SIGNAL.store(point.1, Relaxed);
+    KILL_AFTER.store(point.0, Relaxed);
+    Ok(Some(point))
+}
+
+/// `123`, `123:kill` → (123, SIGKILL); `123:term` → (123, SIGTERM); anything else (0 included)
+/// → None.
+fn parse_kill_point(v: &str) -> Option<(u64, i32)> {
+    let (n, sig) = v.split_once(':').unwrap_or((v, "kill"));
+    let sig = match sig {
+        "kill" => libc::SIGKILL,
+        "term" => libc::SIGTERM,
+        _ => return None,
+    };
+    n.parse::<u64>().ok().filter(|&n| n > 0 && n < u64::MAX).map(|n| (n, sig))
+}
 
 /// Counts for one volume. Every field only grows; read them at any time.
 #[derive(Debug, Default)]
@@ -50,7 +89,10 @@ impl Counters {
     }
 
     pub fn seen(&self, kind: Kind) {
-        self.entries.fetch_add(1, Relaxed);
+        let before = self.entries.fetch_add(1, Relaxed);
+        if before + 1 == KILL_AFTER.load(Relaxed) {
+            sys::signal_self(KILL_SIGNAL.load(Relaxed));
+        }
         let by_kind = match kind {
             Kind::Dir => &self.dirs,
             Kind::File => &self.files,
@@ -231,6 +273,16 @@ mod tests {
         let s = Snapshot { entries: 5000, estimate: Some(4000), ..s };
         assert_eq!(s.line(), "5000 entries, changed owner 10 mode 5, 1 errors, 2500/s, 100%");
         assert_eq!(s.eta(), None);
+    }
+
+    #[test]
+    fn kill_points_parse() {
+        assert_eq!(parse_kill_point("12"), Some((12, libc::SIGKILL)));
+        assert_eq!(parse_kill_point("12:kill"), Some((12, libc::SIGKILL)));
+        assert_eq!(parse_kill_point("7:term"), Some((7, libc::SIGTERM)));
+        for bad in ["", "0", "x", "12:int", "12:", ":term", "-1"] {
+            assert_eq!(parse_kill_point(bad), None, "{bad}");
+        }
     }
 
     #[test]

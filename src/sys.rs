@@ -678,6 +678,15 @@ pub fn catch_termination() {
     }
 }
 
+/// Sends `sig` to this process (`kill(getpid(), sig)`): the test hook of
+/// `progress::arm_kill_point`.
+pub fn signal_self(sig: libc::c_int) {
+    // SAFETY: kill(2) with this process's own pid and a plain signal number.
+    unsafe {
+        libc::kill(libc::getpid(), sig);
+    }
+}
+
 /// The name of the signal that asked this process to stop (`SIGTERM`, `SIGINT`), if one did.
 pub fn termination() -> Option<&'static str> {
     match TERMINATION.load(Ordering::SeqCst) {

@@ -172,8 +172,8 @@ fn subtree_size(s: &Snapshot, name: &str) -> u64 {
     s.keys().filter(|k| k.as_slice() == name.as_bytes() || k.starts_with(pre.as_bytes())).count() as u64
 }
 
-/// Runs `volprep apply ARGS PATH` with a progress line every 20 ms and SIGKILLs it as soon as a
-/// line counts at least `at` entries (see [`kill::killed_at`]). Returns its stderr.
+/// Runs `volprep apply ARGS PATH` and SIGKILLs it (the binary's test hook) once its pass has
+/// counted `at` entries (see [`kill::killed_at`]). Returns its stderr.
 fn apply_killed_at(path: &Path, args: &[&str], at: u64) -> String {
     let mut cmd = volprep();
     cmd.arg("apply").args(args).arg(path);
@@ -506,7 +506,8 @@ fn killed_passes_resume_at_any_depth(base: &Path, what: &str) {
     assert_eq!(before.len() as u64, n);
     let digest = spec_of(&vol, &["--fs-group", "2000"]).0;
 
-    let args = ["--fs-group", "2000", "--threads", "4", "--checkpoint-interval", "10ms"];
+    // A checkpoint at every finished directory: a kill at an exact entry leaves an exact record.
+    let args = ["--fs-group", "2000", "--threads", "4", "--checkpoint-interval", "0"];
     let mut run_id: Option<String> = None;
     let mut covered_before = 0;
     for (i, f) in [0.30, 0.30, 0.25].iter().enumerate() {
@@ -617,7 +618,8 @@ fn a_directory_changed_after_a_kill_is_read_again() {
     let n = t.len() as u64;
     let vol = fs.path().join("vol");
     t.build(&vol);
-    let args = ["--fs-group", "2000", "--threads", "4", "--checkpoint-interval", "10ms"];
+    // A checkpoint at every finished directory: a kill at an exact entry leaves an exact record.
+    let args = ["--fs-group", "2000", "--threads", "4", "--checkpoint-interval", "0"];
     apply_killed_at(&vol, &args, n / 2);
     let cp = xattr_json(&vol, CHECKPOINT).expect("a checkpoint");
     let repos = std::fs::symlink_metadata(vol.join("repos")).unwrap().ino();

@@ -1,11 +1,9 @@
-//! A pass killed midway: run a volprep command with a progress line every 20 ms and SIGKILL it
-//! once a line counts enough entries (tests/marker.rs, tests/unprivileged.rs); reading text log
-//! fields.
+//! A pass killed midway at an exact point: the binary's test hook `VOLPREP_TEST_KILL_AFTER`
+//! makes it SIGKILL (or SIGTERM) itself after N entries (tests/marker.rs, tests/shard.rs,
+//! tests/unprivileged.rs, tests/fuzz.rs); reading text log fields.
 
-use std::io::BufRead as _;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A process killed with SIGKILL and reaped when dropped: a failing test leaves nothing
@@ -29,63 +27,68 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     Some(word.trim_matches('"'))
 }
 
-/// Entries counted in a progress log line, if `line` is one.
-pub fn progress_entries(line: &str) -> Option<u64> {
-    if !line.contains(" progress ") {
-        return None;
-    }
-    field(line, "entries")?.parse().ok()
+/// How a pass is interrupted at its kill point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// SIGKILL: nothing more is written.
+    Kill,
+    /// SIGTERM: the graceful stop (checkpoint, report, exit 143).
+    Term,
 }
 
-/// Runs `cmd` (a volprep pass) with a progress line every 20 ms and SIGKILLs it as soon as a
-/// line counts at least `at` entries. Returns its stderr. Panics if the pass ends first (the
-/// kill point was missed) or if it makes no progress for a minute.
-pub fn killed_at(mut cmd: Command, at: u64) -> String {
-    cmd.args(["--progress-interval", "20ms", "--log-format", "text"]).stdout(Stdio::null()).stderr(Stdio::piped());
+/// Runs `cmd` (a volprep pass, text logs) with the binary's test hook `VOLPREP_TEST_KILL_AFTER`
+/// set so that it SIGKILLs itself once its pass has counted exactly `at` entries. Returns its
+/// stderr. Panics if the pass ends otherwise (it had fewer than `at` entries to count).
+pub fn killed_at(cmd: Command, at: u64) -> String {
+    stopped_at(cmd, at, Stop::Kill)
+}
+
+/// [`killed_at`] with the stop chosen: SIGTERM lets the pass exit 143 by itself.
+pub fn stopped_at(mut cmd: Command, at: u64, stop: Stop) -> String {
+    let how = match stop {
+        Stop::Kill => "kill",
+        Stop::Term => "term",
+    };
+    cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:{how}")).args(["--log-format", "text"]);
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     let cmdline = format!("{cmd:?}");
-    let mut child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
-    let stderr = child.0.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let mut r = std::io::BufReader::new(stderr);
-        let mut buf = Vec::new();
-        while r.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
-            if tx.send(String::from_utf8_lossy(&buf).into_owned()).is_err() {
-                return;
-            }
-            buf.clear();
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut log = String::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) => {
-                log.push_str(&line);
-                if progress_entries(&line).is_some_and(|n| n >= at) {
-                    child.0.kill().expect("kill volprep");
-                    break;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let status = child.0.wait().unwrap();
-                panic!(
-                    "the pass ended ({status}) before a progress line showed {at} entries: kill point missed\ncommand: {cmdline}\nstderr:\n{log}"
-                );
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                panic!("no progress line showing {at} entries within 60s\ncommand: {cmdline}\nstderr:\n{log}")
-            }
-        }
-    }
-    let status = child.0.wait().unwrap();
-    // The rest of stderr, up to the kill.
-    log.extend(rx.iter());
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "volprep should have died by SIGKILL, got {status}\ncommand: {cmdline}\nstderr:\n{log}"
+    let child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
+    let out = wait_within(child, Duration::from_secs(120), &cmdline);
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let ok = match stop {
+        Stop::Kill => out.status.signal() == Some(libc::SIGKILL),
+        Stop::Term => out.status.code() == Some(143),
+    };
+    assert!(
+        ok,
+        "volprep should have stopped by its {how} point at {at} entries, got {} (fewer entries than that?)\ncommand: {cmdline}\nstderr:\n{log}",
+        out.status
     );
     log
+}
+
+/// Waits for `child` (stderr piped) at most `limit`, then collects its output; kills it and
+/// panics after that.
+pub fn wait_within(mut child: KillOnDrop, limit: Duration, cmdline: &str) -> std::process::Output {
+    let mut stderr = child.0.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut buf);
+        buf
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.0.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.0.kill();
+            let _ = child.0.wait();
+            let err = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+            panic!("still running after {limit:?}: {cmdline}\nstderr:\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let stderr = reader.join().unwrap();
+    std::process::Output { status, stdout: Vec::new(), stderr }
 }

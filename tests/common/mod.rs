@@ -5,6 +5,7 @@
 //! part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod clones;
 pub mod containers;
 pub mod fd;
 pub mod k8s;

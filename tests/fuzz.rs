@@ -1,0 +1,712 @@
+//! The mutation fuzzer: random trees, passes interrupted at random points (the binary's
+//! `VOLPREP_TEST_KILL_AFTER` hook, SIGKILL and SIGTERM), random changes between runs (renames
+//! across and within parents, RENAME_EXCHANGE, mkdir+mv, file create/unlink, hardlink+unlink, a
+//! directory replaced by a symlink), reruns plain, `--verify full` and sharded in random
+//! interleavings. The property: whenever the marker says `done`, `volprep check` exits 0, every
+//! entry conforms, and nothing outside the volume changed.
+//!
+//! CI runs 500 rounds from a fixed seed (a fifth on ext4, the rest on tmpfs). Locally:
+//! `VOLPREP_FUZZ_SEED=<n>` another seed, `VOLPREP_FUZZ_ROUNDS=<n>` more rounds,
+//! `VOLPREP_FUZZ_SECS=<n>` rounds until that many seconds have passed, `VOLPREP_FUZZ_ROUND=<r>`
+//! replays one round (it prints what it does). A failing round prints the seed, round, tree,
+//! kill points and mutations.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::clones::Clones;
+use common::kill::{KillOnDrop, wait_within};
+use common::snap::conforms;
+use common::tree::Rng;
+use common::xattr::{MARKER, xattr_json};
+use common::*;
+
+const GID: u32 = 2000;
+const DEFAULT_SEED: u64 = 0x0076_6f6c_7072_6570;
+const DEFAULT_ROUNDS: u64 = 500;
+
+/// Every change between two runs the fuzzer makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Mutation {
+    /// `mv D P/new` (P not D's parent, not below D).
+    MvAcross,
+    /// `mv D D.parent/new`.
+    MvWithin,
+    /// `renameat2(A, B, RENAME_EXCHANGE)` of two directories, neither below the other.
+    Exchange,
+    /// `mkdir P/new; mv D P/new/`.
+    MkdirMv,
+    /// A new root-owned 0600 file.
+    Create,
+    /// `rm F`.
+    Unlink,
+    /// `ln F P/new; rm F`.
+    HardlinkUnlink,
+    /// `mv D P/new; ln -s OUTSIDE D`.
+    DirToSymlink,
+    /// Clone rounds: both nested filesystems unmounted, their loop devices swapped, mounted
+    /// again at their places (each clone now has the other's device number).
+    Remount,
+}
+
+const MUTATIONS: &[Mutation] = &[
+    Mutation::MvAcross,
+    Mutation::MvWithin,
+    Mutation::Exchange,
+    Mutation::MkdirMv,
+    Mutation::Create,
+    Mutation::Unlink,
+    Mutation::HardlinkUnlink,
+    Mutation::DirToSymlink,
+];
+
+/// How a run of `apply` is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum RunKind {
+    Plain,
+    VerifyFull,
+    /// `--shard I/N`.
+    Shard,
+}
+
+/// How a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum End {
+    Sigkill,
+    Sigterm,
+    /// Exited 0 before its kill point.
+    Finished,
+    /// Any other exit code (counted, shown).
+    Exit(i32),
+}
+
+/// Shape of a round's volume.
+#[derive(Clone, Copy, Debug)]
+struct Sharding {
+    n: u32,
+    depth: u32,
+}
+
+/// Totals over all rounds (the summary line).
+#[derive(Default)]
+struct Stats {
+    rounds: u64,
+    ext4_rounds: u64,
+    clone_rounds: u64,
+    mutations: BTreeMap<String, u64>,
+    kills: BTreeMap<String, u64>,
+    reruns: BTreeMap<String, u64>,
+    done_checked: u64,
+    wrong_done: u64,
+    outside_changed: u64,
+    never_done: u64,
+    failures: Vec<String>,
+}
+
+fn bump(m: &mut BTreeMap<String, u64>, k: impl std::fmt::Debug) {
+    *m.entry(format!("{k:?}").to_lowercase()).or_default() += 1;
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    Some(parsed.unwrap_or_else(|e| panic!("{name}={v}: {e}")))
+}
+
+/// To the process's stderr (libtest captures `eprintln!` of passing tests).
+fn say(s: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{s}");
+}
+
+/// The seed of round `r`: the same whether the round runs in a sequence or alone.
+fn round_seed(seed: u64, r: u64) -> u64 {
+    let mut rng = Rng::new(seed ^ r.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    rng.next_u64()
+}
+
+#[test]
+fn mutation_fuzz_done_means_every_entry_conforms() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let seed = env_u64("VOLPREP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
+    let only = env_u64("VOLPREP_FUZZ_ROUND");
+    let secs = env_u64("VOLPREP_FUZZ_SECS");
+    let rounds = env_u64("VOLPREP_FUZZ_ROUNDS").unwrap_or(if secs.is_some() { u64::MAX } else { DEFAULT_ROUNDS });
+    let tmpfs = Tmpfs::new();
+    let ext4 = LoopFs::with_mkfs_args(FsKind::Ext4, 256, &["-N", "60000"]);
+    let start = Instant::now();
+    let mut stats = Stats::default();
+    let range: Box<dyn Iterator<Item = u64>> = match only {
+        Some(r) => Box::new(r..=r),
+        None => Box::new(0..rounds),
+    };
+    for r in range {
+        if secs.is_some_and(|s| start.elapsed() > Duration::from_secs(s)) {
+            break;
+        }
+        let on_ext4 = r % 5 == 4;
+        let base = if on_ext4 { ext4.path() } else { tmpfs.path() };
+        let mut round = Round::new(seed, r, base.join(format!("r{r}")), on_ext4, only.is_some());
+        round.with_clones = r % 10 == 7;
+        round.play(&mut stats);
+        round.clones = None;
+        let _ = std::fs::remove_dir_all(&round.dir);
+    }
+    let summary = summary(seed, &stats, start.elapsed());
+    say(&summary);
+    if let Ok(out) = std::env::var("VOLPREP_FUZZ_SUMMARY") {
+        std::fs::write(out, format!("{summary}\n")).expect("write the summary");
+    }
+    assert!(
+        stats.failures.is_empty(),
+        "{} failing round(s):\n{}\n{summary}",
+        stats.failures.len(),
+        stats.failures.join("\n\n")
+    );
+    if only.is_none() && secs.is_none() {
+        assert!(stats.rounds >= DEFAULT_ROUNDS.min(rounds), "{summary}");
+    }
+}
+
+fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
+    let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
+    format!(
+        "fuzz summary: seed={seed:#x} rounds={} (ext4 {}, tmpfs {}, with nested ext4 clones {}) | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} | {:.1}s",
+        s.rounds,
+        s.ext4_rounds,
+        s.rounds - s.ext4_rounds,
+        s.clone_rounds,
+        list(&s.mutations),
+        s.mutations.values().sum::<u64>(),
+        list(&s.kills),
+        list(&s.reruns),
+        s.done_checked,
+        s.wrong_done,
+        s.outside_changed,
+        s.never_done,
+        elapsed.as_secs_f64()
+    )
+}
+
+/// One round: its volume, the sentinel outside it, and what it did (for the failure message).
+struct Round {
+    seed: u64,
+    index: u64,
+    rng: Rng,
+    dir: PathBuf,
+    vol: PathBuf,
+    outside: PathBuf,
+    on_ext4: bool,
+    verbose: bool,
+    sharding: Option<Sharding>,
+    steps: Vec<String>,
+    tree: String,
+    counter: u32,
+    /// Two ext4 clones mounted inside the volume, passes with `--cross-devices`.
+    with_clones: bool,
+    clones: Option<Clones>,
+    /// The last run stopped on a setuid/setgid bit a SIGKILL cleared (exit 1, documented): the
+    /// next run does what the message says, `--force`.
+    force_next: bool,
+}
+
+impl Round {
+    fn new(seed: u64, index: u64, dir: PathBuf, on_ext4: bool, verbose: bool) -> Round {
+        let (vol, outside) = (dir.join("vol"), dir.join("outside"));
+        Round {
+            seed,
+            index,
+            rng: Rng::new(round_seed(seed, index)),
+            dir,
+            vol,
+            outside,
+            on_ext4,
+            verbose,
+            sharding: None,
+            steps: Vec::new(),
+            tree: String::new(),
+            counter: 0,
+            with_clones: false,
+            clones: None,
+            force_next: false,
+        }
+    }
+
+    fn log(&mut self, s: String) {
+        if self.verbose {
+            say(&format!("round {}: {s}", self.index));
+        }
+        self.steps.push(s);
+    }
+
+    fn fresh(&mut self, stem: &str) -> String {
+        self.counter += 1;
+        format!("{stem}{}", self.counter)
+    }
+
+    fn play(&mut self, stats: &mut Stats) {
+        stats.rounds += 1;
+        stats.ext4_rounds += self.on_ext4 as u64;
+        let _ = std::fs::remove_dir_all(&self.dir);
+        make_outside(&self.outside);
+        let tree = random_tree(&mut self.rng, &self.outside);
+        tree.build(&self.vol);
+        self.tree = describe_tree(&tree);
+        if self.with_clones {
+            let inner = random_tree(&mut self.rng, &self.outside);
+            self.tree += &format!("\nm1 and m2 (ext4 clones of one image):\n{}", describe_tree(&inner));
+            self.clones = Some(Clones::new(&self.vol, &inner));
+            stats.clone_rounds += 1;
+        }
+        let outside_before = snapshot(&self.outside);
+        if !self.with_clones && self.rng.below(3) == 0 {
+            self.sharding = Some(Sharding { n: 2 + self.rng.below(3) as u32, depth: 1 + self.rng.below(2) as u32 });
+        }
+        self.log(format!(
+            "{} on {}: {} entries, sharding {:?}",
+            self.vol.display(),
+            if self.on_ext4 { "ext4" } else { "tmpfs" },
+            tree.len(),
+            self.sharding
+        ));
+        let steps = 1 + self.rng.below(5);
+        let mut done = false;
+        for _ in 0..steps {
+            let kill = self.rng.below(10) < 8;
+            self.one_run(stats, kill, None);
+            if self.marker_done() {
+                done = true;
+                self.check_done(stats);
+                break;
+            }
+            for _ in 0..self.rng.below(4) {
+                self.mutate(stats);
+            }
+        }
+        // Then runs without kills or changes until the volume is done: every shard in turn, in
+        // a random order, each sweep.
+        for _ in 0..3 {
+            let mut order: Vec<u32> = (0..self.sharding.map_or(1, |s| s.n)).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, self.rng.below(i + 1));
+            }
+            for shard in order {
+                if done {
+                    break;
+                }
+                self.one_run(stats, false, Some(shard));
+                if self.marker_done() {
+                    done = true;
+                    self.check_done(stats);
+                }
+            }
+        }
+        if !done {
+            stats.never_done += 1;
+            self.fail(stats, "never done: runs without kills or changes did not complete the volume".into());
+        }
+        let outside_after = snapshot(&self.outside);
+        let diff = snap::diff(&outside_before, &outside_after, |m| m.attrs_ctime());
+        if !diff.is_empty() {
+            stats.outside_changed += 1;
+            self.fail(stats, format!("changed outside the volume:\n{}", diff.join("\n")));
+        }
+    }
+
+    /// The volume's entries, nested filesystems included in clone rounds.
+    fn snapshot(&self) -> Snapshot {
+        snapshot_with(&self.vol, if self.with_clones { Mounts::Enter } else { Mounts::Skip })
+    }
+
+    fn marker_done(&self) -> bool {
+        xattr_json(&self.vol, MARKER).is_some_and(|m| m["state"] == "done")
+    }
+
+    /// The property: `done` means `check` exits 0 and every entry conforms.
+    fn check_done(&mut self, stats: &mut Stats) {
+        stats.done_checked += 1;
+        let mut cmd = volprep();
+        cmd.args(["check", "--fs-group", "2000", "--log-format", "text"]);
+        if self.with_clones {
+            cmd.arg("--cross-devices");
+        }
+        let c = run(cmd.arg(&self.vol));
+        let snap = self.snapshot();
+        let wrong: Vec<String> = snap
+            .iter()
+            .filter(|(_, m)| !conforms(m, GID, false))
+            .map(|(k, m)| format!("  {} {:?} {}:{} {:04o}", snap::show(k), m.kind, m.uid, m.gid, m.mode))
+            .collect();
+        if c.code != 0 || !wrong.is_empty() {
+            stats.wrong_done += 1;
+            let shown: Vec<&String> = wrong.iter().take(12).collect();
+            let msg = format!(
+                "WRONG DONE: marker `done` but check exits {} and {} entries do not conform:\n{}\ncheck stderr (tail):\n{}",
+                c.code,
+                wrong.len(),
+                shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"),
+                tail(&c.stderr, 6)
+            );
+            self.fail(stats, msg);
+        }
+    }
+
+    fn fail(&mut self, stats: &mut Stats, what: String) {
+        let msg = format!(
+            "round {} (replay: VOLPREP_FUZZ_SEED={:#x} VOLPREP_FUZZ_ROUND={}): {what}\nsteps:\n  {}\ntree:\n{}",
+            self.index,
+            self.seed,
+            self.index,
+            self.steps.join("\n  "),
+            self.tree
+        );
+        say(&msg);
+        stats.failures.push(msg);
+    }
+
+    /// One `apply` (a shard of it when the volume is sharded: `shard`, or a random one), maybe
+    /// with a kill point.
+    fn one_run(&mut self, stats: &mut Stats, kill: bool, shard: Option<u32>) {
+        let threads = 1 + self.rng.below(3);
+        let interval = ["0", "0", "0", "2ms", "3s"][self.rng.below(5)];
+        let mut cmd = volprep();
+        cmd.args(["apply", "--fs-group", "2000", "--log-format", "text", "--progress-interval", "0"]).args([
+            "--threads",
+            &threads.to_string(),
+            "--checkpoint-interval",
+            interval,
+        ]);
+        let (kind, mut what) = match self.sharding {
+            Some(s) => {
+                let i = shard.unwrap_or_else(|| self.rng.below(s.n as usize) as u32);
+                cmd.arg(format!("--shard={i}/{}", s.n)).arg(format!("--shard-depth={}", s.depth));
+                (RunKind::Shard, format!("apply --shard {i}/{} --shard-depth {}", s.n, s.depth))
+            }
+            None if self.rng.below(4) == 0 => {
+                cmd.args(["--verify", "full"]);
+                (RunKind::VerifyFull, "apply --verify full".to_string())
+            }
+            None => (RunKind::Plain, "apply".to_string()),
+        };
+        if self.sharding.is_some() && self.rng.below(5) == 0 {
+            cmd.args(["--verify", "full"]);
+            what += " --verify full";
+        }
+        if self.with_clones {
+            cmd.arg("--cross-devices");
+            what += " --cross-devices";
+        }
+        if std::mem::take(&mut self.force_next) {
+            cmd.arg("--force");
+            what += " --force";
+        }
+        what += &format!(" -j {threads} --checkpoint-interval {interval}");
+        if kill {
+            // A shard counts only its part: about 1/N of the entries.
+            let entries = self.snapshot().len() as u64 * 2 / self.sharding.map_or(2, |s| s.n as u64);
+            let at = 1 + self.rng.below(entries.max(1) as usize) as u64;
+            let how = if self.rng.below(2) == 0 { "kill" } else { "term" };
+            cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:{how}"));
+            what += &format!(" [kill point {at}:{how} of ~{entries}]");
+        }
+        cmd.arg(&self.vol);
+        bump(&mut stats.reruns, kind);
+        let (end, stderr) = run_ending(cmd);
+        if kill {
+            bump(&mut stats.kills, end);
+        }
+        let state = xattr_json(&self.vol, MARKER).map_or("none".to_string(), |m| m["state"].to_string());
+        self.log(format!("{what} -> {end:?}, marker {state}"));
+        // A SIGKILL between a setuid file's chown and chmod: the bit is not restored from the
+        // app-writable root; the run exits 1 and says to chmod or run `--force` once.
+        if end == End::Exit(1) && stderr.contains("not restored automatically") {
+            self.force_next = true;
+            *stats.reruns.entry("force_after_cleared_special_bit".into()).or_default() += 1;
+        }
+        if self.verbose {
+            say(&format!("    stderr (tail):\n{}", tail(&stderr, 8)));
+        }
+        if let End::Exit(code) = end {
+            self.log(format!("  exit {code}: {}", tail(&stderr, 4).replace('\n', "\n    ")));
+        }
+    }
+
+    fn mutate(&mut self, stats: &mut Stats) {
+        let m = match self.clones {
+            Some(_) if self.rng.below(3) == 0 => Mutation::Remount,
+            _ => MUTATIONS[self.rng.below(MUTATIONS.len())],
+        };
+        let (dirs, files) = list_tree(&self.vol);
+        let done = match m {
+            Mutation::MvAcross => self.mv_across(&dirs),
+            Mutation::MvWithin => self.mv_within(&dirs),
+            Mutation::Exchange => self.exchange(&dirs),
+            Mutation::MkdirMv => self.mkdir_mv(&dirs),
+            Mutation::Create => self.create(&dirs),
+            Mutation::Unlink => self.unlink(&files),
+            Mutation::HardlinkUnlink => self.hardlink_unlink(&dirs, &files),
+            Mutation::DirToSymlink => self.dir_to_symlink(&dirs),
+            Mutation::Remount => self.clones.as_mut().map(Clones::remount_swapped),
+        };
+        if let Some(what) = done {
+            bump(&mut stats.mutations, m);
+            self.log(format!("mutation {m:?}: {what}"));
+        }
+    }
+
+    fn abs(&self, rel: &Path) -> PathBuf {
+        self.vol.join(rel)
+    }
+
+    /// A non-root directory and a directory outside its subtree (not its parent when `across`).
+    fn mover_and_target(&mut self, dirs: &[PathBuf], across: bool) -> Option<(PathBuf, PathBuf)> {
+        let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
+        for _ in 0..20 {
+            let d = movable.get(self.rng.below(movable.len().max(1)))?;
+            let targets: Vec<&PathBuf> =
+                dirs.iter().filter(|p| !p.starts_with(d) && (!across || Some(p.as_path()) != d.parent())).collect();
+            if let Some(p) = targets.get(self.rng.below(targets.len().max(1))) {
+                return Some(((*d).clone(), (*p).clone()));
+            }
+        }
+        None
+    }
+
+    fn mv_across(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let (d, p) = self.mover_and_target(dirs, true)?;
+        let to = p.join(self.fresh("mv"));
+        rename(&self.abs(&d), &self.abs(&to))?;
+        Some(format!("mv {} {}", d.display(), to.display()))
+    }
+
+    fn mv_within(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
+        let d = (*movable.get(self.rng.below(movable.len().max(1)))?).clone();
+        let to = d.parent().unwrap().join(self.fresh("mv"));
+        rename(&self.abs(&d), &self.abs(&to))?;
+        Some(format!("mv {} {}", d.display(), to.display()))
+    }
+
+    fn exchange(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
+        for _ in 0..20 {
+            let a = movable.get(self.rng.below(movable.len().max(1)))?;
+            let b = movable.get(self.rng.below(movable.len()))?;
+            if a.starts_with(b) || b.starts_with(a) {
+                continue;
+            }
+            exchange(&self.abs(a), &self.abs(b))?;
+            return Some(format!("renameat2({}, {}, RENAME_EXCHANGE)", a.display(), b.display()));
+        }
+        None
+    }
+
+    fn mkdir_mv(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let (d, p) = self.mover_and_target(dirs, false)?;
+        let new = p.join(self.fresh("new"));
+        std::fs::create_dir(self.abs(&new)).unwrap();
+        let to = new.join(d.file_name().unwrap());
+        if rename(&self.abs(&d), &self.abs(&to)).is_none() {
+            return Some(format!(
+                "mkdir {} (mv {} {} failed: another filesystem)",
+                new.display(),
+                d.display(),
+                to.display()
+            ));
+        }
+        Some(format!("mkdir {}; mv {} {}", new.display(), d.display(), to.display()))
+    }
+
+    fn create(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let p = dirs.get(self.rng.below(dirs.len()))?.join(self.fresh("c"));
+        std::fs::write(self.abs(&p), b"new").unwrap();
+        chmod(&self.abs(&p), 0o600);
+        Some(format!("create {} (root:root 0600)", p.display()))
+    }
+
+    fn unlink(&mut self, files: &[PathBuf]) -> Option<String> {
+        let f = files.get(self.rng.below(files.len().max(1)))?;
+        std::fs::remove_file(self.abs(f)).unwrap();
+        Some(format!("rm {}", f.display()))
+    }
+
+    fn hardlink_unlink(&mut self, dirs: &[PathBuf], files: &[PathBuf]) -> Option<String> {
+        let f = files.get(self.rng.below(files.len().max(1)))?.clone();
+        let to = dirs[self.rng.below(dirs.len())].join(self.fresh("ln"));
+        cross_ok(std::fs::hard_link(self.abs(&f), self.abs(&to)))?;
+        std::fs::remove_file(self.abs(&f)).unwrap();
+        Some(format!("ln {} {}; rm {}", f.display(), to.display(), f.display()))
+    }
+
+    fn dir_to_symlink(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let (d, p) = self.mover_and_target(dirs, false)?;
+        let to = p.join(self.fresh("away"));
+        rename(&self.abs(&d), &self.abs(&to))?;
+        std::os::unix::fs::symlink(&self.outside, self.abs(&d)).unwrap();
+        Some(format!("mv {} {}; ln -s OUTSIDE {}", d.display(), to.display(), d.display()))
+    }
+}
+
+/// Runs a volprep pass to its end (at most two minutes) and says how it ended.
+fn run_ending(mut cmd: Command) -> (End, String) {
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    let cmdline = format!("{cmd:?}");
+    let child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
+    let out = wait_within(child, Duration::from_secs(120), &cmdline);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let end = match (out.status.signal(), out.status.code()) {
+        (Some(libc::SIGKILL), _) => End::Sigkill,
+        (_, Some(143)) => End::Sigterm,
+        (_, Some(0)) => End::Finished,
+        (_, Some(c)) => End::Exit(c),
+        (Some(s), _) => End::Exit(-s),
+        _ => End::Exit(-1),
+    };
+    (end, stderr)
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+fn chmod(p: &Path, mode: u32) {
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+/// `Some` on success, `None` when the change would cross filesystems or move a mount point
+/// (EXDEV, EBUSY: clone rounds); panics on any other error.
+fn cross_ok(r: std::io::Result<()>) -> Option<()> {
+    match r {
+        Ok(()) => Some(()),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EXDEV | libc::EBUSY)) => None,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn rename(a: &Path, b: &Path) -> Option<()> {
+    cross_ok(std::fs::rename(a, b))
+}
+
+/// `renameat2(a, b, RENAME_EXCHANGE)`.
+fn exchange(a: &Path, b: &Path) -> Option<()> {
+    let (ca, cb) = (CString::new(a.as_os_str().as_bytes()).unwrap(), CString::new(b.as_os_str().as_bytes()).unwrap());
+    // SAFETY: two NUL-terminated paths relative to the cwd.
+    let rc =
+        unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    cross_ok(if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) })
+}
+
+/// The sentinel next to the volume: what symlinks inside point at, root-owned and
+/// non-conforming, so any change to it shows.
+fn make_outside(outside: &Path) {
+    std::fs::create_dir_all(outside.join("d")).unwrap();
+    std::fs::write(outside.join("canary"), b"x").unwrap();
+    std::fs::write(outside.join("d/secret"), b"x").unwrap();
+    chmod(&outside.join("canary"), 0o600);
+    chmod(&outside.join("d/secret"), 0o4750);
+    chmod(&outside.join("d"), 0o700);
+}
+
+/// Directories (the root as "") and regular files below `vol`, never through a symlink.
+fn list_tree(vol: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut dirs, mut files) = (vec![PathBuf::new()], Vec::new());
+    let mut i = 0;
+    while i < dirs.len() {
+        let rel = dirs[i].clone();
+        let mut names: Vec<_> = std::fs::read_dir(vol.join(&rel)).unwrap().map(|e| e.unwrap()).collect();
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let ft = e.file_type().unwrap();
+            if ft.is_dir() {
+                dirs.push(rel.join(e.file_name()));
+            } else if ft.is_file() {
+                files.push(rel.join(e.file_name()));
+            }
+        }
+        i += 1;
+    }
+    (dirs, files)
+}
+
+/// A random tree of 30–400 entries: directories up to 5 deep, files, setgid directories,
+/// setuid/setgid files, hardlinks, symlinks to the sentinel outside, dangling and relative.
+fn random_tree(rng: &mut Rng, outside: &Path) -> Tree {
+    const OWNERS: &[(u32, u32)] = &[(0, 0), (1000, 1000), (1000, 2000), (0, 2000), (65534, 0)];
+    const DIR_MODES: &[u32] = &[0o755, 0o700, 0o2775, 0o2770, 0o750, 0o1777];
+    const FILE_MODES: &[u32] = &[0o644, 0o600, 0o664, 0o4755, 0o2755, 0o640, 0o660];
+    let mut t = Tree::new();
+    let (ru, rg) = OWNERS[rng.below(OWNERS.len())];
+    t.root(ru, rg, [0o755, 0o2775, 0o700][rng.below(3)]);
+    let n = 30 + rng.below(370);
+    let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
+    let mut files: Vec<Vec<u8>> = Vec::new();
+    let outside = outside.as_os_str().as_bytes();
+    for i in 0..n {
+        let parent = dirs[rng.below(dirs.len())].clone();
+        let name = format!("e{i}").into_bytes();
+        let path = if parent.is_empty() { name } else { [&parent[..], b"/", &name[..]].concat() };
+        let depth = path.iter().filter(|&&c| c == b'/').count();
+        let (uid, gid) = OWNERS[rng.below(OWNERS.len())];
+        match rng.below(100) {
+            0..=24 if depth < 5 => {
+                t.dir(&path, uid, gid, DIR_MODES[rng.below(DIR_MODES.len())]);
+                dirs.push(path);
+            }
+            25..=31 => {
+                let target: Vec<u8> = match rng.below(3) {
+                    0 => outside.to_vec(),
+                    1 => [outside, b"/canary"].concat(),
+                    _ => b"../../outside/d".to_vec(),
+                };
+                t.symlink(&path, target, uid, gid);
+            }
+            32..=37 if !files.is_empty() => {
+                let to = files[rng.below(files.len())].clone();
+                t.hardlink(&path, to);
+            }
+            _ => {
+                t.file(&path, uid, gid, FILE_MODES[rng.below(FILE_MODES.len())]);
+                files.push(path);
+            }
+        }
+    }
+    t
+}
+
+/// The tree, one entry a line (for a failure message; at most 60 lines).
+fn describe_tree(t: &Tree) -> String {
+    let mut out: Vec<String> = t
+        .entries
+        .iter()
+        .take(60)
+        .map(|e| format!("  {} {:?} {}:{} {:04o}", snap::show(&e.path), kind_of(e), e.uid, e.gid, e.mode))
+        .collect();
+    if t.entries.len() > 60 {
+        out.push(format!("  ... {} entries in all", t.entries.len()));
+    }
+    out.join("\n")
+}
+
+fn kind_of(e: &tree::Entry) -> &'static str {
+    match e.node {
+        tree::Node::Dir => "dir",
+        tree::Node::File(_) => "file",
+        tree::Node::Symlink(_) => "symlink",
+        tree::Node::Hardlink(_) => "hardlink",
+        _ => "other",
+    }
+}
