@@ -122,13 +122,11 @@ fn shard_without_a_change_completes() {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn resume_file_created_deep_in_a_finished_subtree() {
     resume_after(|vol, f, _| root_owned_file(&vol.join(f).join("sub/created")), "touch FINISHED/sub/created");
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn resume_unvisited_dir_moved_into_a_finished_subtree() {
     resume_after(
         |vol, f, u| std::fs::rename(vol.join(u).join("sub"), vol.join(f).join("sub/moved")).unwrap(),
@@ -137,7 +135,6 @@ fn resume_unvisited_dir_moved_into_a_finished_subtree() {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn resume_finished_and_unvisited_dirs_exchanged_across_parents() {
     resume_after(
         |vol, f, u| exchange(&vol.join(f).join("sub"), &vol.join(u).join("sub")),
@@ -146,7 +143,6 @@ fn resume_finished_and_unvisited_dirs_exchanged_across_parents() {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn resume_unvisited_dir_moved_into_a_new_dir_of_a_finished_one() {
     resume_after(
         |vol, f, u| {
@@ -159,7 +155,6 @@ fn resume_unvisited_dir_moved_into_a_new_dir_of_a_finished_one() {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn resume_unvisited_file_hardlinked_into_a_finished_subtree_then_unlinked() {
     resume_after(
         |vol, f, u| {
@@ -221,7 +216,6 @@ fn sharded_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn shard_pending_anchor_renamed_to_a_finished_shards_name() {
     sharded_after(
         |vol, _, theirs| {
@@ -233,7 +227,6 @@ fn shard_pending_anchor_renamed_to_a_finished_shards_name() {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn shard_file_created_in_a_finished_shards_part() {
     sharded_after(
         |vol, mine, _| root_owned_file(&vol.join(mine).join("sub/created")),
@@ -242,7 +235,6 @@ fn shard_file_created_in_a_finished_shards_part() {
 }
 
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn shard_pending_subtree_moved_into_a_finished_shards_part() {
     sharded_after(
         |vol, mine, theirs| std::fs::rename(vol.join(theirs).join("sub"), vol.join(mine).join("sub/moved")).unwrap(),
@@ -255,7 +247,6 @@ fn shard_pending_subtree_moved_into_a_finished_shards_part() {
 /// swapped, and the rerun must still read the second clone, whose inode numbers, ctimes and
 /// link counts equal the first one's finished records.
 #[test]
-#[ignore = "fails until resume/shard soundness fixes land"]
 fn resume_nested_clones_remounted_with_swapped_devices() {
     if !privileged(&["mkfs.ext4"]) {
         return;
