@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 use common::snap::kubelet_reference;
 use common::tree::{self, GenOpts};
