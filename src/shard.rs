@@ -145,6 +145,8 @@ pub fn run(
     if let Some(sig) = fixer.interrupted {
         warn!(path = %shown, "shard {name}: {sig}: stopped walking; this shard is not done and is walked again at its next start");
     }
+    // Whether this shard's own part is done: its checkpoint is then no longer needed.
+    let part_done = clean(&fixer);
     let outcome = with_lock(root, path, opts.lock_timeout, |root| {
         finish(root, path, spec, opts, filter, &run_id, &fixer, claimed.as_deref())
     })?;
@@ -153,6 +155,11 @@ pub fn run(
         Outcome::Complete(shards) => {
             let check = recheck::Recheck { path, spec, opts, root, root_meta, threads: pool.start()?, fixer: &fixer };
             let sum = check.run(&shards, walk_needed.then_some(filter.index))?;
+            if let Some(sig) = sum.stopped {
+                // The check did not cover every part: the volume is not sealed.
+                warn!(path = %shown, "shard {name}: {sig}: stopped checking what the other shards claim; the volume is completed at the next start");
+                fixer.interrupted = Some(sig);
+            }
             info!(path = %shown, shard = %name, entries = sum.entries, dirs_read = sum.dirs_read,
                   verified_dirs = sum.verified_dirs, parts = ?sum.parts,
                   "checked what the other shards claim: {} directories verified, {} read, {} entries looked at again; parts walked again whole: {:?}",
@@ -162,7 +169,7 @@ pub fn run(
     };
     if let Some(r) = &fixer.resume {
         // This shard's checkpoint: gone once its part is done, kept for its next run otherwise.
-        let res = if clean(&fixer) { Place::new(root, Some((filter.index, filter.count))).remove() } else { r.write() };
+        let res = if part_done { Place::new(root, Some((filter.index, filter.count))).remove() } else { r.write() };
         if let Err(e) = res {
             debug!("{shown}: shard {name}: cannot write or remove its checkpoint: {e}");
         }

@@ -280,3 +280,40 @@ fn resume_nested_clones_remounted_with_swapped_devices() {
         c.code
     );
 }
+
+/// The run that completes a sharded volume is stopped by SIGTERM while it walks again a part
+/// another shard claimed (its anchors changed): that walk did not cover the part, so the volume
+/// stays `in-progress`, and the next start completes it.
+#[test]
+fn shard_completing_run_stopped_during_its_recheck_does_not_seal() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let vol = fs.path().join("vol");
+    shard0_ran(&vol);
+    let part = |s: u64| (0..TOPS).map(|i| format!("t{i}")).filter(move |d| shard_of(d, 2) == s);
+    // Shard 1's part is emptied: its own walk counts next to nothing.
+    for d in part(1) {
+        std::fs::remove_dir_all(vol.join(d)).unwrap();
+    }
+    // Shard 0's part gets an anchor more (it is walked again whole) and root-owned files in
+    // every directory, so that a walk stopped halfway leaves some of them.
+    let added = (0..).map(|i| format!("added{i}")).find(|n| shard_of(n, 2) == 0).unwrap();
+    std::fs::create_dir(vol.join(&added)).unwrap();
+    let mut files = 0;
+    for d in part(0).map(|d| format!("{d}/sub")).chain([added]) {
+        for f in 0..FILES {
+            root_owned_file(&vol.join(&d).join(format!("new{f}")));
+            files += 1;
+        }
+    }
+    let mut cmd = volprep();
+    cmd.args(["apply", "--fs-group", "2000", "--shard-depth", "1", "--shard=1/2", "--threads", "1"]).arg(&vol);
+    // About half of what the recheck of shard 0's part looks at.
+    let log = kill::stopped_at(cmd, files, kill::Stop::Term);
+    let m = xattr_json(&vol, MARKER).expect("a marker");
+    assert_ne!(m["state"], "done", "a completing run stopped during its recheck sealed the volume: {m}\n{log}");
+    shard(&vol, 1).expect_code(0);
+    assert_done_means_conforming(&vol, "SIGTERM during the completing shard's recheck, then a rerun");
+}

@@ -98,6 +98,9 @@ pub struct Summary {
     pub dirs_read: u64,
     /// Directories verified: only their subdirectories looked at.
     pub verified_dirs: u64,
+    /// The signal (SIGTERM, SIGINT) that stopped a walk of the check: the parts it did not
+    /// cover are unchecked, and the volume must not be marked done.
+    pub stopped: Option<&'static str>,
 }
 
 /// The volume being completed and the run completing it.
@@ -113,7 +116,8 @@ pub struct Recheck<'r, 'a> {
 
 impl Recheck<'_, '_> {
     /// Checks the part of every done shard but `skip` (the one this run just walked), walking
-    /// what the check cannot trust. Errors of the walks are counted in the fixer.
+    /// what the check cannot trust. Errors of the walks are counted in the fixer; a signal that
+    /// stops a walk ends the check, with [`Summary::stopped`] set.
     pub fn run(&self, shards: &Shards, skip: Option<u32>) -> Result<Summary, Error> {
         let tops = list_top(self.root, &self.root_meta, shards.depth, self.opts.cross_devices)
             .map_err(|(rel, e)| Error::sys(self.full(&rel), Op::Readdir, e))?;
@@ -136,6 +140,11 @@ impl Recheck<'_, '_> {
                 sum.parts.push(i);
             }
             self.walk_part(f, bound, &mut sum);
+            // A walk stopped by a signal did not cover its part (the flag stays set once raised).
+            sum.stopped = sys::termination();
+            if sum.stopped.is_some() {
+                break;
+            }
         }
         Ok(sum)
     }
