@@ -439,7 +439,8 @@ fn clean(fixer: &Fixer<'_>) -> bool {
 
 /// The resume state of this shard: its own checkpoint (`user.volprep.checkpoint.I`, with its
 /// special-bit records), adopted when it belongs to this round of shards (the marker's run) and
-/// spec. Under `--verify full` its records skip nothing.
+/// spec. Under `--verify full` its records skip nothing; under `--force` it is not adopted at
+/// all (as in an unsharded pass: a special-bit record is forgotten, as the message about it says).
 fn shard_resume<'a>(root: BorrowedFd<'a>, spec: &Spec, opts: &RunOptions, f: ShardFilter) -> Resume<'a> {
     let digest = spec.coverage_digest(opts.cross_devices);
     let round = match marker::read(root) {
@@ -447,7 +448,7 @@ fn shard_resume<'a>(root: BorrowedFd<'a>, spec: &Spec, opts: &RunOptions, f: Sha
         _ => String::new(),
     };
     let place = Place::new(root, Some((f.index, f.count)));
-    let previous = place.read(&round, &digest);
+    let previous = if opts.force { None } else { place.read(&round, &digest) };
     Resume::new(place, previous, opts.verify != Verify::Full, &round, &digest, opts.checkpoint_interval)
 }
 

@@ -218,9 +218,9 @@ struct Round {
     /// Two ext4 clones mounted inside the volume, passes with `--cross-devices`.
     with_clones: bool,
     clones: Option<Clones>,
-    /// The last run stopped on a setuid/setgid bit a SIGKILL cleared (exit 1, documented): the
-    /// next run does what the message says, `--force`.
-    force_next: bool,
+    /// A run stopped on a setuid/setgid bit a SIGKILL cleared (exit 1, documented): the next run
+    /// of the same shard (`Some(None)` unsharded) does what the message says, `--force`.
+    force_next: Option<Option<u32>>,
 }
 
 impl Round {
@@ -241,7 +241,7 @@ impl Round {
             counter: 0,
             with_clones: false,
             clones: None,
-            force_next: false,
+            force_next: None,
         }
     }
 
@@ -389,9 +389,13 @@ impl Round {
             "--checkpoint-interval",
             interval,
         ]);
+        // A `--force` due goes to the shard whose run asked for it (its checkpoint holds the record).
+        let forced = self.force_next.flatten();
+        let mut shard_run = None;
         let (kind, mut what) = match self.sharding {
             Some(s) => {
-                let i = shard.unwrap_or_else(|| self.rng.below(s.n as usize) as u32);
+                let i = shard.or(forced).unwrap_or_else(|| self.rng.below(s.n as usize) as u32);
+                shard_run = Some(i);
                 cmd.arg(format!("--shard={i}/{}", s.n)).arg(format!("--shard-depth={}", s.depth));
                 (RunKind::Shard, format!("apply --shard {i}/{} --shard-depth {}", s.n, s.depth))
             }
@@ -409,7 +413,8 @@ impl Round {
             cmd.arg("--cross-devices");
             what += " --cross-devices";
         }
-        if std::mem::take(&mut self.force_next) {
+        if self.force_next.is_some_and(|f| f == shard_run) {
+            self.force_next = None;
             cmd.arg("--force");
             what += " --force";
         }
@@ -433,7 +438,7 @@ impl Round {
         // A SIGKILL between a setuid file's chown and chmod: the bit is not restored from the
         // app-writable root; the run exits 1 and says to chmod or run `--force` once.
         if end == End::Exit(1) && stderr.contains("not restored automatically") {
-            self.force_next = true;
+            self.force_next = Some(shard_run);
             *stats.reruns.entry("force_after_cleared_special_bit".into()).or_default() += 1;
         }
         if self.verbose {

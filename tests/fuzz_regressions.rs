@@ -317,3 +317,41 @@ fn shard_completing_run_stopped_during_its_recheck_does_not_seal() {
     shard(&vol, 1).expect_code(0);
     assert_done_means_conforming(&vol, "SIGTERM during the completing shard's recheck, then a rerun");
 }
+
+/// A shard killed between a setuid file's chown and chmod leaves a special-bit record in its
+/// checkpoint; the record is not trusted (the root is app-writable) and the shard exits 1,
+/// saying to chmod the file or run `--force` once. `--force` then forgets the record, as it does
+/// unsharded: the volume completes (it used to exit 1 on every run of that shard).
+#[test]
+fn shard_force_forgets_a_special_bit_record() {
+    if !privileged(&[]) {
+        return;
+    }
+    let fs = Tmpfs::new();
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755).dir("sub", 1000, GID, 0o2775).file("sub/suid", 1000, GID, 0o775);
+    for f in 0..5 {
+        t.file(format!("sub/f{f}"), 0, 0, 0o644);
+    }
+    t.build(&vol);
+    let i = shard_of("sub", 2) as u32;
+    let shard_cmd = |i: u32, extra: &[&str]| {
+        let mut c = volprep();
+        c.args(["apply", "--fs-group", "2000", "--shard-depth", "1", "-j", "1"]).arg(format!("--shard={i}/2"));
+        c.args(extra).arg(&vol);
+        c
+    };
+    // The round registered, then the kill; the record is written as the killed run would have.
+    kill::killed_at(shard_cmd(i, &[]), 1);
+    let m = xattr_json(&vol, MARKER).expect("a marker");
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(vol.join("sub/suid")).unwrap());
+    let record = serde_json::json!({"run": m["run"], "digest": m["digest"], "pending": [["sub/suid", ino, 0o4775]]});
+    common::xattr::set_json(&vol, &format!("user.volprep.pending.{i}"), &record);
+
+    let r = run(&mut shard_cmd(i, &[])).expect_code(1);
+    assert!(r.describe().contains("not restored automatically"), "{}", r.describe());
+    run(&mut shard_cmd(i, &["--force"])).expect_code(0);
+    run(&mut shard_cmd(1 - i, &[])).expect_code(0);
+    assert_done_means_conforming(&vol, "a shard's special-bit record forgotten with --force");
+}
