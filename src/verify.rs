@@ -61,8 +61,14 @@ impl Stamp {
 
 /// The filesystem's "now", as the change time of the root after a metadata write that changes
 /// nothing else (`fchown(root, -1, -1)`). Fails where the root can't be changed (read-only,
-/// another user's root): then nothing may be claimed.
+/// another user's root): then nothing may be claimed. The kernel lets any user make that
+/// no-op write, and it moves the root's change time: an unprivileged run (not root) leaves a
+/// root it does not own untouched, so it never takes the clock there.
 pub fn take(root: BorrowedFd<'_>) -> Result<Stamp, Errno> {
+    let me = sys::euid();
+    if me != 0 && sys::stat_fd(root)?.uid != me {
+        return Err(Errno::PERM);
+    }
     sys::chown_fd(root, None, None)?;
     let (_, times) = sys::stat_fd_times(root)?;
     Ok(times.ctime.into())
