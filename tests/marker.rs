@@ -560,10 +560,16 @@ fn killed_passes_resume_at_any_depth(base: &Path, what: &str) {
         last.describe()
     );
     assert_eq!(last.count("skipped_subtrees"), subtrees, "{what}: {cp}\n{}", last.describe());
-    assert_eq!(
-        last.count("entries"),
+    // Every entry outside the skipped subtrees is read. Inside them, a directory whose change
+    // time is not before its record's clock is read again with its subtree: volprep's own fix
+    // of the last directories finished before a checkpoint can fall in the clock's tick (with
+    // `--checkpoint-interval 0`, the directory finished right before each write does), which
+    // costs a re-read and never soundness. Those re-reads stay a sliver of the tree.
+    let read = last.count("entries");
+    assert!(
+        read >= n - skipped && read - (n - skipped) <= n / 100,
+        "{what}: every entry outside the skipped subtrees ({}) is read, and few inside them: {read}\n{}",
         n - skipped,
-        "{what}: every entry outside the skipped subtrees is read\n{}",
         last.describe()
     );
     assert!(
