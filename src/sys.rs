@@ -681,9 +681,12 @@ pub fn catch_termination() {
 /// Sends `sig` to this process (`kill(getpid(), sig)`): the test hook of
 /// `progress::arm_kill_point`.
 pub fn signal_self(sig: libc::c_int) {
-    // SAFETY: kill(2) with this process's own pid and a plain signal number.
+    // raise(3) directs the signal at this thread, which runs the handler before raise returns;
+    // kill(getpid()) may hand it to another thread, later: the caller would then go on as if no
+    // signal had come (a walk finishing right after it would not see its flag).
+    // SAFETY: raise(3) with a plain signal number.
     unsafe {
-        libc::kill(libc::getpid(), sig);
+        libc::raise(sig);
     }
 }
 
