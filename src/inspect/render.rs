@@ -181,17 +181,7 @@ pub fn human(r: &Inspection) -> String {
             None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
         };
         t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
-        let a = &g.volprep_apply;
-        t.row(vec![
-            "volprep apply".into(),
-            a.changed.to_string(),
-            format!(
-                "only what differs: owner {}, mode {}, untouched {}",
-                a.changed_owner,
-                a.changed_mode,
-                r.entries - a.changed
-            ),
-        ]);
+        t.row(apply_row(&g.volprep_apply, r.entries));
         out += &t.render();
     }
     if let Some(o) = &r.owner {
@@ -200,23 +190,27 @@ pub fn human(r: &Inspection) -> String {
     out
 }
 
-/// The `--owner` preview: how many entries `apply` would change, and which.
-fn owner_table(r: &Inspection, o: &OwnerView) -> String {
-    let owner = o.gid.map_or_else(|| o.uid.to_string(), |g| format!("{}:{g}", o.uid));
-    let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
-    let head = format!("WITH --owner {owner}{group}");
-    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
-    let a = &o.volprep_apply;
-    t.row(vec![
+/// The "volprep apply" row of a table: what it would change, out of `entries`.
+fn apply_row(a: &ApplyView, entries: u64) -> Vec<String> {
+    vec![
         "volprep apply".into(),
         a.changed.to_string(),
         format!(
             "only what differs: owner {}, mode {}, untouched {}",
             a.changed_owner,
             a.changed_mode,
-            r.entries - a.changed
+            entries - a.changed
         ),
-    ]);
+    ]
+}
+
+/// The `--owner` preview: how many entries `apply` would change, and which.
+fn owner_table(r: &Inspection, o: &OwnerView) -> String {
+    let owner = o.gid.map_or_else(|| o.uid.to_string(), |g| format!("{}:{g}", o.uid));
+    let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
+    let head = format!("WITH --owner {owner}{group}");
+    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+    t.row(apply_row(&o.volprep_apply, r.entries));
     t.finding("entries it would change", &o.would_change, String::clone);
     t.render()
 }
