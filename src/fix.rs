@@ -185,7 +185,7 @@ pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Fixed
 /// under this lock, so none decides from the state between another's chown (which clears
 /// setuid/setgid) and its chmod (which sets them back), and then chmods them away.
 fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
-    (seen.nlink > 1).then(|| MULTI_LINK.lock().unwrap_or_else(|e| e.into_inner()))
+    (seen.nlink > 1).then(|| crate::sync::lock(&MULTI_LINK))
 }
 
 /// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`.

@@ -9,8 +9,8 @@ mod render;
 use std::ffi::CStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use rustix::io::Errno;
@@ -22,6 +22,7 @@ use crate::options::resolve_threads;
 use crate::progress::Counters;
 use crate::report::{EntryError, MAX_LISTED_ERRORS};
 use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
+use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
 use crate::walk::{self, Node, Pool, Visitor, Walk};
 
@@ -167,10 +168,6 @@ pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
 fn mode_policy(read_only: bool) -> Spec {
     Spec { fs_group: Some(0), owner_uid: None, owner_gid: None, read_only }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A path relative to the root, escaped; the root itself is ".".

@@ -37,6 +37,7 @@ mod escape;
 mod logsink;
 mod options;
 mod spec;
+mod sync;
 mod sys;
 
 use clap::Parser;

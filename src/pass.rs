@@ -125,7 +125,7 @@ impl<'a> Fixer<'a> {
             Counters::add(&self.counters.foreign_unread);
         }
         dir.taint();
-        let mut list = self.foreign.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = crate::sync::lock(&self.foreign);
         if list.len() < MAX_LISTED_FOREIGN || tracing::enabled!(tracing::Level::DEBUG) {
             let path = Escaped(self.path_of(dir, name).as_os_str()).to_string();
             debug!(path = %path, uid = meta.uid, gid = meta.gid, mode = format!("{:04o}", meta.perm()).as_str(),
@@ -210,7 +210,7 @@ impl<'a> Fixer<'a> {
     pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
         Counters::add(&self.counters.errors);
         let err = EntryError::new(path, op, errno.raw_os_error());
-        let mut list = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = crate::sync::lock(&self.errors);
         if list.len() < MAX_LISTED_ERRORS {
             warn!("{}: {} failed: {}", err.path, op, err.error);
             list.push(err);
@@ -223,7 +223,7 @@ impl<'a> Fixer<'a> {
     pub fn error_note(&self, path: &Path, op: Op, text: String) {
         Counters::add(&self.counters.errors);
         let err = EntryError::note(path, op, text);
-        let mut list = self.errors.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list = crate::sync::lock(&self.errors);
         if list.len() < MAX_LISTED_ERRORS {
             warn!("{}: {}", err.path, err.error);
             list.push(err);
@@ -350,7 +350,7 @@ impl Visitor for Fixer<'_> {
         }
         let path = self.path_of(parent, Some(name));
         warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
-        self.skipped_mounts.lock().unwrap_or_else(|e| e.into_inner()).push(path);
+        crate::sync::lock(&self.skipped_mounts).push(path);
     }
 
     fn enter(&self, parent: &Node, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {

@@ -186,7 +186,7 @@ impl<'a> Resume<'a> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+        crate::sync::lock(&self.current)
     }
 
     /// The checkpoint to write within `budget` bytes (its special-bit records go elsewhere);
@@ -254,7 +254,7 @@ impl<'a> Resume<'a> {
                 continue;
             };
             let key = (dir.meta.ino, Some(clock));
-            let mut dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
+            let mut dropped = crate::sync::lock(&self.dropped);
             if dropped.contains(&key) {
                 continue;
             }

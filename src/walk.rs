@@ -15,11 +15,12 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use rustix::io::Errno;
 
 use crate::error::{Error, Op};
+use crate::sync::lock;
 use crate::sys::{self, DType, Kind, Meta, Times};
 use crate::verify::{self, Stamp};
 
@@ -95,10 +96,6 @@ pub struct Node {
 struct Slot {
     fd: Option<OwnedFd>,
     leases: u32,
-}
-
-fn lock(m: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Node {
@@ -254,7 +251,7 @@ impl Node {
 /// Notes an opened directory in [`OPENED`]; drops the entries of closed and finished ones
 /// once they outnumber the open ones (amortized: the list stays near the open count).
 fn register(node: &Arc<Node>) {
-    let mut q = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut q = crate::sync::lock(&OPENED);
     q.push_back(Arc::downgrade(node));
     if q.len() > 2 * OPEN_DIRS.load(Ordering::Relaxed).max(64) {
         q.retain(|w| w.upgrade().is_some_and(|n| n.raw.load(Ordering::Relaxed) >= 0));
@@ -264,7 +261,7 @@ fn register(node: &Arc<Node>) {
 /// Closes idle directory fds of this process's walks, oldest first, until at most `keep` are
 /// open. Returns how many it closed. A closed directory is re-opened when next needed.
 fn close_idle(keep: usize) -> usize {
-    let mut q = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut q = crate::sync::lock(&OPENED);
     let mut closed = 0;
     for _ in 0..q.len() {
         if OPEN_DIRS.load(Ordering::Relaxed) <= keep {

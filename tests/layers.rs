@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["caps", "fix", "frontier", "guard", "marker", "progress", "report", "walk"],
     &["verify"],
     &["error", "logsink", "options", "spec", "sys"],
-    &["escape"],
+    &["escape", "sync"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -195,7 +195,7 @@ fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
 
 fn append<T>(into: &Mutex<Vec<T>>, from: Mutex<Vec<T>>) {
     let from = from.into_inner().unwrap_or_else(|e| e.into_inner());
-    into.lock().unwrap_or_else(|e| e.into_inner()).extend(from);
+    crate::sync::lock(into).extend(from);
 }
 
 #[cfg(test)]
