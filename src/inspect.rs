@@ -24,7 +24,7 @@ use crate::report::{EntryError, MAX_LISTED_ERRORS};
 use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
-use crate::walk::{self, Node, Pool, Visitor, Walk};
+use crate::walk::{self, At, Dir, Pool, Visitor, Walk};
 
 use owners::Owners;
 
@@ -257,7 +257,7 @@ impl<'a> Inspector<'a> {
         }
     }
 
-    fn check_link(&self, parent: &Node, name: &CStr) {
+    fn check_link(&self, parent: &Dir<'_>, name: &CStr) {
         match sys::readlink_at(parent.fd(), name) {
             Ok(target) if link_escapes(parent.depth, &target) => self.links_out.add(|| LinkOut {
                 path: show(&walk::rel_child(parent, name)),
@@ -265,7 +265,7 @@ impl<'a> Inspector<'a> {
             }),
             // Gone, or no longer a symlink, since it was read.
             Ok(_) | Err(Errno::NOENT) | Err(Errno::INVAL) => {}
-            Err(e) => self.error(parent, Some(name), Op::Stat, e),
+            Err(e) => self.error(At::Entry(*parent, name), Op::Stat, e),
         }
     }
 
@@ -342,7 +342,7 @@ impl<'a> Inspector<'a> {
 }
 
 impl Visitor for Inspector<'_> {
-    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
+    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool {
         self.counters.seen(meta.kind());
         if meta.kind() != Kind::Dir && meta.nlink > 1 {
             self.hardlinked.add(|| show(&walk::rel_child(parent, name)));
@@ -357,20 +357,20 @@ impl Visitor for Inspector<'_> {
         false
     }
 
-    fn dir_done(&self, dir: &Node) {
+    fn dir_done(&self, dir: &Dir<'_>) {
         self.counters.seen(Kind::Dir);
         self.owners.dir_done(dir);
         self.check_mode(&dir.meta, || dir.rel_path());
         self.decide(&dir.meta, || dir.rel_path());
     }
 
-    fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
         self.mounts.add(|| show(&walk::rel_child(parent, name)));
     }
 
-    fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
+    fn error(&self, at: At<'_>, op: Op, errno: Errno) {
         Counters::add(&self.counters.errors);
-        let rel = name.map_or_else(|| dir.rel_path(), |n| walk::rel_child(dir, n));
+        let rel = at.name().map_or_else(|| at.dir().rel_path(), |n| walk::rel_child(at.dir(), n));
         let err = EntryError::new(Path::new(&show(&rel)), op, errno.raw_os_error());
         let mut list = lock(&self.errors);
         if list.len() < MAX_LISTED_ERRORS {

@@ -24,7 +24,7 @@ use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::sys::{self, Kind, Meta};
 use crate::verify::Stamp;
-use crate::walk::{self, Descend, Node, Visitor};
+use crate::walk::{self, At, Descend, Dir, Node, Visitor};
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
 /// list, mount list and checkpoint take a lock only on their (rare) events.
@@ -79,13 +79,13 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts the outcome of one entry's decision or fix.
-    fn record(&self, dir: &Node, name: Option<&CStr>, outcome: Result<Fixed, Failure>) {
+    fn record(&self, at: At<'_>, outcome: Result<Fixed, Failure>) {
         match outcome {
             Ok(fixed) => {
                 let change = fixed.change;
                 self.count(change.owner(), fixed.mode_changed());
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
-                    let path = self.path_of(dir, name);
+                    let path = self.path_of(at.dir(), at.name());
                     let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
                     let show = |v: Option<u32>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
                     debug!(path = %Escaped(path.as_os_str()), uid = show(change.uid).as_str(),
@@ -97,7 +97,7 @@ impl<'a> Fixer<'a> {
             Err(f) => {
                 // What did change on disk before the failure is counted like any change.
                 self.count_change(&f.done);
-                self.error(dir, name, f.op, f.errno)
+                self.error(at, f.op, f.errno)
             }
         }
     }
@@ -147,7 +147,7 @@ impl<'a> Fixer<'a> {
     /// Unprivileged: a subdirectory of another user that this user may not open. It does not
     /// conform (a conforming one is open to its group, which this user is in): it is left and
     /// listed, its contents unchecked. Returns false when that does not apply (a real error).
-    fn unreadable(&self, parent: &Node, name: &CStr) -> bool {
+    fn unreadable(&self, parent: &Dir<'_>, name: &CStr) -> bool {
         let Ok(meta) = crate::sys::stat_at(parent.fd(), name) else {
             return false;
         };
@@ -245,7 +245,7 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts, judges and (in `apply`) fixes a directory whose contents are all visited.
-    fn fix_dir(&self, dir: &Node) {
+    fn fix_dir(&self, dir: &Dir<'_>) {
         self.counters.seen(Kind::Dir);
         if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, self.privilege) {
             return self.left(dir, None, &dir.meta, change, false);
@@ -254,7 +254,7 @@ impl<'a> Fixer<'a> {
             Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec)),
             Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, &self.setgid),
         };
-        self.record(dir, None, outcome);
+        self.record(At::Dir(dir), outcome);
     }
 
     /// Fixes a regular file whose setuid/setgid bits its chown will clear: the mode to restore
@@ -262,7 +262,7 @@ impl<'a> Fixer<'a> {
     fn fix_special(
         &self,
         resume: &Resume<'_>,
-        dir: &Node,
+        dir: &Dir<'_>,
         name: &CStr,
         meta: &Meta,
         pin: Option<BorrowedFd<'_>>,
@@ -284,7 +284,7 @@ impl<'a> Fixer<'a> {
 
     /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
     /// whether `apply` had a change to make (the walk then pins the next entries first).
-    fn one_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
+    fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return false;
         }
@@ -305,11 +305,11 @@ impl<'a> Fixer<'a> {
         };
         // A failed change was a change to make all the same: its neighbours likely need one too.
         let changed = self.mode == Mode::Apply && outcome.as_ref().map_or(true, |f| !f.change.is_none());
-        self.record(parent, Some(name), outcome);
+        self.record(At::Entry(*parent, name), outcome);
         changed
     }
 
-    fn fix_one(&self, dir: &Node, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Result<Fixed, Failure> {
+    fn fix_one(&self, dir: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Result<Fixed, Failure> {
         match pin {
             Some(pin) => fix::fix_pinned(pin, meta, self.spec),
             None => fix::fix_entry(dir.fd(), name, meta, self.spec, |d, n| walk::with_fd_relief(|| sys::pin_at(d, n))),
@@ -318,15 +318,15 @@ impl<'a> Fixer<'a> {
 }
 
 impl Visitor for Fixer<'_> {
-    fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
+    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool {
         self.one_entry(parent, name, meta, None)
     }
 
-    fn pinned_entry(&self, parent: &Node, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
+    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
         self.one_entry(parent, name, meta, Some(pin))
     }
 
-    fn dir_done(&self, dir: &Node) {
+    fn dir_done(&self, dir: &Dir<'_>) {
         let owned = self.shard.is_none_or(|s| s.owns(dir.depth, || dir.rel_path()));
         if owned {
             self.fix_dir(dir);
@@ -344,7 +344,7 @@ impl Visitor for Fixer<'_> {
         }
     }
 
-    fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
+    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return;
         }
@@ -353,7 +353,7 @@ impl Visitor for Fixer<'_> {
         crate::sync::lock(&self.skipped_mounts).push(path);
     }
 
-    fn enter(&self, parent: &Node, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
+    fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
         if let Some(s) = self.shard {
             let depth = parent.depth + 1;
             if depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name)) {
@@ -378,14 +378,14 @@ impl Visitor for Fixer<'_> {
         Descend::Verify(clock)
     }
 
-    fn listed(&self, dir: &Node, others: u64) {
+    fn listed(&self, dir: &Dir<'_>, others: u64) {
         Counters::add(&self.counters.verified_dirs);
         if self.resume.is_some() {
             dir.add_entries(others);
         }
     }
 
-    fn verified_leaf(&self, parent: &Node, _name: &CStr, ord: Option<u32>, meta: &Meta) {
+    fn verified_leaf(&self, parent: &Dir<'_>, _name: &CStr, ord: Option<u32>, meta: &Meta) {
         Counters::add(&self.counters.verified_dirs);
         if let Some(r) = &self.resume {
             parent.add_entries(1);
@@ -393,7 +393,7 @@ impl Visitor for Fixer<'_> {
         }
     }
 
-    fn dir_verified(&self, dir: &Node) {
+    fn dir_verified(&self, dir: &Dir<'_>) {
         if let Some(r) = &self.resume {
             dir.add_entries(1);
             r.finished(dir);
@@ -403,7 +403,7 @@ impl Visitor for Fixer<'_> {
         }
     }
 
-    fn dir_read(&self, dir: &Node) {
+    fn dir_read(&self, dir: &Dir<'_>) {
         Counters::add(&self.counters.dirs_read);
         if let Some(r) = &self.resume {
             r.begin(dir);
@@ -414,15 +414,16 @@ impl Visitor for Fixer<'_> {
         sys::termination().is_some()
     }
 
-    fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
-        if let (Privilege::Unprivileged { .. }, Op::Open, Errno::ACCESS, Some(name)) = (self.privilege, op, errno, name)
+    fn error(&self, at: At<'_>, op: Op, errno: Errno) {
+        if let (Privilege::Unprivileged { .. }, Op::Open, Errno::ACCESS, At::Entry(dir, name)) =
+            (self.privilege, op, errno, at)
         {
-            if self.unreadable(dir, name) {
+            if self.unreadable(&dir, name) {
                 return;
             }
         }
-        dir.taint();
-        self.error_at(&self.path_of(dir, name), op, errno);
+        at.dir().taint();
+        self.error_at(&self.path_of(at.dir(), at.name()), op, errno);
     }
 }
 

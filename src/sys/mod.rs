@@ -1,0 +1,39 @@
+//! The thin syscall layer: every open, stat, chown and chmod volprep makes, each relative to a directory fd and never following a symlink, and what the kernel tells about mounts, credentials and signals.
+
+mod dir;
+mod fs;
+mod fstype;
+mod path;
+mod proc;
+mod signal;
+mod stat;
+
+use std::os::fd::{AsFd, BorrowedFd};
+
+use rustix::io::Errno;
+
+pub use dir::{DType, DirReader, Place, first_entry, read_dir};
+pub use fs::{
+    chmod_fd, chown_fd, create_new_at, create_output, get_xattr, mkdir_at, open_parent, open_root, open_subdir, pin_at,
+    pin_beneath, readlink_at, remove_xattr, set_xattr, symlink_at, try_lock,
+};
+pub use fstype::{fs_info, fs_type, is_remote_fs};
+pub use path::{open_dir_no_symlinks, stat_path};
+pub use proc::{euid, fd_limit, groups, lock_holders, mount_fs_type, overflow_uid, raise_fd_limit, random_u64};
+pub use signal::{catch_termination, signal_self, termination};
+pub use stat::{Kind, Meta, Times, stat_at, stat_at_times, stat_fd, stat_fd_times};
+
+/// Borrow helper so callers can pass `&OwnedFd` or a borrowed fd alike.
+pub fn fd<F: AsFd>(f: &F) -> BorrowedFd<'_> {
+    f.as_fd()
+}
+
+/// Runs a syscall again while it fails with EINTR.
+fn retry<T>(mut f: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    loop {
+        match f() {
+            Err(Errno::INTR) => continue,
+            other => return other,
+        }
+    }
+}

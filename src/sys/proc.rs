@@ -1,0 +1,140 @@
+//! What the process and the kernel say about themselves: mounts (`/proc/self/mountinfo`), lock holders (`/proc/locks`), credentials, groups, open-file limits and random bits.
+
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
+
+/// The filesystem type of the mount with id `mnt_id` (`statx` `STATX_MNT_ID`) as
+/// `/proc/self/mountinfo` names it (`ext4`, `fuse.ceph-fuse`, …); `None` when not listed.
+pub fn mount_fs_type(mnt_id: u64) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo_fs_type(&text, mnt_id)
+}
+
+/// The filesystem type of mount `mnt_id` in the text of a mountinfo file ("ID PARENT MAJ:MIN
+/// ROOT POINT OPTIONS [TAGS…] - TYPE SOURCE SUPER-OPTIONS").
+fn mountinfo_fs_type(text: &str, mnt_id: u64) -> Option<String> {
+    text.lines().find_map(|line| {
+        let id: u64 = line.split(' ').next()?.parse().ok()?;
+        (id == mnt_id).then(|| line.split_once(" - ")?.1.split(' ').next().map(str::to_string)).flatten()
+    })
+}
+
+/// Raises the soft open-file limit to the hard limit: a deep tree keeps one fd per directory
+/// on the path being walked.
+pub fn raise_fd_limit() {
+    let lim = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    if let Some(max) = lim.maximum {
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit { current: Some(max), maximum: Some(max) },
+        );
+    }
+}
+
+/// `geteuid()`: the user whose entries an unprivileged pass may change.
+pub fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// `getegid()` and `getgroups()`: the groups this process may give its own entries, sorted.
+pub fn groups() -> Vec<u32> {
+    let mut out: Vec<u32> = rustix::process::getgroups().unwrap_or_default().iter().map(|g| g.as_raw()).collect();
+    out.push(rustix::process::getegid().as_raw());
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The uid an owner that is not mapped in this user namespace reads as
+/// (`/proc/sys/kernel/overflowuid`; 65534, the kernel's default, when that is unreadable).
+pub fn overflow_uid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
+}
+
+/// The soft open-file limit (`u64::MAX` when unlimited).
+pub fn fd_limit() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+/// `getrandom(buf, 8, 0)`: 64 unpredictable bits from the kernel.
+pub fn random_u64() -> Result<u64, Errno> {
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: writes at most `len - got` bytes into the rest of `buf`.
+        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
+        match n {
+            n if n > 0 => got += n as usize,
+            _ => match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                e => return Err(Errno::from_raw_os_error(e.unwrap_or(libc::EIO))),
+            },
+        }
+    }
+    Ok(u64::from_ne_bytes(buf))
+}
+
+/// Processes holding a lock on the inode `fd` refers to, from `/proc/locks`: their pid (0 when
+/// the holder is not visible from this pid namespace) and command name, when known. Empty when
+/// no holder is listed (on a network filesystem, a holder on another node never is).
+pub fn lock_holders(fd: BorrowedFd<'_>) -> Vec<(u32, Option<String>)> {
+    let Ok(st) = rustix::fs::fstat(fd) else { return Vec::new() };
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
+    let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
+    let mut out: Vec<(u32, Option<String>)> = Vec::new();
+    for pid in locks.lines().filter_map(|l| lock_line_holder(l, major, minor, st.st_ino)) {
+        if !out.iter().any(|(p, _)| *p == pid) {
+            let name = (pid != 0)
+                .then(|| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
+                .flatten()
+                .map(|c| c.trim().to_string());
+            out.push((pid, name));
+        }
+    }
+    out
+}
+
+/// The pid of a `/proc/locks` line (`1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`) when it
+/// holds (not waits for: `->`) a lock on inode `ino` of device `major:minor` (hex in the file).
+fn lock_line_holder(line: &str, major: u32, minor: u32, ino: u64) -> Option<u32> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    if fields.get(1) == Some(&"->") || fields.len() < 6 {
+        return None;
+    }
+    let mut id = fields[5].split(':');
+    let (ma, mi, i) = (id.next()?, id.next()?, id.next()?);
+    let same = u32::from_str_radix(ma, 16).ok()? == major
+        && u32::from_str_radix(mi, 16).ok()? == minor
+        && i.parse::<u64>().ok()? == ino;
+    same.then(|| fields[4].parse().ok()).flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_names_the_filesystem_of_a_mount_id() {
+        let text = "\
+27 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+46 27 0:40 / /tmp/x/ceph/mnt rw,nosuid,nodev,relatime - fuse.ceph-fuse ceph-fuse rw,user_id=0,group_id=0
+470 27 0:41 / /a\\040b rw shared:5 master:2 - tmpfs tmpfs rw
+";
+        assert_eq!(mountinfo_fs_type(text, 46).as_deref(), Some("fuse.ceph-fuse"));
+        assert_eq!(mountinfo_fs_type(text, 27).as_deref(), Some("ext4"));
+        assert_eq!(mountinfo_fs_type(text, 470).as_deref(), Some("tmpfs"));
+        assert_eq!(mountinfo_fs_type(text, 4), None);
+    }
+
+    #[test]
+    fn proc_locks_lines() {
+        let held = "1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF";
+        assert_eq!(lock_line_holder(held, 8, 1, 1234), Some(4242));
+        assert_eq!(lock_line_holder(held, 8, 1, 1235), None);
+        assert_eq!(lock_line_holder(held, 8, 2, 1234), None);
+        assert_eq!(lock_line_holder("2: POSIX  ADVISORY  WRITE 7 fd:1a:99 0 EOF", 0xfd, 0x1a, 99), Some(7));
+        assert_eq!(lock_line_holder("1: -> FLOCK  ADVISORY  WRITE 5 08:01:1234 0 EOF", 8, 1, 1234), None);
+        assert_eq!(lock_line_holder("garbage", 8, 1, 1234), None);
+    }
+}
