@@ -125,8 +125,17 @@ pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Held while an inode with more than one link is re-read and changed (rare: no contention).
-static MULTI_LINK: Mutex<()> = Mutex::new(());
+/// Locks held while an inode with more than one link is re-read and changed, one per stripe of
+/// inodes (see [`stripe`]): threads fixing different inodes seldom wait for each other.
+static MULTI_LINK: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+const STRIPES: usize = 64;
+
+/// The stripe of inode `ino` of device `dev`: the top bits of a multiplicative hash, so that
+/// neighbouring inode numbers spread over the stripes. Every name of an inode meets on one.
+fn stripe(dev: u64, ino: u64) -> usize {
+    let h = (ino ^ dev.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (64 - STRIPES.trailing_zeros())) as usize
+}
 
 /// Fixes the non-directory entry `name` in `dir`, which was seen with `seen` (an `lstat` by name).
 ///
@@ -146,9 +155,18 @@ pub fn fix_entry(
     if decide(seen, spec).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
-    let _one_at_a_time = one_at_a_time(seen);
+    let first = one_at_a_time(seen);
     let pinned = pin(dir, name).map_err(|e| Failure::new(Op::Open, e))?;
-    let now = sys::stat_fd(sys::fd(&pinned)).map_err(|e| Failure::new(Op::Stat, e))?;
+    let stat = || sys::stat_fd(sys::fd(&pinned)).map_err(|e| Failure::new(Op::Stat, e));
+    let now = stat()?;
+    let (_one_at_a_time, now) = if (now.dev, now.ino) != (seen.dev, seen.ino) && now.nlink > 1 {
+        // Another inode took the name since it was read: re-read under that inode's stripe
+        // (never two stripes held at once).
+        drop(first);
+        (one_at_a_time(&now), stat()?)
+    } else {
+        (first, now)
+    };
     if now.kind() == Kind::Dir {
         // Swapped for a directory after it was read: its contents were not walked.
         return Err(Failure::new(Op::Stat, Errno::AGAIN));
@@ -182,10 +200,10 @@ pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Fixed
 }
 
 /// An inode with several names may be fixed by several threads: each re-reads and changes it
-/// under this lock, so none decides from the state between another's chown (which clears
-/// setuid/setgid) and its chmod (which sets them back), and then chmods them away.
+/// under its stripe's lock, so none decides from the state between another's chown (which
+/// clears setuid/setgid) and its chmod (which sets them back), and then chmods them away.
 fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
-    (seen.nlink > 1).then(|| crate::sync::lock(&MULTI_LINK))
+    (seen.nlink > 1).then(|| crate::sync::lock(&MULTI_LINK[stripe(seen.dev, seen.ino)]))
 }
 
 /// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`.
@@ -283,6 +301,34 @@ mod tests {
         }
         let mode = if m.kind() == Kind::Symlink { m.perm() } else { m.perm() | mask };
         (m.uid, gid, mode)
+    }
+
+    fn linked(dev: u64, ino: u64) -> Meta {
+        Meta { dev, ino, nlink: 2, ..meta(libc::S_IFREG, 0o6755, 5, 1) }
+    }
+
+    /// Whether another thread takes the lock of `other` within a second while this one holds
+    /// `held`'s.
+    fn taken_meanwhile(held: &Meta, other: &Meta) -> bool {
+        let _held = one_at_a_time(held).expect("a multi-link inode is locked");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = *other;
+        std::thread::spawn(move || {
+            let _g = one_at_a_time(&other);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(1)).is_ok()
+    }
+
+    #[test]
+    fn different_multi_link_inodes_are_fixed_at_once_and_one_inode_one_at_a_time() {
+        assert!(one_at_a_time(&meta(libc::S_IFREG, 0o644, 5, 1)).is_none(), "one link: no lock");
+        let a = linked(7, 1000);
+        // Most other inodes do not wait for `a` (a few share its stripe).
+        let free = (1001..1033).filter(|&ino| taken_meanwhile(&a, &linked(7, ino))).count();
+        assert!(free >= 24, "{free} of 32 other inodes went ahead");
+        // The same inode (another name of it, seen by another thread) always waits.
+        assert!(!taken_meanwhile(&a, &linked(7, 1000)));
     }
 
     #[test]
