@@ -188,11 +188,11 @@ impl Node {
     fn install(self: &Arc<Self>, fd: OwnedFd) -> Lease {
         let mut s = lock(&self.slot);
         let fresh = s.fd.is_none();
+        // Another thread's fd, if it installed one first (this one is then closed).
+        let raw = s.fd.get_or_insert(fd).as_raw_fd();
         if fresh {
-            s.fd = Some(fd);
             OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
         }
-        let raw = s.fd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
         // Held before the slot is unlocked: no other thread may close it in between.
         s.leases += 1;
         drop(s);
