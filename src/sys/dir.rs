@@ -1,4 +1,4 @@
-//! Directory listings: `getdents64` in fixed-size batches into the caller's buffer, and where ceph-fuse's `.` and `..` end.
+//! Directory listings: `getdents64` batches into the caller's buffer, and reads past ceph-fuse's `.` and `..`.
 
 use std::ffi::CStr;
 use std::mem::MaybeUninit;

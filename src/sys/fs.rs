@@ -1,4 +1,6 @@
-//! The at-syscalls that open and change entries: directories, O_PATH pins, owners, modes, xattrs, links and locks, each relative to a directory fd with its flags (NOFOLLOW, CLOEXEC) chosen here once.
+//! The at-syscalls that open and change entries (directories, O_PATH pins, owners, modes, xattrs, links, locks).
+//!
+//! Each is relative to a directory fd, with its flags (NOFOLLOW, CLOEXEC) chosen here once.
 
 use std::ffi::CStr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

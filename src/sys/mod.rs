@@ -1,4 +1,7 @@
-//! The thin syscall layer: every open, stat, chown and chmod volprep makes, each relative to a directory fd and never following a symlink, and what the kernel tells about mounts, credentials and signals.
+//! The thin syscall layer: every syscall volprep makes, relative to a directory fd, never following a symlink.
+//!
+//! One file per job: `stat`, `fs` (opens, changes, xattrs), `dir` (listings), `path` (operator-named
+//! paths), `proc` (mounts, locks, credentials, limits), `signal`, `fstype` (the filesystem table).
 
 mod dir;
 mod fs;

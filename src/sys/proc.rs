@@ -1,4 +1,4 @@
-//! What the process and the kernel say about themselves: mounts (`/proc/self/mountinfo`), lock holders (`/proc/locks`), credentials, groups, open-file limits and random bits.
+//! What the kernel says about this process: mounts, lock holders, credentials, open-file limits, random bits.
 
 use std::os::fd::BorrowedFd;
 

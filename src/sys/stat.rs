@@ -1,4 +1,4 @@
-//! Entry metadata: one `statx` (or `fstatat` where it is missing) relative to a directory fd, never following a symlink.
+//! Entry metadata: one `statx` (`fstatat` where it is missing) relative to a directory fd, never following a link.
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;

@@ -1,4 +1,4 @@
-//! What one directory's read hands on: its subdirectories as jobs, its other entries in batches of names (or, when its listing is trusted, a count).
+//! One directory's read: its subdirectories become jobs, its other entries batches of names (or a count).
 
 use std::ffi::CStr;
 

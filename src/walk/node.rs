@@ -1,4 +1,6 @@
-//! The fd budget of the walks: a directory [`Node`] holds its own fd, which a [`Lease`] keeps open while it is used and which is closed while idle when descriptors run short, then re-opened (never through a symlink, checked by device and inode).
+//! The walks' fd budget: each directory [`Node`] holds its fd, kept open by a [`Lease`] while used, closed while idle.
+//!
+//! A closed fd is re-opened when needed (never through a symlink, checked by device and inode).
 
 use std::collections::VecDeque;
 use std::ffi::{CStr, OsStr};

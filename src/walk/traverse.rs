@@ -1,4 +1,4 @@
-//! The traversal: reads each directory once, queues its subdirectories as rayon jobs and its other entries in batches, and finishes directories after their contents (post-order).
+//! The traversal: each directory read once, its subdirectories queued as jobs, finished after its contents.
 
 use std::ffi::CStr;
 use std::mem::MaybeUninit;
