@@ -27,6 +27,17 @@ struct Recorder {
     pin: bool,
     /// Entries handed over with a pin, and whether each pin was the inode described.
     pinned: Mutex<Vec<(PathBuf, bool)>>,
+    /// Calls whose directory fd was not the directory described (closed, or another one).
+    wrong_fd: std::sync::atomic::AtomicUsize,
+}
+
+impl Recorder {
+    /// Checks that the fd a call got is open on the directory it describes.
+    fn check_fd(&self, dir: &Dir<'_>) {
+        if !sys::stat_fd(dir.fd()).is_ok_and(|m| (m.dev, m.ino) == (dir.meta.dev, dir.meta.ino)) {
+            self.wrong_fd.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl Visitor for Recorder {
@@ -34,6 +45,7 @@ impl Visitor for Recorder {
         if self.panic_on.is_some_and(|p| name.to_bytes() == p.as_bytes()) {
             panic!("visitor panicked on purpose");
         }
+        self.check_fd(parent);
         self.seen.lock().unwrap().push((rel_child(parent, name), false));
         self.pin
     }
@@ -43,6 +55,7 @@ impl Visitor for Recorder {
         self.entry(parent, name, meta)
     }
     fn dir_done(&self, dir: &Dir<'_>) {
+        self.check_fd(dir);
         self.seen.lock().unwrap().push((dir.rel_path(), true));
     }
     fn mount_skipped(&self, _: &Dir<'_>, _: &CStr, _: &Meta) {}
@@ -100,12 +113,13 @@ fn deep_tree() -> tempfile::TempDir {
 }
 
 #[test]
-fn a_tiny_fd_budget_closes_and_reopens_directories_and_sees_the_same_walk() {
+fn a_tiny_fd_budget_closes_and_reopens_directories_and_sees_the_same_walk_with_each_calls_own_fd() {
     let t = deep_tree();
     let mut results = Vec::new();
     for (threads, budget) in [(1, None), (1, Some(2)), (4, Some(3)), (8, Some(1))] {
         let v = Recorder::default();
         walk_with_budget(t.path(), threads, budget, &v);
+        assert_eq!(v.wrong_fd.into_inner(), 0, "every call's fd is its directory's, open");
         let mut seen = v.seen.into_inner().unwrap();
         assert_eq!(seen.last(), Some(&(PathBuf::new(), true)), "the root finishes last");
         seen.sort();
