@@ -32,11 +32,14 @@ mod walk;
 // Whether a finished subtree changed since (the filesystem's clock):
 mod verify;
 // Ground: syscalls, the spec, option values, errors, escaping, the log sink:
+mod bounded;
 mod error;
 mod escape;
 mod logsink;
 mod options;
+mod runid;
 mod spec;
+mod state;
 mod sync;
 mod sys;
 
