@@ -101,6 +101,7 @@ impl EntryError {
 pub struct ForeignEntry {
     /// The entry's path, escaped (see `escape`).
     pub path: String,
+    /// Its owner and group.
     pub uid: u32,
     pub gid: u32,
     /// Its permission bits, octal (`0644`).
@@ -119,10 +120,13 @@ pub struct ForeignEntry {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct VolumeReport {
+    /// The volume's path, escaped.
     pub path: String,
     pub action: Action,
+    /// The spec in words and its digest (what the marker records).
     pub spec: String,
     pub spec_digest: String,
+    /// Walker threads.
     pub threads: usize,
     /// The filesystem type (from `statfs`).
     pub fs_type: String,
@@ -144,6 +148,7 @@ pub struct VolumeReport {
     /// Unprivileged mode: the first entries of other users that do not conform (`counts`
     /// has how many), left as they are for a privileged run (in `check`: that would be left).
     pub foreign_owned_list: ForeignList,
+    /// Wall time of the volume, and entries per second over it.
     pub elapsed_ms: u64,
     pub entries_per_s: u64,
     /// `I/N` for a sharded pass.

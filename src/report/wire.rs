@@ -41,6 +41,14 @@ pub struct Counts {
 impl Counts {
     /// Adds `o` in. Reports are files anyone may have edited: a sum past u64 stays at the maximum.
     pub fn add(&mut self, o: &Counts) {
+        let mut o = *o;
+        for ((_, a), (_, b)) in self.fields().into_iter().zip(o.fields()) {
+            *a = a.saturating_add(*b);
+        }
+    }
+
+    /// Every count with its report key, in the report's order.
+    fn fields(&mut self) -> [(&'static str, &mut u64); 14] {
         let Counts {
             entries,
             dirs,
@@ -57,30 +65,33 @@ impl Counts {
             verified_dirs,
             hardlinked,
         } = self;
-        for (a, b) in [
-            (entries, o.entries),
-            (dirs, o.dirs),
-            (files, o.files),
-            (symlinks, o.symlinks),
-            (others, o.others),
-            (changed_owner, o.changed_owner),
-            (changed_mode, o.changed_mode),
-            (errors, o.errors),
-            (foreign_owned, o.foreign_owned),
-            (foreign_unread_dirs, o.foreign_unread_dirs),
-            (dirs_read, o.dirs_read),
-            (skipped_subtrees, o.skipped_subtrees),
-            (verified_dirs, o.verified_dirs),
-            (hardlinked, o.hardlinked),
-        ] {
-            *a = a.saturating_add(b);
-        }
+        [
+            ("entries", entries),
+            ("dirs", dirs),
+            ("files", files),
+            ("symlinks", symlinks),
+            ("others", others),
+            ("changed_owner", changed_owner),
+            ("changed_mode", changed_mode),
+            ("errors", errors),
+            ("foreign_owned", foreign_owned),
+            ("foreign_unread_dirs", foreign_unread_dirs),
+            ("dirs_read", dirs_read),
+            ("skipped_subtrees", skipped_subtrees),
+            ("verified_dirs", verified_dirs),
+            ("hardlinked", hardlinked),
+        ]
     }
 }
 
 impl Serialize for VolumeReport {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let (v, c) = (self, &self.counts);
+        let v = self;
+        let mut counts = v.counts;
+        let counts = counts.fields();
+        // entries .. errors, foreign_owned, foreign_unread_dirs .. hardlinked
+        let (by_kind, rest) = counts.split_at(8);
+        let (foreign, rest) = rest.split_at(1);
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("path", &v.path)?;
         m.serialize_entry("action", &v.action)?;
@@ -92,40 +103,26 @@ impl Serialize for VolumeReport {
         m.serialize_entry("reason", &v.reason)?;
         m.serialize_entry("marker_before", &v.marker_before)?;
         m.serialize_entry("marker_after", &v.marker_after)?;
-        for (k, n) in [
-            ("entries", c.entries),
-            ("dirs", c.dirs),
-            ("files", c.files),
-            ("symlinks", c.symlinks),
-            ("others", c.others),
-            ("changed_owner", c.changed_owner),
-            ("changed_mode", c.changed_mode),
-            ("errors", c.errors),
-        ] {
-            m.serialize_entry(k, &n)?;
-        }
+        numbers(&mut m, by_kind)?;
         m.serialize_entry("error_list", &v.error_list)?;
         m.serialize_entry("skipped_mounts", &v.skipped_mounts)?;
         m.serialize_entry("unprivileged", &v.unprivileged)?;
-        m.serialize_entry("foreign_owned", &c.foreign_owned)?;
+        numbers(&mut m, foreign)?;
         m.serialize_entry("foreign_owned_list", &v.foreign_owned_list)?;
-        for (k, n) in [
-            ("foreign_unread_dirs", c.foreign_unread_dirs),
-            ("dirs_read", c.dirs_read),
-            ("skipped_subtrees", c.skipped_subtrees),
-            ("verified_dirs", c.verified_dirs),
-            ("hardlinked", c.hardlinked),
-            ("elapsed_ms", v.elapsed_ms),
-            ("entries_per_s", v.entries_per_s),
-        ] {
-            m.serialize_entry(k, &n)?;
-        }
+        numbers(&mut m, rest)?;
+        m.serialize_entry("elapsed_ms", &v.elapsed_ms)?;
+        m.serialize_entry("entries_per_s", &v.entries_per_s)?;
         optional(&mut m, "shard", &v.shard)?;
         optional(&mut m, "sticky", &v.sticky)?;
         optional(&mut m, "fatal", &v.fatal)?;
         optional(&mut m, "interrupted", &v.interrupted)?;
         m.end()
     }
+}
+
+/// Counts, each under its key.
+fn numbers<M: SerializeMap>(m: &mut M, counts: &[(&str, &mut u64)]) -> Result<(), M::Error> {
+    counts.iter().try_for_each(|(k, n)| m.serialize_entry(k, &**n))
 }
 
 /// An optional key: absent when `None`.
