@@ -286,14 +286,14 @@ impl<'a> Inspector<'a> {
     }
 
     fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
-        let c = &self.counters;
-        let entries = c.entries.get();
-        let symlinks = c.symlinks.get();
+        let c = self.counters.snapshot();
+        let entries = c.entries;
+        let symlinks = c.symlinks;
         let would_change = self.would_change.finish();
         let apply = render::ApplyView {
             changed: would_change.count,
-            changed_owner: c.changed_owner.get(),
-            changed_mode: c.changed_mode.get(),
+            changed_owner: c.changed_owner,
+            changed_mode: c.changed_mode,
         };
         let owner = self.apply_spec.and_then(|spec| {
             let uid = spec.owner_uid?;
@@ -319,10 +319,10 @@ impl<'a> Inspector<'a> {
             path: Escaped(path.as_os_str()).to_string(),
             threads,
             entries,
-            dirs: c.dirs.get(),
-            files: c.files.get(),
+            dirs: c.dirs,
+            files: c.files,
             symlinks,
-            others: c.others.get(),
+            others: c.others,
             file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
             dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
             owners: self.owners.finish(),
@@ -332,7 +332,7 @@ impl<'a> Inspector<'a> {
             nested_mounts: self.mounts.finish(),
             hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
-            errors: c.errors.get(),
+            errors: c.errors,
             error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_vec(),
             fs_group,
             owner,
