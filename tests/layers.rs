@@ -16,7 +16,8 @@ const LAYERS: &[&[&str]] = &[
     &["pass"],
     &["resume"],
     &["caps", "fix", "frontier", "guard", "marker", "progress", "walk"],
-    &["report", "verify"],
+    &["report"],
+    &["verify"],
     &["error", "logsink", "options", "runid", "spec", "sys"],
     &["bounded", "escape", "state", "sync"],
 ];
