@@ -126,20 +126,23 @@ impl<'a> Fixer<'a> {
             self.counters.foreign_unread.inc();
         }
         dir.taint();
+        let entry = || ForeignEntry {
+            path: Escaped(self.path_of(dir, name).as_os_str()).to_string(),
+            uid: meta.uid,
+            gid: meta.gid,
+            mode: format!("{:04o}", meta.perm()),
+            want_gid: change.gid,
+            want_mode: change.mode.map(|m| format!("{m:04o}")),
+            unread,
+        };
         let mut list = crate::sync::lock(&self.foreign);
-        if !list.is_full() || tracing::enabled!(tracing::Level::DEBUG) {
-            let path = Escaped(self.path_of(dir, name).as_os_str()).to_string();
-            debug!(path = %path, uid = meta.uid, gid = meta.gid, mode = format!("{:04o}", meta.perm()).as_str(),
-                   unread, "owned by another user and does not conform: left as it is");
-            list.push(ForeignEntry {
-                path,
-                uid: meta.uid,
-                gid: meta.gid,
-                mode: format!("{:04o}", meta.perm()),
-                want_gid: change.gid,
-                want_mode: change.mode.map(|m| format!("{m:04o}")),
-                unread,
-            });
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let e = entry();
+            debug!(path = %e.path, uid = e.uid, gid = e.gid, mode = e.mode.as_str(), unread,
+                   "owned by another user and does not conform: left as it is");
+            list.push(e);
+        } else {
+            list.push_with(entry);
         }
     }
 
