@@ -16,7 +16,7 @@ use std::time::Instant;
 use rustix::io::Errno;
 
 use crate::error::{Error, ExitCode, Op};
-use crate::escape::Escaped;
+use crate::escape::EscapedPath;
 use crate::fix;
 use crate::options::resolve_threads;
 use crate::progress::Counters;
@@ -170,11 +170,6 @@ fn mode_policy(read_only: bool) -> Spec {
     Spec { fs_group: Some(0), owner_uid: None, owner_gid: None, read_only }
 }
 
-/// A path relative to the root, escaped; the root itself is ".".
-fn show(rel: &Path) -> String {
-    if rel.as_os_str().is_empty() { ".".into() } else { Escaped(rel.as_os_str()).to_string() }
-}
-
 /// A counted finding with its first examples.
 struct Examples<T> {
     count: AtomicU64,
@@ -209,13 +204,13 @@ struct Inspector<'a> {
     policy: Spec,
     counters: Counters,
     /// Entries `apply` would change at all, with examples.
-    would_change: Examples<String>,
+    would_change: Examples<EscapedPath>,
     owners: Owners,
-    lacking_bits: Examples<String>,
-    no_setgid: Examples<String>,
-    world_writable: Examples<String>,
-    mounts: Examples<String>,
-    hardlinked: Examples<String>,
+    lacking_bits: Examples<EscapedPath>,
+    no_setgid: Examples<EscapedPath>,
+    world_writable: Examples<EscapedPath>,
+    mounts: Examples<EscapedPath>,
+    hardlinked: Examples<EscapedPath>,
     links_out: Examples<LinkOut>,
     errors: Mutex<Vec<EntryError>>,
 }
@@ -244,15 +239,15 @@ impl<'a> Inspector<'a> {
         let perm = meta.perm();
         if let Some(mask) = self.policy.mode_mask(kind == Kind::Dir) {
             if kind != Kind::Symlink && perm & mask != mask {
-                self.lacking_bits.add(|| show(&rel()));
+                self.lacking_bits.add(|| EscapedPath::relative(&rel()));
             }
         }
         if kind == Kind::Dir {
             if perm & libc::S_ISGID == 0 {
-                self.no_setgid.add(|| show(&rel()));
+                self.no_setgid.add(|| EscapedPath::relative(&rel()));
             }
             if perm & 0o002 != 0 && perm & libc::S_ISVTX == 0 {
-                self.world_writable.add(|| show(&rel()));
+                self.world_writable.add(|| EscapedPath::relative(&rel()));
             }
         }
     }
@@ -260,8 +255,8 @@ impl<'a> Inspector<'a> {
     fn check_link(&self, parent: &Node, name: &CStr) {
         match sys::readlink_at(parent.fd(), name) {
             Ok(target) if link_escapes(parent.depth, &target) => self.links_out.add(|| LinkOut {
-                path: show(&walk::rel_child(parent, name)),
-                target: crate::escape::escape_bytes(&target),
+                path: EscapedPath::relative(&walk::rel_child(parent, name)),
+                target: EscapedPath::from_bytes(&target),
             }),
             // Gone, or no longer a symlink, since it was read.
             Ok(_) | Err(Errno::NOENT) | Err(Errno::INVAL) => {}
@@ -281,7 +276,7 @@ impl<'a> Inspector<'a> {
             Counters::add(&self.counters.changed_mode);
         }
         if !change.is_none() {
-            self.would_change.add(|| show(&rel()));
+            self.would_change.add(|| EscapedPath::relative(&rel()));
         }
     }
 
@@ -316,7 +311,7 @@ impl<'a> Inspector<'a> {
         });
         Inspection {
             version: 1,
-            path: Escaped(path.as_os_str()).to_string(),
+            path: EscapedPath::new(path),
             threads,
             entries,
             dirs: Counters::get(&c.dirs),
@@ -345,7 +340,7 @@ impl Visitor for Inspector<'_> {
     fn entry(&self, parent: &Node, name: &CStr, meta: &Meta) -> bool {
         self.counters.seen(meta.kind());
         if meta.kind() != Kind::Dir && meta.nlink > 1 {
-            self.hardlinked.add(|| show(&walk::rel_child(parent, name)));
+            self.hardlinked.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
         }
         self.owners.add(parent, meta);
         self.check_mode(meta, || walk::rel_child(parent, name));
@@ -365,13 +360,13 @@ impl Visitor for Inspector<'_> {
     }
 
     fn mount_skipped(&self, parent: &Node, name: &CStr, _meta: &Meta) {
-        self.mounts.add(|| show(&walk::rel_child(parent, name)));
+        self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
     }
 
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
         Counters::add(&self.counters.errors);
         let rel = name.map_or_else(|| dir.rel_path(), |n| walk::rel_child(dir, n));
-        let err = EntryError::new(Path::new(&show(&rel)), op, errno.raw_os_error());
+        let err = EntryError::new(EscapedPath::relative(&rel), op, errno.raw_os_error());
         let mut list = lock(&self.errors);
         if list.len() < MAX_LISTED_ERRORS {
             list.push(err);

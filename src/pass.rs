@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use crate::caps;
 use crate::error::Op;
-use crate::escape::{Escaped, escape_bytes};
+use crate::escape::{Escaped, EscapedPath, escape_bytes};
 use crate::fix::{self, Change, Failure, Fixed, SetgidRule, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
@@ -209,7 +209,7 @@ impl<'a> Fixer<'a> {
     /// Counts and lists an error on a path that is not a walked entry (marker, restore).
     pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
         Counters::add(&self.counters.errors);
-        let err = EntryError::new(path, op, errno.raw_os_error());
+        let err = EntryError::new(EscapedPath::new(path), op, errno.raw_os_error());
         let mut list = crate::sync::lock(&self.errors);
         if list.len() < MAX_LISTED_ERRORS {
             warn!("{}: {} failed: {}", err.path, op, err.error);
@@ -222,7 +222,7 @@ impl<'a> Fixer<'a> {
     /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
     pub fn error_note(&self, path: &Path, op: Op, text: String) {
         Counters::add(&self.counters.errors);
-        let err = EntryError::note(path, op, text);
+        let err = EntryError::note(EscapedPath::new(path), op, text);
         let mut list = crate::sync::lock(&self.errors);
         if list.len() < MAX_LISTED_ERRORS {
             warn!("{}: {}", err.path, err.error);

@@ -6,7 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ExitCode, Op, errno_name, errno_text};
-use crate::escape::Escaped;
+use crate::escape::{Escaped, EscapedPath};
 
 /// At most this many per-entry errors are listed (all are counted).
 pub const MAX_LISTED_ERRORS: usize = 100;
@@ -57,7 +57,7 @@ pub enum Action {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EntryError {
     /// The entry's path, escaped (see `escape`): lossless for any bytes.
-    pub path: String,
+    pub path: EscapedPath,
     pub op: Op,
     /// The errno's name, e.g. `EROFS`.
     pub errno: String,
@@ -66,9 +66,9 @@ pub struct EntryError {
 }
 
 impl EntryError {
-    pub fn new(path: &Path, op: Op, errno: i32) -> Self {
+    pub fn new(path: EscapedPath, op: Op, errno: i32) -> Self {
         EntryError {
-            path: Escaped(path.as_os_str()).to_string(),
+            path,
             op,
             errno: errno_name(errno).map_or_else(|| errno.to_string(), str::to_string),
             error: errno_text(errno),
@@ -76,8 +76,8 @@ impl EntryError {
     }
 
     /// A failure that is no failed syscall (`errno` is `-`): `error` says what and what to do.
-    pub fn note(path: &Path, op: Op, text: String) -> Self {
-        EntryError { path: Escaped(path.as_os_str()).to_string(), op, errno: "-".into(), error: text }
+    pub fn note(path: EscapedPath, op: Op, text: String) -> Self {
+        EntryError { path, op, errno: "-".into(), error: text }
     }
 }
 

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::escape::EscapedPath;
 use crate::report::EntryError;
 
 /// The JSON document `inspect --json` prints. Paths inside the volume are relative to its root
@@ -10,7 +11,7 @@ use crate::report::EntryError;
 #[derive(Debug, Serialize)]
 pub struct Inspection {
     pub version: u32,
-    pub path: String,
+    pub path: EscapedPath,
     pub threads: usize,
     /// The root and every entry below it (nested mounts excluded).
     pub entries: u64,
@@ -24,14 +25,14 @@ pub struct Inspection {
     pub dir_mask: String,
     /// Entries per owner, most first; `top_dirs` only for the minority owners.
     pub owners: Vec<OwnerRow>,
-    pub lacking_group_bits: Finding<String>,
-    pub dirs_without_setgid: Finding<String>,
-    pub world_writable_dirs_without_sticky: Finding<String>,
+    pub lacking_group_bits: Finding<EscapedPath>,
+    pub dirs_without_setgid: Finding<EscapedPath>,
+    pub world_writable_dirs_without_sticky: Finding<EscapedPath>,
     /// Nested mounts: other filesystems, and bind mounts (of the same filesystem too).
-    pub nested_mounts: Finding<String>,
+    pub nested_mounts: Finding<EscapedPath>,
     /// Non-directories with more than one link: a change reaches every name of the inode,
     /// maybe outside the volume.
-    pub hardlinked: Finding<String>,
+    pub hardlinked: Finding<EscapedPath>,
     pub symlinks_outside: Finding<LinkOut>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
@@ -55,7 +56,7 @@ pub struct OwnerRow {
 /// A directory and how many of one owner's entries it holds (its direct entries and itself).
 #[derive(Debug, Serialize)]
 pub struct DirCount {
-    pub path: String,
+    pub path: EscapedPath,
     pub entries: u64,
 }
 
@@ -68,8 +69,8 @@ pub struct Finding<T> {
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct LinkOut {
-    pub path: String,
-    pub target: String,
+    pub path: EscapedPath,
+    pub target: EscapedPath,
 }
 
 #[derive(Debug, Serialize)]
@@ -103,7 +104,7 @@ pub struct OwnerView {
     pub gid: Option<u32>,
     pub volprep_apply: ApplyView,
     /// The entries it would change (the root is ".").
-    pub would_change: Finding<String>,
+    pub would_change: Finding<EscapedPath>,
 }
 
 /// What `volprep apply --fs-group` would change (the same figures as `check`).
@@ -145,15 +146,15 @@ pub fn human(r: &Inspection) -> String {
 
     let mut findings = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
     let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
-    findings.finding(&bits, &r.lacking_group_bits, String::clone);
-    findings.finding("directories without setgid", &r.dirs_without_setgid, String::clone);
+    findings.finding(&bits, &r.lacking_group_bits, EscapedPath::to_string);
+    findings.finding("directories without setgid", &r.dirs_without_setgid, EscapedPath::to_string);
     findings.finding(
         "world-writable directories without sticky bit",
         &r.world_writable_dirs_without_sticky,
-        String::clone,
+        EscapedPath::to_string,
     );
-    findings.finding("nested mounts (not entered)", &r.nested_mounts, String::clone);
-    findings.finding("files with more than one link", &r.hardlinked, String::clone);
+    findings.finding("nested mounts (not entered)", &r.nested_mounts, EscapedPath::to_string);
+    findings.finding("files with more than one link", &r.hardlinked, EscapedPath::to_string);
     findings.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| {
         format!("{} -> {}", l.path, l.target)
     });
@@ -211,7 +212,7 @@ fn owner_table(r: &Inspection, o: &OwnerView) -> String {
     let head = format!("WITH --owner {owner}{group}");
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
     t.row(apply_row(&o.volprep_apply, r.entries));
-    t.finding("entries it would change", &o.would_change, String::clone);
+    t.finding("entries it would change", &o.would_change, EscapedPath::to_string);
     t.render()
 }
 
