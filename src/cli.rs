@@ -25,15 +25,26 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "VOLPREP_LOG_FORMAT")]
     pub log_format: LogFormat,
 
-    /// Log level (error, warn, info, debug, trace); RUST_LOG, when set, overrides it.
-    #[arg(long, global = true, default_value = "info", env = "VOLPREP_LOG_LEVEL")]
-    pub log_level: String,
+    /// Log level; RUST_LOG, when set to a valid filter, overrides it.
+    #[arg(long, global = true, value_enum, ignore_case = true, default_value_t = LogLevel::Info,
+          env = "VOLPREP_LOG_LEVEL")]
+    pub log_level: LogLevel,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// `--log-level`: the least severe events logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
 }
 
 #[derive(Debug, Subcommand)]
@@ -471,6 +482,17 @@ mod tests {
         let Command::Apply(a) = cli.command else { panic!() };
         let s = a.spec.to_spec().unwrap();
         assert_eq!((s.fs_group, s.owner_uid, s.owner_gid), (Some(2000), Some(1001), None));
+    }
+
+    #[test]
+    fn log_levels_parse_and_a_typo_is_a_usage_error() {
+        let level = |l: &str| parse(&["--log-level", l, "status", "/v"]).map(|c| c.log_level);
+        assert_eq!(level("debug").unwrap(), LogLevel::Debug);
+        assert_eq!(level("WARN").unwrap(), LogLevel::Warn);
+        assert_eq!(parse(&["status", "/v"]).unwrap().log_level, LogLevel::Info);
+        for bad in ["inf", "", "volprep=debug", "5"] {
+            assert_eq!(level(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
     }
 
     #[test]
