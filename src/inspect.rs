@@ -41,13 +41,10 @@ pub type Owner = (u32, u32);
 /// What `inspect` was asked.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do.
-    pub fs_group: Option<u32>,
-    /// Also show which entries `volprep apply --owner UID[:GID]` (with `fs_group`, if given)
-    /// would change.
-    pub owner: Option<(u32, Option<u32>)>,
-    /// The volume is mounted read-only: the kubelet's read-only mask (0440).
-    pub read_only: bool,
+    /// With `fs_group`: also show what the kubelet's fsGroup pass and `volprep apply` would do;
+    /// with an owner: also show which entries `volprep apply` would change. `read_only`: the
+    /// volume is mounted read-only (the kubelet's read-only mask, 0440). May ask for nothing.
+    pub spec: Spec,
     /// Print one JSON document instead of tables.
     pub json: bool,
     /// Worker threads (0: automatic).
@@ -71,26 +68,13 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
         e => Error::sys(path, Op::Open, e),
     })?;
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
-    let apply_spec = apply_spec(args);
-    let inspector = Inspector::new(apply_spec.as_ref(), args.read_only, threads);
+    let apply_spec = Some(&args.spec).filter(|s| !s.is_empty());
+    let inspector = Inspector::new(apply_spec, args.spec.read_only, threads);
     pool.install(|| Walk::new(&inspector, &root, args.cross_devices).run(root_fd, root));
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
     crate::report::print(out.as_bytes())?;
     Ok(ExitCode::Success)
-}
-
-/// The spec `apply` would be given: `--fs-group` and/or `--owner` (None: neither).
-fn apply_spec(args: &Options) -> Option<Spec> {
-    if args.fs_group.is_none() && args.owner.is_none() {
-        return None;
-    }
-    Some(Spec {
-        fs_group: args.fs_group,
-        owner_uid: args.owner.map(|o| o.0),
-        owner_gid: args.owner.and_then(|o| o.1),
-        read_only: args.read_only,
-    })
 }
 
 /// Why the kubelet's `OnRootMismatch` policy would walk the volume anyway.
@@ -167,7 +151,7 @@ pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
 
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
 fn mode_policy(read_only: bool) -> Spec {
-    Spec { fs_group: Some(0), owner_uid: None, owner_gid: None, read_only }
+    Spec { read_only, ..Spec::group(0) }
 }
 
 /// A counted finding with its first examples.

@@ -167,7 +167,7 @@ pub struct VolumeReport {
 impl VolumeReport {
     #[cfg(test)]
     fn sample(path: &str, errors: u64) -> Self {
-        let spec = crate::spec::Spec { fs_group: Some(1), owner_uid: None, owner_gid: None, read_only: false };
+        let spec = crate::spec::Spec::group(1);
         let mut v = Self::empty(Path::new(path), &spec, 1, Action::Walked);
         v.errors = errors;
         v

@@ -125,7 +125,7 @@ fn is_volprep(c: &Node, cfg: &Config) -> bool {
     let image = c.get("image").and_then(Node::as_str).unwrap_or("");
     let base = image.split(['@']).next().unwrap_or("").rsplit('/').next().unwrap_or("");
     let repo = base.split(':').next().unwrap_or("");
-    c.get("name").and_then(Node::as_str) == Some(cfg.name.as_str()) || repo == cfg.repository
+    c.get("name").and_then(Node::as_str) == Some(cfg.name.as_str()) || repo == cfg.image.repository
 }
 
 /// The volumes the kubelet's fsGroup pass walks (PVC, generic ephemeral, emptyDir, and the
