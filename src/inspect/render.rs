@@ -129,66 +129,64 @@ pub fn human(r: &Inspection) -> String {
         "{}: {} entries ({} dirs, {} files, {} symlinks, {} others), {} threads, {} ms\n",
         r.path, r.entries, r.dirs, r.files, r.symlinks, r.others, r.threads, r.elapsed_ms
     );
-
-    let mut owners =
-        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
-    for o in &r.owners {
-        let share = o.entries as f64 * 100.0 / r.entries.max(1) as f64;
-        let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
-        owners.row(vec![
-            format!("{}:{}", o.uid, o.gid),
-            o.entries.to_string(),
-            format!("{share:.1}%"),
-            dirs.join(", "),
-        ]);
-    }
-    out += &owners.render();
-
-    let mut findings = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
-    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
-    findings.finding(&bits, &r.lacking_group_bits, EscapedPath::to_string);
-    findings.finding("directories without setgid", &r.dirs_without_setgid, EscapedPath::to_string);
-    findings.finding(
-        "world-writable directories without sticky bit",
-        &r.world_writable_dirs_without_sticky,
-        EscapedPath::to_string,
-    );
-    findings.finding("nested mounts (not entered)", &r.nested_mounts, EscapedPath::to_string);
-    findings.finding("files with more than one link", &r.hardlinked, EscapedPath::to_string);
-    findings.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| {
-        format!("{} -> {}", l.path, l.target)
-    });
-    let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
-    findings.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
-    out += &findings.render();
-
+    out += &owners_table(r);
+    out += &findings_table(r);
     if let Some(g) = &r.fs_group {
-        let ro = if g.read_only { " --read-only" } else { "" };
-        let head = format!("WITH --fs-group {}{ro}", g.gid);
-        let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
-        let k = &g.kubelet;
-        t.row(vec![
-            "kubelet, fsGroupChangePolicy Always".into(),
-            k.rewrites.to_string(),
-            format!(
-                "every entry rewritten at every mount: lchown {}, chmod {}{}",
-                k.chowns,
-                k.chmods,
-                if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" }
-            ),
-        ]);
-        let (n, what) = match &k.reason {
-            Some(reason) => (k.rewrites, format!("walks: {reason}")),
-            None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
-        };
-        t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
-        t.row(apply_row(&g.volprep_apply, r.entries));
-        out += &t.render();
+        out += &fs_group_table(r, g);
     }
     if let Some(o) = &r.owner {
         out += &owner_table(r, o);
     }
     out
+}
+
+/// Entries per owner, with their share and top directories.
+fn owners_table(r: &Inspection) -> String {
+    let mut t =
+        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
+    for o in &r.owners {
+        let share = o.entries as f64 * 100.0 / r.entries.max(1) as f64;
+        let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
+        t.row(vec![format!("{}:{}", o.uid, o.gid), o.entries.to_string(), format!("{share:.1}%"), dirs.join(", ")]);
+    }
+    t.render()
+}
+
+/// Each finding counted, with its first examples; the errors last.
+fn findings_table(r: &Inspection) -> String {
+    let mut t = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
+    let path = EscapedPath::to_string;
+    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
+    t.finding(&bits, &r.lacking_group_bits, path);
+    t.finding("directories without setgid", &r.dirs_without_setgid, path);
+    t.finding("world-writable directories without sticky bit", &r.world_writable_dirs_without_sticky, path);
+    t.finding("nested mounts (not entered)", &r.nested_mounts, path);
+    t.finding("files with more than one link", &r.hardlinked, path);
+    t.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| format!("{} -> {}", l.path, l.target));
+    let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
+    t.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
+    t.render()
+}
+
+/// `--fs-group`: what the kubelet's two policies and `volprep apply` would do.
+fn fs_group_table(r: &Inspection, g: &FsGroupView) -> String {
+    let ro = if g.read_only { " --read-only" } else { "" };
+    let head = format!("WITH --fs-group {}{ro}", g.gid);
+    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+    let k = &g.kubelet;
+    let nested = if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" };
+    t.row(vec![
+        "kubelet, fsGroupChangePolicy Always".into(),
+        k.rewrites.to_string(),
+        format!("every entry rewritten at every mount: lchown {}, chmod {}{nested}", k.chowns, k.chmods),
+    ]);
+    let (n, what) = match &k.reason {
+        Some(reason) => (k.rewrites, format!("walks: {reason}")),
+        None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
+    };
+    t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
+    t.row(apply_row(&g.volprep_apply, r.entries));
+    t.render()
 }
 
 /// The "volprep apply" row of a table: what it would change, out of `entries`.
