@@ -24,21 +24,27 @@ pub enum Select {
 /// Everything `inject` adds, by the chart's value names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    /// The init container's name.
-    pub name: String,
     pub mode: Mode,
     pub select: Select,
+    pub container: Container,
+    pub apply: ApplyArgs,
+    /// Mount paths where an emptyDir is a temp dir (made 01777, `--sticky`), besides $TMPDIR.
+    pub tmp_dirs: Vec<String>,
+}
+
+/// The init container (`name`, `image.*`, `pullSecrets`, `runAsUser`, `runAsGroup`,
+/// `resources`, `securityContext`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Container {
+    pub name: String,
+    pub image: Image,
     /// `runAsUser`/`runAsGroup` of the unprivileged init container (default: the pod's).
     pub run_as_user: Option<u64>,
     pub run_as_group: Option<u64>,
-    pub image: Image,
     /// Replaces the default resources as a whole.
     pub resources: Node,
     /// Replaces the mode's default securityContext as a whole.
     pub security_context: Option<Node>,
-    pub apply: ApplyArgs,
-    /// Mount paths where an emptyDir is a temp dir (made 01777, `--sticky`), besides $TMPDIR.
-    pub tmp_dirs: Vec<String>,
 }
 
 /// The volprep image and how it is pulled (`image.*`, `pullSecrets`).
@@ -68,22 +74,25 @@ impl Default for Config {
         let resources = parse("requests: {cpu: 100m, memory: 32Mi}\nlimits: {cpu: \"1\", memory: 128Mi}\n")
             .expect("default resources")
             .remove(0);
+        let image = Image {
+            registry: "registry.example.com".into(),
+            repository: "volprep".into(),
+            tag: env!("CARGO_PKG_VERSION").into(),
+            digest: String::new(),
+            pull_policy: "IfNotPresent".into(),
+            pull_secrets: Vec::new(),
+        };
         Config {
-            name: "volprep".into(),
             mode: Mode::Root,
             select: Select::Auto,
-            run_as_user: None,
-            run_as_group: None,
-            image: Image {
-                registry: "registry.example.com".into(),
-                repository: "volprep".into(),
-                tag: env!("CARGO_PKG_VERSION").into(),
-                digest: String::new(),
-                pull_policy: "IfNotPresent".into(),
-                pull_secrets: Vec::new(),
+            container: Container {
+                name: "volprep".into(),
+                image,
+                run_as_user: None,
+                run_as_group: None,
+                resources,
+                security_context: None,
             },
-            resources,
-            security_context: None,
             apply: ApplyArgs {
                 log_format: "json".into(),
                 termination_log: "/dev/termination-log".into(),
@@ -149,6 +158,22 @@ impl Image {
     }
 }
 
+impl Container {
+    /// Sets one of its keys (or of its image's); false when `s` is not one.
+    fn set(&mut self, s: &Setting) -> Result<bool, String> {
+        match s.key {
+            "name" => self.name = s.string()?,
+            "runAsUser" => self.run_as_user = s.optional_count()?,
+            "runAsGroup" => self.run_as_group = s.optional_count()?,
+            "resources" => self.resources = s.mapping()?,
+            "securityContext" if s.v.is_null() => self.security_context = None,
+            "securityContext" => self.security_context = Some(s.mapping()?),
+            _ => return self.image.set(s),
+        }
+        Ok(true)
+    }
+}
+
 impl ApplyArgs {
     /// Sets one of its keys; false when `s` is not one.
     fn set(&mut self, s: &Setting) -> Result<bool, String> {
@@ -196,16 +221,10 @@ impl Config {
     pub fn set(&mut self, key: &str, v: &Node) -> Result<(), String> {
         let s = Setting { key, v };
         match key {
-            "name" => self.name = s.string()?,
             "mode" => self.mode = s.one_of(&[("root", Mode::Root), ("unprivileged", Mode::Unprivileged)])?,
             "select" => self.select = s.one_of(&[("auto", Select::Auto), ("opt-in", Select::OptIn)])?,
-            "runAsUser" => self.run_as_user = s.optional_count()?,
-            "runAsGroup" => self.run_as_group = s.optional_count()?,
-            "resources" => self.resources = s.mapping()?,
-            "securityContext" if v.is_null() => self.security_context = None,
-            "securityContext" => self.security_context = Some(s.mapping()?),
             "tmpDirs" => self.tmp_dirs = s.list()?,
-            _ if self.image.set(&s)? || self.apply.set(&s)? => {}
+            _ if self.container.set(&s)? || self.apply.set(&s)? => {}
             _ => return Err(format!("{key}: unknown key (known: {})", KEYS.join(", "))),
         }
         Ok(())
@@ -293,9 +312,9 @@ mod tests {
             .remove(0);
         c.merge(&file).unwrap();
         c.set_pair("extraArgs=[--verify=full, --reverify-after=7d]").unwrap();
-        assert_eq!(c.image.reference(), "volprep:0.2@sha256:ab");
+        assert_eq!(c.container.image.reference(), "volprep:0.2@sha256:ab");
         assert_eq!((c.mode, c.apply.threads), (Mode::Unprivileged, 8));
-        assert_eq!(c.image.pull_secrets, ["regcred"]);
+        assert_eq!(c.container.image.pull_secrets, ["regcred"]);
         assert_eq!(c.apply.extra_args, ["--verify=full", "--reverify-after=7d"]);
     }
 
@@ -308,7 +327,7 @@ mod tests {
         assert!(c.set_pair("resources=1").is_err());
         assert!(c.set_pair("novalue").is_err());
         assert_eq!(
-            Config::default().image.reference(),
+            Config::default().container.image.reference(),
             format!("registry.example.com/volprep:{}", env!("CARGO_PKG_VERSION"))
         );
     }

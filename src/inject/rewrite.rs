@@ -20,9 +20,9 @@ pub fn apply(obj: &mut Node, path: &[&str], plan: &Plan, cfg: &Config) {
     if !groups.iter().any(|g| g.as_u64() == Some(plan.fs_group)) {
         groups.push(Node::int(plan.fs_group));
     }
-    if !cfg.image.pull_secrets.is_empty() {
+    if !cfg.container.image.pull_secrets.is_empty() {
         let secrets = pod.seq_at("imagePullSecrets");
-        for s in &cfg.image.pull_secrets {
+        for s in &cfg.container.image.pull_secrets {
             if !secrets.iter().any(|n| n.get("name").and_then(Node::as_str) == Some(s.as_str())) {
                 let mut entry = Node::map();
                 entry.set("name", Node::str(s));
@@ -69,13 +69,13 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
 
 fn container(plan: &Plan, cfg: &Config) -> Node {
     let mut c = Node::map();
-    c.set("name", Node::str(&cfg.name));
-    c.set("image", Node::str(&cfg.image.reference()));
-    c.set("imagePullPolicy", Node::str(&cfg.image.pull_policy));
+    c.set("name", Node::str(&cfg.container.name));
+    c.set("image", Node::str(&cfg.container.image.reference()));
+    c.set("imagePullPolicy", Node::str(&cfg.container.image.pull_policy));
     c.set("args", Node::seq(args(plan, cfg).iter().map(|s| Node::str(s)).collect()));
     c.set("terminationMessagePolicy", Node::str("FallbackToLogsOnError"));
     c.set("securityContext", security_context(plan, cfg));
-    c.set("resources", cfg.resources.clone());
+    c.set("resources", cfg.container.resources.clone());
     let mounts = plan
         .volumes
         .iter()
@@ -93,7 +93,7 @@ fn container(plan: &Plan, cfg: &Config) -> Node {
 /// Least privilege: root with CHOWN, DAC_OVERRIDE, FOWNER and FSETID (the chart's default and
 /// why), or in mode unprivileged the app's ids with no capability ("restricted").
 fn security_context(plan: &Plan, cfg: &Config) -> Node {
-    if let Some(sc) = &cfg.security_context {
+    if let Some(sc) = &cfg.container.security_context {
         return sc.clone();
     }
     let (user, group, non_root, add) = match plan.run_as {

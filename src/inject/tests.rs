@@ -108,7 +108,7 @@ fn statefulset_gets_the_chart_pattern() {
     let sc = init.get("securityContext").unwrap();
     assert_eq!(sc.get("runAsUser").and_then(Node::as_u64), Some(0));
     assert_eq!(strs(sc.at(&["capabilities", "add"])), ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]);
-    assert_eq!(init.get("image").and_then(Node::as_str), Some(Config::default().image.reference().as_str()));
+    assert_eq!(init.get("image").and_then(Node::as_str), Some(Config::default().container.image.reference().as_str()));
     // The rest of the document means what it meant to a YAML 1.1 reader.
     assert!(out.text.contains("defaultMode: 0644") && out.text.contains("value: \"yes\""), "{}", out.text);
     assert!(out.text.contains("matchLabels:\n      app: db\n"), "{}", out.text);
