@@ -270,8 +270,11 @@ pub struct StatusArgs {
 /// Arguments of `inspect`: the spec flags of `apply` ask what it would do.
 #[derive(Debug, Args)]
 #[command(
-    mut_arg("fs_group", |a| a.help("Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do")),
-    mut_arg("owner", |a| a.help("Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given) would change: a preview for a migrated volume")),
+    mut_arg("fs_group", |a| a.help(
+        "Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do")),
+    mut_arg("owner", |a| a.help(
+        "Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given) would \
+         change: a preview for a migrated volume")),
     mut_arg("read_only", |a| a.help("The volume is mounted read-only: the kubelet's read-only mask (0440)")),
 )]
 pub struct InspectArgs {
