@@ -16,13 +16,14 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::fix;
-use crate::marker::{self, Claim, Decision, Found, Marker, Shards, State};
+use crate::marker::{self, Claim, Decision, Found, Heartbeat, Marker, Shards, State};
 use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
-use crate::progress::{self, Counters};
+use crate::progress;
 use crate::report::{Action, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
+use crate::state::MarkerState;
 use crate::sys;
 use crate::volume;
 use crate::walk::{Pool, Walk};
@@ -44,7 +45,7 @@ enum Step {
 /// What a shard leaves after recording its outcome.
 enum Outcome {
     /// The marker's state word: this run does not complete the volume.
-    Left(&'static str),
+    Left(MarkerState),
     /// Every shard is done: this run checks the others' claims, then seals the volume.
     Complete(Shards),
 }
@@ -63,7 +64,7 @@ pub fn run(
         e => Error::sys(path, Op::Open, e),
     })?;
     let root = root_fd.as_fd();
-    let run_id = marker::new_run_id();
+    let run_id = crate::runid::new_run_id();
     let shown = Escaped(path.as_os_str()).to_string();
     let name = format!("{}/{}", filter.index, filter.count);
     let mut waited_log = Duration::ZERO;
@@ -102,7 +103,7 @@ pub fn run(
             info!(path = %shown, shard = %name, decision = "skip", reason = %why, "skip {shown}");
             report.action = Action::Skipped;
             report.reason = why;
-            report.marker_before = marker_before.into();
+            report.marker_before = marker_before;
             report.elapsed_ms = started.elapsed().as_millis() as u64;
             return Ok(report);
         }
@@ -177,8 +178,8 @@ pub fn run(
     report.reason = reason;
     report.fs_type = fs;
     report.estimated_entries = estimate;
-    report.marker_before = marker_before.into();
-    report.marker_after = after.into();
+    report.marker_before = marker_before;
+    report.marker_after = after;
     fixer.fill(&mut report, started.elapsed());
     Ok(report)
 }
@@ -192,9 +193,9 @@ fn register(
     opts: &RunOptions,
     f: ShardFilter,
     run: &str,
-) -> Result<(Step, &'static str), Error> {
+) -> Result<(Step, MarkerState), Error> {
     let found = marker::read(root);
-    let before = found.state_word();
+    let before = found.state();
     register_on(root, path, spec, opts, f, run, found).map(|step| (step, before))
 }
 
@@ -254,34 +255,27 @@ fn register_on(
         }
         return Ok(Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count)));
     }
-    if let Some((_, other, beat)) = shards.running.iter().find(|(i, r, _)| *i == f.index && r != run) {
-        let other = marker::escape_str(other);
+    if let Some(h) = shards.running.iter().find(|h| h.shard == f.index && h.run != run) {
+        let (other, beat) = (marker::escape_str(&h.run), &h.at);
         // A heartbeat from the future (forged, or a clock far ahead) would hold the shard forever.
         let fresh = now.saturating_sub(*beat) < STALE_AFTER && *beat <= now + STALE_AFTER;
-        if fresh && !marker::run_is_dead_here(&other) {
+        if fresh && !crate::runid::run_is_dead_here(&other) {
             return Ok(Step::Wait(format!("run {other} is walking this shard")));
         }
         warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
     }
-    shards.running.retain(|(i, _, _)| *i != f.index);
-    shards.running.push((f.index, run.to_string(), now));
+    shards.running.retain(|h| h.shard != f.index);
+    shards.running.push(Heartbeat { shard: f.index, run: run.to_string(), at: now });
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
     Ok(Step::Walk(format!("shard {}/{} of spec {}", f.index, f.count, spec)))
 }
 
 /// A new round of shards for this spec and layout, registered by `run`.
 fn new_round(spec: &Spec, opts: &RunOptions, f: ShardFilter, run: &str) -> Marker {
+    let (digest, text) = (spec.coverage_digest(opts.cross_devices), spec.coverage_text(opts.cross_devices));
     Marker {
-        v: marker::FORMAT,
-        state: State::InProgress,
-        digest: spec.coverage_digest(opts.cross_devices),
-        spec: spec.coverage_text(opts.cross_devices),
-        run: run.to_string(),
-        started: marker::now(),
-        finished: None,
-        entries: None,
         shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
-        left: None,
+        ..Marker::new(State::InProgress, &digest, &text, run, marker::now())
     }
 }
 
@@ -304,7 +298,7 @@ fn finish(
         Err(word) => return Ok(Outcome::Left(word)),
     };
     let shards = m.shards.as_mut().expect("checked");
-    shards.running.retain(|(i, r, _)| !(*i == f.index && r == run));
+    shards.running.retain(|h| !(h.shard == f.index && h.run == run));
     if let Some(why) = shards.misfit(f.count, f.depth) {
         // Changed during the walk: the other shards' completions are not trusted.
         warn!(path = %Escaped(path.as_os_str()), "the shard record on the root no longer fits the layout: {why}; starting a new round");
@@ -312,7 +306,7 @@ fn finish(
     }
     let done = clean(fixer) && !shards.done.contains(&f.index);
     if done {
-        shards.entries = shards.entries.saturating_add(Counters::get(&fixer.counters.entries));
+        shards.entries = shards.entries.saturating_add(fixer.counters.entries.get());
     }
     if !done || anchors.is_none() {
         // Not done, or nothing to claim (a finishing run, or anchors that could not be listed).
@@ -336,7 +330,7 @@ fn written(root: BorrowedFd<'_>, path: &Path, m: Marker) -> Result<Outcome, Erro
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
     match m.shards {
         Some(s) if s.complete() => Ok(Outcome::Complete(s)),
-        _ => Ok(Outcome::Left("in-progress")),
+        _ => Ok(Outcome::Left(MarkerState::InProgress)),
     }
 }
 
@@ -347,7 +341,7 @@ fn ours(
     path: &Path,
     spec: &Spec,
     opts: &RunOptions,
-) -> Result<Result<Marker, &'static str>, Error> {
+) -> Result<Result<Marker, MarkerState>, Error> {
     let Found::Marker(m) = marker::read(root) else {
         return Err(Error::Other { path: path.to_path_buf(), msg: "the shard marker vanished during the walk".into() });
     };
@@ -356,11 +350,11 @@ fn ours(
         (true, true, _) => Ok(Ok(m)),
         (true, false, State::Done) => {
             info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", marker::escape_str(&m.run));
-            Ok(Err("done"))
+            Ok(Err(MarkerState::Done))
         }
         (true, false, State::InProgress) => {
             info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
-            Ok(Err("in-progress"))
+            Ok(Err(MarkerState::InProgress))
         }
         (false, ..) => Err(Error::Other {
             path: path.to_path_buf(),
@@ -378,14 +372,14 @@ fn seal(
     opts: &RunOptions,
     f: ShardFilter,
     fixer: &Fixer<'_>,
-) -> Result<&'static str, Error> {
+) -> Result<MarkerState, Error> {
     let mut m = match ours(root, path, spec, opts)? {
         Ok(m) => m,
         Err(word) => return Ok(word),
     };
     let complete = m.shards.as_ref().is_some_and(|s| s.misfit(f.count, f.depth).is_none() && s.complete());
     if !complete || !clean(fixer) {
-        return Ok("in-progress");
+        return Ok(MarkerState::InProgress);
     }
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     fixer.counters.seen(sys::Kind::Dir);
@@ -404,11 +398,11 @@ fn seal(
         Err(e) => {
             fixer.count_change(&e.done);
             fixer.error_at(path, e.op, e.errno);
-            return Ok("in-progress");
+            return Ok(MarkerState::InProgress);
         }
     }
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
-    Ok("done")
+    Ok(MarkerState::Done)
 }
 
 /// The digest of the anchors of this shard's part, listed before its walk; `None` (no claim:
@@ -432,9 +426,7 @@ fn own_anchors(
 /// Whether this shard's part is done: no error, no signal, and (unprivileged) no entry of
 /// another user left (a privileged run must finish that).
 fn clean(fixer: &Fixer<'_>) -> bool {
-    Counters::get(&fixer.counters.errors) == 0
-        && fixer.interrupted.is_none()
-        && Counters::get(&fixer.counters.foreign_owned) == 0
+    fixer.counters.errors.get() == 0 && fixer.interrupted.is_none() && fixer.counters.foreign_owned.get() == 0
 }
 
 /// The resume state of this shard: its own checkpoint (`user.volprep.checkpoint.I`, with its
@@ -459,7 +451,7 @@ fn heartbeat(root: BorrowedFd<'_>, path: &Path, index: u32, run: &str, stopped: 
             if let Found::Marker(mut m) = marker::read(root) {
                 if let Some(s) = m.shards.as_mut() {
                     let now = marker::now();
-                    s.running.iter_mut().filter(|(i, r, _)| *i == index && r == run).for_each(|e| e.2 = now);
+                    s.running.iter_mut().filter(|h| h.shard == index && h.run == run).for_each(|h| h.at = now);
                     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
                 }
             }

@@ -43,7 +43,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
         if args.json {
             out.push(json!({
                 "path": shown,
-                "state": found.state_word(),
+                "state": found.state().name(),
                 "marker": match &found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
                 "checkpoint": checkpoint.map(|c| summary(c, None)),
                 "shard_checkpoints": checkpoints.iter().filter(|(i, _)| i.is_some()).map(|(i, c)| summary(c, *i)).collect::<Vec<_>>(),
@@ -62,7 +62,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
                 };
                 let mut s = format!(
                     "{shown}: {} for {} (digest {}), run {}, {age}",
-                    found.state_word(),
+                    found.state().name(),
                     escape_str(&m.spec),
                     escape_str(&m.digest),
                     escape_str(&m.run),
@@ -75,7 +75,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
                 }
                 if let Some(sh) = &m.shards {
                     let running: Vec<String> =
-                        sh.running.iter().map(|(i, r, _)| format!("{i} (run {})", escape_str(r))).collect();
+                        sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
                     s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
                 }
                 for (i, c) in &checkpoints {

@@ -15,10 +15,11 @@ use crate::fix;
 use crate::marker::{self, Decision, Found, Marker, State};
 use crate::options::{Mode, Privilege, RunOptions, Verify};
 use crate::pass::Fixer;
-use crate::progress::{self, Counters};
+use crate::progress;
 use crate::report::{Action, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
+use crate::state::MarkerState;
 use crate::sys::{self, Meta};
 use crate::walk::{Pool, Walk};
 
@@ -63,31 +64,18 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
         (Decision::Walk { resume: true, reason }, Mode::Apply) => ("resume", reason.clone()),
         (Decision::Walk { reason, .. }, Mode::Apply) => ("walk", reason.clone()),
     };
-    // The estimate is a number when known (JSON logs keep its type), else the word "unknown".
-    match estimate {
-        Some(n) => info!(
-            fs = fs.as_str(),
-            spec = spec_text.as_str(),
-            digest = digest.as_str(),
-            threads = opts.threads,
-            estimated_entries = n,
-            marker = found.state_word(),
-            decision = verb,
-            reason = reason.as_str(),
-            "{verb} {shown}"
-        ),
-        None => info!(
-            fs = fs.as_str(),
-            spec = spec_text.as_str(),
-            digest = digest.as_str(),
-            threads = opts.threads,
-            estimated_entries = "unknown",
-            marker = found.state_word(),
-            decision = verb,
-            reason = reason.as_str(),
-            "{verb} {shown}"
-        ),
-    }
+    let line = progress::DecisionLine {
+        shown: &shown,
+        fs: &fs,
+        spec: &spec_text,
+        digest: &digest,
+        threads: opts.threads,
+        estimate,
+        marker: found.state(),
+        decision: verb,
+        reason: &reason,
+    };
+    line.log();
     let ctx =
         Ctx { path, spec, opts, started, reason: reason.clone(), fs, estimate, digest: digest.clone(), spec_text };
     let mut report = match (&decision, opts.mode) {
@@ -118,19 +106,19 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
                 };
                 let run = match &found {
                     Found::Marker(m) if *resume => m.run.clone(),
-                    _ => marker::new_run_id(),
+                    _ => crate::runid::new_run_id(),
                 };
                 (run, prev)
             });
             walk(&ctx, pool.start()?, root_fd, root_meta, resume)
         }
     };
-    report.marker_before = found.state_word().to_string();
+    report.marker_before = found.state();
     report.spec = ctx.spec_text.clone();
     report.spec_digest = ctx.digest.clone();
-    if report.marker_after.is_empty() {
+    if report.marker_after == MarkerState::Unknown {
         // Nothing was written (a skip, `check`, no xattrs): the marker is as it was.
-        report.marker_after = report.marker_before.clone();
+        report.marker_after = report.marker_before;
     }
     Ok(report)
 }
@@ -173,7 +161,7 @@ fn walk(
             warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the counts cover what was checked");
         }
         let report = finish_report(fixer, ctx, Action::Checked);
-        if report.foreign_owned > 0 {
+        if report.counts.foreign_owned > 0 {
             log_left(ctx, &report);
         }
         return report;
@@ -196,18 +184,8 @@ fn walk(
     let mut marker_written = false;
     let mut marker_removed = false;
     if let (Some(run), Some(root)) = (&run, root) {
-        let m = Marker {
-            v: marker::FORMAT,
-            state: State::InProgress,
-            digest: ctx.digest.clone(),
-            spec: ctx.spec_text.clone(),
-            run: run.clone(),
-            started: marker::now() - ctx.started.elapsed().as_secs(),
-            finished: None,
-            entries: None,
-            shards: None,
-            left: None,
-        };
+        let started = marker::now() - ctx.started.elapsed().as_secs();
+        let m = Marker::new(State::InProgress, &ctx.digest, &ctx.spec_text, run, started);
         match marker::write(root, &m) {
             Ok(()) => marker_written = true,
             // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
@@ -250,7 +228,7 @@ fn walk(
     if let Some(sig) = fixer.interrupted {
         warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the next start resumes");
     }
-    let mut marker_after = marker_removed.then(|| "none".to_string());
+    let mut marker_after = marker_removed.then_some(MarkerState::None);
     if let (Some(run), Some(root), true) = (&run, root, marker_written) {
         marker_after = Some(settle_marker(root, ctx, run, &mut fixer));
     }
@@ -258,7 +236,7 @@ fn walk(
     if let Some(m) = marker_after {
         report.marker_after = m;
     }
-    if report.foreign_owned > 0 {
+    if report.counts.foreign_owned > 0 {
         log_left(ctx, &report);
     }
     report
@@ -268,18 +246,18 @@ fn walk(
 /// would change on them, and how to get one.
 fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
     let first: Vec<&str> = r.foreign_owned_list.iter().take(5).map(|e| e.path.as_str()).collect();
-    let unread = match r.foreign_unread_dirs {
+    let unread = match r.counts.foreign_unread_dirs {
         0 => String::new(),
         n => format!(" ({n} of them directories this user may not read: their contents were not checked)"),
     };
     let verb = if ctx.opts.mode == Mode::Check { "would be left" } else { "were left as they are" };
     warn!(
         path = r.path.as_str(),
-        foreign_owned = r.foreign_owned,
-        foreign_unread_dirs = r.foreign_unread_dirs,
+        foreign_owned = r.counts.foreign_owned,
+        foreign_unread_dirs = r.counts.foreign_unread_dirs,
         "{}: {} entries owned by other users do not conform and {verb}{unread}; first: {}. A privileged run would give them group {} and the mode bits of spec '{}' (see foreign_owned_list in the report): run `volprep apply {} {}` once as root, e.g. the standalone Job of examples/fleet or the migrate chart",
         r.path,
-        r.foreign_owned,
+        r.counts.foreign_owned,
         first.join(" "),
         ctx.spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
         ctx.spec,
@@ -293,44 +271,40 @@ fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
 /// next run. An unprivileged pass that left other users' entries marks the marker with how many
 /// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
 /// that can't be written is a warning. Returns the state.
-fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fixer<'_>) -> String {
+fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fixer<'_>) -> MarkerState {
     let path = ctx.path;
-    let errors = Counters::get(&fixer.counters.errors);
+    let errors = fixer.counters.errors.get();
     if errors > 0 || fixer.interrupted.is_some() {
         if let Some(r) = &fixer.resume {
             if let Err(e) = r.write() {
                 debug!("{}: cannot write the checkpoint: {e}", Escaped(path.as_os_str()));
             }
         }
-        return "in-progress".into();
+        return MarkerState::InProgress;
     }
-    let left = Counters::get(&fixer.counters.foreign_owned);
+    let left = fixer.counters.foreign_owned.get();
+    let state = if left > 0 { State::InProgress } else { State::Done };
+    let started = marker::now() - ctx.started.elapsed().as_secs();
     let m = Marker {
-        v: marker::FORMAT,
-        state: if left > 0 { State::InProgress } else { State::Done },
-        digest: ctx.digest.clone(),
-        spec: ctx.spec_text.clone(),
-        run: run.to_string(),
-        started: marker::now() - ctx.started.elapsed().as_secs(),
         finished: Some(marker::now()),
-        entries: Some(Counters::get(&fixer.counters.entries)),
-        shards: None,
+        entries: Some(fixer.counters.entries.get()),
         left: (left > 0).then_some(left),
+        ..Marker::new(state, &ctx.digest, &ctx.spec_text, run, started)
     };
     // The checkpoint goes first, so that the `done` marker never lacks room beside it (a small
     // filesystem). A kill in between leaves `in-progress` with no checkpoint: a full walk.
     let place = Place::new(root, None);
     let _ = place.remove_checkpoint();
     match marker::write(root, &m).and_then(|()| place.remove()) {
-        Ok(()) if left > 0 => "in-progress".into(),
-        Ok(()) => "done".into(),
+        Ok(()) if left > 0 => MarkerState::InProgress,
+        Ok(()) => MarkerState::Done,
         // Every entry conforms: the app may start. Only the next start's skip is lost.
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %Escaped(path.as_os_str()),
                   "{what}, but cannot write the marker: {}; the next start walks again",
                   crate::error::errno_text(e.raw_os_error()));
-            "in-progress".into()
+            MarkerState::InProgress
         }
     }
 }

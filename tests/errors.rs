@@ -176,3 +176,33 @@ fn non_root_changes_nothing_of_roots() {
     assert_eq!(partial.count("changed_owner") + partial.count("changed_mode"), 0, "{}", partial.describe());
     assert_same(&before, &snapshot(&vol), Meta::attrs_ctime, "nobody changed root's files");
 }
+
+/// Threads the machine refuses (RLIMIT_NPROC reached) are a failure of the environment: exit 1,
+/// one line saying so, not the usage error (exit 2) of a bad command line.
+#[test]
+fn threads_that_cannot_start_are_a_failure_not_a_usage_error() {
+    if !privileged(&[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("vol");
+    plain_tree(&vol);
+    // A uid with no other process: the limit of 1 is this process, so no thread can start (the
+    // limit does not hold for root, hence the setuid).
+    let mut cmd = volprep();
+    cmd.args(["inspect", "--threads", "4"]).arg(&vol);
+    as_user(&mut cmd, 54321, 54321, &[]);
+    // SAFETY: only async-signal-safe setrlimit runs between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 1, rlim_max: 1 };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd).expect_code(1);
+    assert!(r.stderr.contains("cannot start 4 threads"), "{}", r.describe());
+}

@@ -15,10 +15,11 @@ const LAYERS: &[&[&str]] = &[
     &["volume"],
     &["pass"],
     &["resume"],
-    &["caps", "fix", "frontier", "guard", "marker", "progress", "report", "walk"],
+    &["caps", "fix", "frontier", "guard", "marker", "progress", "walk"],
+    &["report"],
     &["verify"],
-    &["error", "logsink", "options", "spec", "sys"],
-    &["escape", "sync"],
+    &["error", "logsink", "options", "runid", "spec", "sys"],
+    &["bounded", "escape", "state", "sync"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
