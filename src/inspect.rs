@@ -28,7 +28,7 @@ use crate::walk::{self, Node, Pool, Visitor, Walk};
 
 use owners::Owners;
 
-pub use render::{Finding, Inspection, LinkOut, OwnerView};
+pub use render::{Finding, Inspection, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -266,8 +266,7 @@ impl<'a> Inspector<'a> {
 
     fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
         let c = self.counters.snapshot();
-        let entries = c.entries;
-        let symlinks = c.symlinks;
+        let seen = Kinds { entries: c.entries, dirs: c.dirs, files: c.files, symlinks: c.symlinks, others: c.others };
         let would_change = self.would_change.finish();
         let apply = render::ApplyView {
             changed: would_change.count,
@@ -280,16 +279,11 @@ impl<'a> Inspector<'a> {
         });
         let fs_group = self.apply_spec.and_then(|spec| {
             let gid = spec.fs_group?;
+            let mismatch = root_mismatch(root, gid, spec.read_only);
             Some(render::FsGroupView {
                 gid,
                 read_only: spec.read_only,
-                kubelet: render::KubeletView {
-                    rewrites: entries,
-                    chowns: entries,
-                    chmods: entries - symlinks,
-                    on_root_mismatch: root_mismatch(root, gid, spec.read_only).map_or("skips", |_| "walks"),
-                    reason: root_mismatch(root, gid, spec.read_only).map(|m| m.to_string()),
-                },
+                kubelet: render::KubeletView::of(seen, mismatch),
                 volprep_apply: apply,
             })
         });
@@ -297,11 +291,7 @@ impl<'a> Inspector<'a> {
             version: 1,
             path: EscapedPath::new(path),
             threads,
-            entries,
-            dirs: c.dirs,
-            files: c.files,
-            symlinks,
-            others: c.others,
+            seen,
             file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
             dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
             owners: self.owners.finish(),

@@ -1,6 +1,8 @@
 //! What `inspect` found, as one JSON document (the key names are a stable interface) or as
 //! aligned tables for a terminal.
 
+use std::fmt;
+
 use serde::Serialize;
 
 use crate::escape::EscapedPath;
@@ -13,12 +15,8 @@ pub struct Inspection {
     pub version: u32,
     pub path: EscapedPath,
     pub threads: usize,
-    /// The root and every entry below it (nested mounts excluded).
-    pub entries: u64,
-    pub dirs: u64,
-    pub files: u64,
-    pub symlinks: u64,
-    pub others: u64,
+    #[serde(flatten)]
+    pub seen: Kinds,
     /// The kubelet's mode bits for non-directories and directories (`lacking_group_bits`), in
     /// octal: "0660" and "2770" ("0440" and "2550" with `--read-only`).
     pub file_mask: String,
@@ -43,6 +41,23 @@ pub struct Inspection {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerView>,
     pub elapsed_ms: u64,
+}
+
+/// What was seen, by kind: the root and every entry below it (nested mounts excluded).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Kinds {
+    pub entries: u64,
+    pub dirs: u64,
+    pub files: u64,
+    pub symlinks: u64,
+    pub others: u64,
+}
+
+impl fmt::Display for Kinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Kinds { entries, dirs, files, symlinks, others } = self;
+        write!(f, "{entries} entries ({dirs} dirs, {files} files, {symlinks} symlinks, {others} others)")
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -95,6 +110,19 @@ pub struct KubeletView {
     pub reason: Option<String>,
 }
 
+impl KubeletView {
+    /// The kubelet's pass over what was `seen`, and whether `OnRootMismatch` walks and why.
+    pub fn of(seen: Kinds, mismatch: Option<super::RootMismatch>) -> KubeletView {
+        KubeletView {
+            rewrites: seen.entries,
+            chowns: seen.entries,
+            chmods: seen.entries - seen.symlinks,
+            on_root_mismatch: if mismatch.is_some() { "walks" } else { "skips" },
+            reason: mismatch.map(|m| m.to_string()),
+        }
+    }
+}
+
 /// `--owner UID[:GID]`: what `volprep apply` with it (and `--fs-group`, if given) would change,
 /// and which entries: a preview of a migration.
 #[derive(Debug, Serialize)]
@@ -125,10 +153,7 @@ pub fn json(r: &Inspection) -> String {
 const SHOWN: usize = 3;
 
 pub fn human(r: &Inspection) -> String {
-    let mut out = format!(
-        "{}: {} entries ({} dirs, {} files, {} symlinks, {} others), {} threads, {} ms\n",
-        r.path, r.entries, r.dirs, r.files, r.symlinks, r.others, r.threads, r.elapsed_ms
-    );
+    let mut out = format!("{}: {}, {} threads, {} ms\n", r.path, r.seen, r.threads, r.elapsed_ms);
     out += &owners_table(r);
     out += &findings_table(r);
     if let Some(g) = &r.fs_group {
@@ -145,7 +170,7 @@ fn owners_table(r: &Inspection) -> String {
     let mut t =
         Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
     for o in &r.owners {
-        let share = o.entries as f64 * 100.0 / r.entries.max(1) as f64;
+        let share = o.entries as f64 * 100.0 / r.seen.entries.max(1) as f64;
         let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
         t.row(vec![format!("{}:{}", o.uid, o.gid), o.entries.to_string(), format!("{share:.1}%"), dirs.join(", ")]);
     }
@@ -185,7 +210,7 @@ fn fs_group_table(r: &Inspection, g: &FsGroupView) -> String {
         None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
     };
     t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
-    t.row(apply_row(&g.volprep_apply, r.entries));
+    t.row(apply_row(&g.volprep_apply, r.seen.entries));
     t.render()
 }
 
@@ -209,7 +234,7 @@ fn owner_table(r: &Inspection, o: &OwnerView) -> String {
     let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
     let head = format!("WITH --owner {owner}{group}");
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
-    t.row(apply_row(&o.volprep_apply, r.entries));
+    t.row(apply_row(&o.volprep_apply, r.seen.entries));
     t.finding("entries it would change", &o.would_change, EscapedPath::to_string);
     t.render()
 }
