@@ -254,7 +254,7 @@ fn write_termination_log(path: Option<&Path>, volumes: &[VolumeReport], extra: &
 fn sticky_report(path: &Path, mode: Mode) -> VolumeReport {
     sticky::run(path, mode).unwrap_or_else(|e| {
         tracing::error!("{e}");
-        let spec = Spec { fs_group: None, owner_uid: None, owner_gid: None, read_only: false };
+        let spec = Spec::default();
         VolumeReport { spec: "sticky".into(), ..VolumeReport::failed(path, &spec, 1, &e) }
     })
 }
@@ -264,7 +264,7 @@ mod tests {
     use super::*;
 
     fn options(privilege: Privilege, gids: &[u32]) -> Options {
-        let spec = |g| Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: false };
+        let spec = Spec::group;
         Options {
             targets: gids.iter().map(|&g| (PathBuf::from(format!("/v{g}")), spec(g))).collect(),
             sticky: Vec::new(),

@@ -25,15 +25,26 @@ pub struct Cli {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "VOLPREP_LOG_FORMAT")]
     pub log_format: LogFormat,
 
-    /// Log level (error, warn, info, debug, trace); RUST_LOG, when set, overrides it.
-    #[arg(long, global = true, default_value = "info", env = "VOLPREP_LOG_LEVEL")]
-    pub log_level: String,
+    /// Log level; RUST_LOG, when set to a valid filter, overrides it.
+    #[arg(long, global = true, value_enum, ignore_case = true, default_value_t = LogLevel::Info,
+          env = "VOLPREP_LOG_LEVEL")]
+    pub log_level: LogLevel,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// `--log-level`: the least severe events logged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
 }
 
 #[derive(Debug, Subcommand)]
@@ -59,7 +70,7 @@ pub enum Command {
 }
 
 /// The desired state of the volumes.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, Default)]
 pub struct SpecArgs {
     /// Group every entry gets, with the kubelet's fsGroup mode policy (g+rw, dirs g+rwxs).
     #[arg(long, value_name = "GID", env = "VOLPREP_FS_GROUP", value_parser = spec::parse_id,
@@ -183,7 +194,7 @@ fn threads_parser() -> clap::builder::RangedU64ValueParser<usize> {
 /// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only`.
 pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
     let mut path = None;
-    let mut spec = SpecArgs { fs_group: None, owner: None, read_only: false };
+    let mut spec = SpecArgs::default();
     for (i, item) in s.split(',').map(str::trim).enumerate() {
         let (key, value) = match item.split_once('=') {
             Some((k, v)) => (k.trim(), Some(v.trim())),
@@ -256,23 +267,19 @@ pub struct StatusArgs {
     pub paths: Vec<PathBuf>,
 }
 
-/// Arguments of `inspect`.
+/// Arguments of `inspect`: the spec flags of `apply` ask what it would do.
 #[derive(Debug, Args)]
+#[command(
+    mut_arg("fs_group", |a| a.help(
+        "Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do")),
+    mut_arg("owner", |a| a.help(
+        "Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given) would \
+         change: a preview for a migrated volume")),
+    mut_arg("read_only", |a| a.help("The volume is mounted read-only: the kubelet's read-only mask (0440)")),
+)]
 pub struct InspectArgs {
-    /// Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do.
-    #[arg(long, value_name = "GID", env = "VOLPREP_FS_GROUP", value_parser = spec::parse_id,
-          allow_hyphen_values = true)]
-    pub fs_group: Option<u32>,
-
-    /// Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given)
-    /// would change: a preview for a migrated volume.
-    #[arg(long, value_name = "UID[:GID]", env = "VOLPREP_OWNER", value_parser = spec::parse_owner,
-          allow_hyphen_values = true)]
-    pub owner: Option<(u32, Option<u32>)>,
-
-    /// The volume is mounted read-only: the kubelet's read-only mask (0440).
-    #[arg(long, env = "VOLPREP_READ_ONLY", value_parser = BoolishValueParser::new())]
-    pub read_only: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 
     /// Print one JSON document instead of tables.
     #[arg(long)]
@@ -310,14 +317,15 @@ pub struct DemoArgs {
 }
 
 impl SpecArgs {
+    /// The spec the flags ask for, as they are (maybe nothing).
+    pub fn spec(&self) -> Spec {
+        let owner = self.owner.map_or_else(Spec::default, |(uid, gid)| Spec::owner(uid, gid));
+        Spec { fs_group: self.fs_group, read_only: self.read_only, ..owner }
+    }
+
     /// The spec, or a usage error when it asks for nothing.
     pub fn to_spec(&self) -> Result<Spec, String> {
-        let spec = Spec {
-            fs_group: self.fs_group,
-            owner_uid: self.owner.map(|o| o.0),
-            owner_gid: self.owner.and_then(|o| o.1),
-            read_only: self.read_only,
-        };
+        let spec = self.spec();
         if spec.is_empty() {
             return Err(
                 "nothing to do: give --fs-group GID and/or --owner UID[:GID] (or VOLPREP_FS_GROUP / VOLPREP_OWNER)"
@@ -443,9 +451,7 @@ impl Cli {
             Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
             Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
             Command::Inspect(a) => Job::Inspect(inspect::Options {
-                fs_group: a.fs_group,
-                owner: a.owner,
-                read_only: a.read_only,
+                spec: a.spec.spec(),
                 json: a.json,
                 threads: a.threads,
                 cross_devices: a.cross_devices,
@@ -471,6 +477,17 @@ mod tests {
         let Command::Apply(a) = cli.command else { panic!() };
         let s = a.spec.to_spec().unwrap();
         assert_eq!((s.fs_group, s.owner_uid, s.owner_gid), (Some(2000), Some(1001), None));
+    }
+
+    #[test]
+    fn log_levels_parse_and_a_typo_is_a_usage_error() {
+        let level = |l: &str| parse(&["--log-level", l, "status", "/v"]).map(|c| c.log_level);
+        assert_eq!(level("debug").unwrap(), LogLevel::Debug);
+        assert_eq!(level("WARN").unwrap(), LogLevel::Warn);
+        assert_eq!(parse(&["status", "/v"]).unwrap().log_level, LogLevel::Info);
+        for bad in ["inf", "", "volprep=debug", "5"] {
+            assert_eq!(level(bad).unwrap_err().exit_code(), 2, "{bad}");
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     Maker { top: &dir, is_root, seed: 0x9e37_79b9_7f4a_7c15 }.tree(fd(&root), args.entries)?;
     drop(root);
 
-    let spec = Spec { fs_group: Some(gid), owner_uid: None, owner_gid: None, read_only: false };
+    let spec = Spec::group(gid);
     let threads = resolve_threads(0, false);
     let pool = Pool::new(threads);
     let mut volumes = Vec::new();

@@ -13,6 +13,9 @@ mod nonprinting;
 use std::ffi::OsStr;
 use std::fmt;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
 
 /// Displays an `OsStr` (or bytes) escaped as described in the module docs.
 pub struct Escaped<'a>(pub &'a OsStr);
@@ -20,6 +23,36 @@ pub struct Escaped<'a>(pub &'a OsStr);
 impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&escape_bytes(self.0.as_bytes()))
+    }
+}
+
+/// A path (or a symlink's target) escaped as described in the module docs, ready to be printed
+/// or stored in a report. Only this module escapes: a raw path cannot be taken for one, nor one
+/// escaped twice. Serde reads and writes it as the escaped string (a report volprep wrote).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EscapedPath(String);
+
+impl EscapedPath {
+    /// The escape of a path (or any name).
+    pub fn new(path: impl AsRef<OsStr>) -> Self {
+        Self::from_bytes(path.as_ref().as_bytes())
+    }
+
+    /// The escape of raw bytes (a symlink's target).
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        EscapedPath(escape_bytes(bytes))
+    }
+
+    /// The escape of a path relative to a root; the root itself (the empty path) is `.`.
+    pub fn relative(rel: &Path) -> Self {
+        if rel.as_os_str().is_empty() { EscapedPath(".".into()) } else { Self::new(rel) }
+    }
+}
+
+impl fmt::Display for EscapedPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
@@ -165,6 +198,16 @@ mod tests {
         assert!(!r.iter().any(|&(a, b)| (a..=b).contains(&0x20)), "a plain space prints");
         // Every `char` the standard library calls a control is in the table.
         assert!((0..=0x10ffffu32).filter_map(char::from_u32).filter(|c| c.is_control()).all(is_nonprinting));
+    }
+
+    #[test]
+    fn an_escaped_path_is_escaped_once_and_the_root_is_a_dot() {
+        let p = EscapedPath::new(Path::new("x\\y/\n"));
+        assert_eq!(p.to_string(), "x\\\\y/\\n");
+        assert_eq!(serde_json::to_string(&p).unwrap(), r#""x\\\\y/\\n""#);
+        assert_eq!(serde_json::from_str::<EscapedPath>(r#""x\\\\y""#).unwrap().to_string(), "x\\\\y");
+        assert_eq!(EscapedPath::relative(Path::new("")).to_string(), ".");
+        assert_eq!(EscapedPath::relative(Path::new("a\\b")).to_string(), "a\\\\b");
     }
 
     #[test]

@@ -290,7 +290,7 @@ mod tests {
     }
 
     fn fs(g: u32) -> Spec {
-        Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: false }
+        Spec::group(g)
     }
 
     /// The kubelet's formula, written as it is in volume_linux.go, for comparison.
@@ -371,7 +371,7 @@ mod tests {
 
     #[test]
     fn owner_alone_changes_ownership_only() {
-        let s = Spec { fs_group: None, owner_uid: Some(1001), owner_gid: Some(1001), read_only: false };
+        let s = Spec::owner(1001, Some(1001));
         let c = decide(&meta(libc::S_IFREG, 0o600, 999, 999), &s);
         assert_eq!(c, Change { uid: Some(1001), gid: Some(1001), mode: None });
         let s = Spec { owner_gid: None, ..s };

@@ -16,7 +16,7 @@ use std::time::Instant;
 use rustix::io::Errno;
 
 use crate::error::{Error, ExitCode, Op};
-use crate::escape::Escaped;
+use crate::escape::EscapedPath;
 use crate::fix;
 use crate::options::resolve_threads;
 use crate::progress::Counters;
@@ -28,7 +28,7 @@ use crate::walk::{self, At, Dir, Pool, Visitor, Walk};
 
 use owners::Owners;
 
-pub use render::{Finding, Inspection, LinkOut, OwnerView};
+pub use render::{Finding, Inspection, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -41,13 +41,10 @@ pub type Owner = (u32, u32);
 /// What `inspect` was asked.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Also show what the kubelet's fsGroup pass and `volprep apply --fs-group GID` would do.
-    pub fs_group: Option<u32>,
-    /// Also show which entries `volprep apply --owner UID[:GID]` (with `fs_group`, if given)
-    /// would change.
-    pub owner: Option<(u32, Option<u32>)>,
-    /// The volume is mounted read-only: the kubelet's read-only mask (0440).
-    pub read_only: bool,
+    /// With `fs_group`: also show what the kubelet's fsGroup pass and `volprep apply` would do;
+    /// with an owner: also show which entries `volprep apply` would change. `read_only`: the
+    /// volume is mounted read-only (the kubelet's read-only mask, 0440). May ask for nothing.
+    pub spec: Spec,
     /// Print one JSON document instead of tables.
     pub json: bool,
     /// Worker threads (0: automatic).
@@ -71,26 +68,13 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
         e => Error::sys(path, Op::Open, e),
     })?;
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
-    let apply_spec = apply_spec(args);
-    let inspector = Inspector::new(apply_spec.as_ref(), args.read_only, threads);
+    let apply_spec = Some(&args.spec).filter(|s| !s.is_empty());
+    let inspector = Inspector::new(apply_spec, args.spec.read_only, threads);
     pool.install(|| Walk::new(&inspector, &root, args.cross_devices).run(root_fd, root));
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
     crate::report::print(out.as_bytes())?;
     Ok(ExitCode::Success)
-}
-
-/// The spec `apply` would be given: `--fs-group` and/or `--owner` (None: neither).
-fn apply_spec(args: &Options) -> Option<Spec> {
-    if args.fs_group.is_none() && args.owner.is_none() {
-        return None;
-    }
-    Some(Spec {
-        fs_group: args.fs_group,
-        owner_uid: args.owner.map(|o| o.0),
-        owner_gid: args.owner.and_then(|o| o.1),
-        read_only: args.read_only,
-    })
 }
 
 /// Why the kubelet's `OnRootMismatch` policy would walk the volume anyway.
@@ -167,12 +151,7 @@ pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
 
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
 fn mode_policy(read_only: bool) -> Spec {
-    Spec { fs_group: Some(0), owner_uid: None, owner_gid: None, read_only }
-}
-
-/// A path relative to the root, escaped; the root itself is ".".
-fn show(rel: &Path) -> String {
-    if rel.as_os_str().is_empty() { ".".into() } else { Escaped(rel.as_os_str()).to_string() }
+    Spec { read_only, ..Spec::group(0) }
 }
 
 /// A counted finding with its first examples.
@@ -209,13 +188,13 @@ struct Inspector<'a> {
     policy: Spec,
     counters: Counters,
     /// Entries `apply` would change at all, with examples.
-    would_change: Examples<String>,
+    would_change: Examples<EscapedPath>,
     owners: Owners,
-    lacking_bits: Examples<String>,
-    no_setgid: Examples<String>,
-    world_writable: Examples<String>,
-    mounts: Examples<String>,
-    hardlinked: Examples<String>,
+    lacking_bits: Examples<EscapedPath>,
+    no_setgid: Examples<EscapedPath>,
+    world_writable: Examples<EscapedPath>,
+    mounts: Examples<EscapedPath>,
+    hardlinked: Examples<EscapedPath>,
     links_out: Examples<LinkOut>,
     errors: Mutex<ErrorList>,
 }
@@ -244,15 +223,15 @@ impl<'a> Inspector<'a> {
         let perm = meta.perm();
         if let Some(mask) = self.policy.mode_mask(kind == Kind::Dir) {
             if kind != Kind::Symlink && perm & mask != mask {
-                self.lacking_bits.add(|| show(&rel()));
+                self.lacking_bits.add(|| EscapedPath::relative(&rel()));
             }
         }
         if kind == Kind::Dir {
             if perm & libc::S_ISGID == 0 {
-                self.no_setgid.add(|| show(&rel()));
+                self.no_setgid.add(|| EscapedPath::relative(&rel()));
             }
             if perm & 0o002 != 0 && perm & libc::S_ISVTX == 0 {
-                self.world_writable.add(|| show(&rel()));
+                self.world_writable.add(|| EscapedPath::relative(&rel()));
             }
         }
     }
@@ -260,8 +239,8 @@ impl<'a> Inspector<'a> {
     fn check_link(&self, parent: &Dir<'_>, name: &CStr) {
         match sys::readlink_at(parent.fd(), name) {
             Ok(target) if link_escapes(parent.depth, &target) => self.links_out.add(|| LinkOut {
-                path: show(&walk::rel_child(parent, name)),
-                target: crate::escape::escape_bytes(&target),
+                path: EscapedPath::relative(&walk::rel_child(parent, name)),
+                target: EscapedPath::from_bytes(&target),
             }),
             // Gone, or no longer a symlink, since it was read.
             Ok(_) | Err(Errno::NOENT) | Err(Errno::INVAL) => {}
@@ -281,14 +260,13 @@ impl<'a> Inspector<'a> {
             self.counters.changed_mode.inc();
         }
         if !change.is_none() {
-            self.would_change.add(|| show(&rel()));
+            self.would_change.add(|| EscapedPath::relative(&rel()));
         }
     }
 
     fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
         let c = self.counters.snapshot();
-        let entries = c.entries;
-        let symlinks = c.symlinks;
+        let seen = Kinds { entries: c.entries, dirs: c.dirs, files: c.files, symlinks: c.symlinks, others: c.others };
         let would_change = self.would_change.finish();
         let apply = render::ApplyView {
             changed: would_change.count,
@@ -301,28 +279,19 @@ impl<'a> Inspector<'a> {
         });
         let fs_group = self.apply_spec.and_then(|spec| {
             let gid = spec.fs_group?;
+            let mismatch = root_mismatch(root, gid, spec.read_only);
             Some(render::FsGroupView {
                 gid,
                 read_only: spec.read_only,
-                kubelet: render::KubeletView {
-                    rewrites: entries,
-                    chowns: entries,
-                    chmods: entries - symlinks,
-                    on_root_mismatch: root_mismatch(root, gid, spec.read_only).map_or("skips", |_| "walks"),
-                    reason: root_mismatch(root, gid, spec.read_only).map(|m| m.to_string()),
-                },
+                kubelet: render::KubeletView::of(seen, mismatch),
                 volprep_apply: apply,
             })
         });
         Inspection {
             version: 1,
-            path: Escaped(path.as_os_str()).to_string(),
+            path: EscapedPath::new(path),
             threads,
-            entries,
-            dirs: c.dirs,
-            files: c.files,
-            symlinks,
-            others: c.others,
+            seen,
             file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
             dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
             owners: self.owners.finish(),
@@ -345,7 +314,7 @@ impl Visitor for Inspector<'_> {
     fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool {
         self.counters.seen(meta.kind());
         if meta.kind() != Kind::Dir && meta.nlink > 1 {
-            self.hardlinked.add(|| show(&walk::rel_child(parent, name)));
+            self.hardlinked.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
         }
         self.owners.add(parent, meta);
         self.check_mode(meta, || walk::rel_child(parent, name));
@@ -365,13 +334,13 @@ impl Visitor for Inspector<'_> {
     }
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
-        self.mounts.add(|| show(&walk::rel_child(parent, name)));
+        self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
     }
 
     fn error(&self, at: At<'_>, op: Op, errno: Errno) {
         self.counters.errors.inc();
         let rel = at.name().map_or_else(|| at.dir().rel_path(), |n| walk::rel_child(at.dir(), n));
-        let err = EntryError::new(Path::new(&show(&rel)), op, errno);
+        let err = EntryError::new(EscapedPath::relative(&rel), op, errno);
         lock(&self.errors).push(err);
     }
 }

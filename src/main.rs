@@ -51,7 +51,7 @@ fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    app::init_logging(cli.log_format, &cli.log_level);
+    app::init_logging(cli.log_format, cli.log_level);
     match app::run(cli) {
         Ok(code) => code.into(),
         Err(e) => {

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use crate::caps;
 use crate::error::Op;
-use crate::escape::{Escaped, escape_bytes};
+use crate::escape::{Escaped, EscapedPath, escape_bytes};
 use crate::fix::{self, Change, Failure, Fixed, SetgidRule, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
@@ -202,7 +202,7 @@ impl<'a> Fixer<'a> {
     /// Counts and lists an error on a path that is not a walked entry (marker, restore).
     pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
         self.counters.errors.inc();
-        let err = EntryError::new(path, op, errno);
+        let err = EntryError::new(EscapedPath::new(path), op, errno);
         let mut list = crate::sync::lock(&self.errors);
         if list.is_full() {
             debug!("{}: {} failed: {}", err.path, op, err.error);
@@ -215,7 +215,7 @@ impl<'a> Fixer<'a> {
     /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
     pub fn error_note(&self, path: &Path, op: Op, text: String) {
         self.counters.errors.inc();
-        let err = EntryError::note(path, op, text);
+        let err = EntryError::note(EscapedPath::new(path), op, text);
         let mut list = crate::sync::lock(&self.errors);
         if !list.is_full() {
             warn!("{}: {}", err.path, err.error);

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
-use crate::escape::Escaped;
+use crate::escape::{Escaped, EscapedPath};
 use crate::state::{MarkerState, Stop};
 
 mod wire;
@@ -70,7 +70,7 @@ pub enum Action {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EntryError {
     /// The entry's path, escaped (see `escape`): lossless for any bytes.
-    pub path: String,
+    pub path: EscapedPath,
     pub op: Op,
     /// The failed syscall's errno (none for a failure that is no failed syscall). Reports spell
     /// it by its name, e.g. `EROFS` (`-` for none).
@@ -81,18 +81,13 @@ pub struct EntryError {
 }
 
 impl EntryError {
-    pub fn new(path: &Path, op: Op, errno: Errno) -> Self {
-        EntryError {
-            path: Escaped(path.as_os_str()).to_string(),
-            op,
-            errno: Some(errno),
-            error: errno_text(errno.raw_os_error()),
-        }
+    pub fn new(path: EscapedPath, op: Op, errno: Errno) -> Self {
+        EntryError { path, op, errno: Some(errno), error: errno_text(errno.raw_os_error()) }
     }
 
     /// A failure that is no failed syscall (`errno` is `-`): `error` says what and what to do.
-    pub fn note(path: &Path, op: Op, text: String) -> Self {
-        EntryError { path: Escaped(path.as_os_str()).to_string(), op, errno: None, error: text }
+    pub fn note(path: EscapedPath, op: Op, text: String) -> Self {
+        EntryError { path, op, errno: None, error: text }
     }
 }
 
@@ -164,7 +159,7 @@ pub struct VolumeReport {
 impl VolumeReport {
     #[cfg(test)]
     fn sample(path: &str, errors: u64) -> Self {
-        let spec = crate::spec::Spec { fs_group: Some(1), owner_uid: None, owner_gid: None, read_only: false };
+        let spec = crate::spec::Spec::group(1);
         let mut v = Self::empty(Path::new(path), &spec, 1, Action::Walked);
         v.counts.errors = errors;
         v

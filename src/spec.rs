@@ -10,8 +10,9 @@ pub const RO_MASK: u32 = 0o440;
 /// Search bits added to directories (`execMask`).
 pub const EXEC_MASK: u32 = 0o110;
 
-/// What every entry of a volume must look like. Immutable once built by `cli`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What every entry of a volume must look like. Immutable once built by `cli`. The default
+/// asks for nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Spec {
     /// `--fs-group`: the kubelet's fsGroup; also turns on the mode policy.
     pub fs_group: Option<u32>,
@@ -24,6 +25,16 @@ pub struct Spec {
 }
 
 impl Spec {
+    /// `--fs-group GID`: the group, with the kubelet's mode policy for read-write volumes.
+    pub fn group(gid: u32) -> Spec {
+        Spec { fs_group: Some(gid), ..Spec::default() }
+    }
+
+    /// `--owner UID[:GID]` alone: the owner (and group), modes untouched.
+    pub fn owner(uid: u32, gid: Option<u32>) -> Spec {
+        Spec { owner_uid: Some(uid), owner_gid: gid, ..Spec::default() }
+    }
+
     /// The group every entry must have, if any.
     pub fn gid(&self) -> Option<u32> {
         self.fs_group.or(self.owner_gid)
@@ -128,25 +139,21 @@ pub fn parse_owner(s: &str) -> Result<(u32, Option<u32>), String> {
 mod tests {
     use super::*;
 
-    fn fs(g: u32) -> Spec {
-        Spec { fs_group: Some(g), owner_uid: None, owner_gid: None, read_only: false }
-    }
-
     #[test]
     fn masks_follow_the_kubelet() {
-        assert_eq!(fs(1).mode_mask(false), Some(0o660));
-        assert_eq!(fs(1).mode_mask(true), Some(0o2770));
-        let ro = Spec { read_only: true, ..fs(1) };
+        assert_eq!(Spec::group(1).mode_mask(false), Some(0o660));
+        assert_eq!(Spec::group(1).mode_mask(true), Some(0o2770));
+        let ro = Spec { read_only: true, ..Spec::group(1) };
         assert_eq!(ro.mode_mask(false), Some(0o440));
         assert_eq!(ro.mode_mask(true), Some(0o2550));
-        let owner = Spec { fs_group: None, owner_uid: Some(5), owner_gid: Some(6), read_only: false };
+        let owner = Spec::owner(5, Some(6));
         assert_eq!(owner.mode_mask(true), None);
         assert_eq!(owner.gid(), Some(6));
     }
 
     #[test]
     fn fs_group_wins_over_owner_gid() {
-        let s = Spec { owner_uid: Some(1001), owner_gid: Some(7), ..fs(2000) };
+        let s = Spec { owner_uid: Some(1001), owner_gid: Some(7), ..Spec::group(2000) };
         assert_eq!(s.gid(), Some(2000));
         assert_eq!(s.uid(), Some(1001));
     }
@@ -154,27 +161,31 @@ mod tests {
     #[test]
     fn digest_is_stable_and_sensitive() {
         // Pinned: a change of this value invalidates every marker in the field.
-        assert_eq!(fs(2000).digest(), fs(2000).digest());
-        assert_eq!(fs(2000).digest().len(), 16);
-        assert_ne!(fs(2000).digest(), fs(1000).digest());
-        assert_ne!(fs(2000).digest(), Spec { read_only: true, ..fs(2000) }.digest());
-        assert_ne!(fs(2000).digest(), Spec { owner_uid: Some(1), ..fs(2000) }.digest());
+        assert_eq!(Spec::group(2000).digest(), Spec::group(2000).digest());
+        assert_eq!(Spec::group(2000).digest().len(), 16);
+        assert_ne!(Spec::group(2000).digest(), Spec::group(1000).digest());
+        assert_ne!(Spec::group(2000).digest(), Spec { read_only: true, ..Spec::group(2000) }.digest());
+        assert_ne!(Spec::group(2000).digest(), Spec { owner_uid: Some(1), ..Spec::group(2000) }.digest());
         // --owner U:G and --fs-group G with --owner U differ (modes).
-        let o = Spec { fs_group: None, owner_uid: Some(1), owner_gid: Some(2000), read_only: false };
-        assert_ne!(o.digest(), Spec { owner_uid: Some(1), ..fs(2000) }.digest());
+        let o = Spec::owner(1, Some(2000));
+        assert_ne!(o.digest(), Spec { owner_uid: Some(1), ..Spec::group(2000) }.digest());
         // The owner gid is irrelevant when fs-group sets the group.
         assert_eq!(
-            Spec { owner_uid: Some(1), owner_gid: Some(5), ..fs(2000) }.digest(),
-            Spec { owner_uid: Some(1), owner_gid: None, ..fs(2000) }.digest()
+            Spec { owner_uid: Some(1), owner_gid: Some(5), ..Spec::group(2000) }.digest(),
+            Spec { owner_uid: Some(1), owner_gid: None, ..Spec::group(2000) }.digest()
         );
     }
 
     #[test]
     fn cross_devices_changes_the_coverage_digest_only() {
-        assert_eq!(fs(2000).coverage_digest(false), fs(2000).digest(), "markers of passes without it stay valid");
-        assert_ne!(fs(2000).coverage_digest(true), fs(2000).digest());
-        assert_ne!(fs(2000).coverage_digest(true), fs(1000).coverage_digest(true));
-        assert_eq!(fs(2000).coverage_text(true), "fs-group=2000 cross-devices");
+        assert_eq!(
+            Spec::group(2000).coverage_digest(false),
+            Spec::group(2000).digest(),
+            "markers of passes without it stay valid"
+        );
+        assert_ne!(Spec::group(2000).coverage_digest(true), Spec::group(2000).digest());
+        assert_ne!(Spec::group(2000).coverage_digest(true), Spec::group(1000).coverage_digest(true));
+        assert_eq!(Spec::group(2000).coverage_text(true), "fs-group=2000 cross-devices");
     }
 
     #[test]

@@ -89,7 +89,7 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     };
     let verb = if mode == Mode::Check && needs_chmod { "would be " } else { "" };
     info!(path = %Escaped(path.as_os_str()), "sticky temp dir {}: {verb}{what}", Escaped(path.as_os_str()));
-    let spec = Spec { fs_group: None, owner_uid: None, owner_gid: None, read_only: false };
+    let spec = Spec::default();
     let mut r = VolumeReport::empty(path, &spec, 1, if mode == Mode::Check { Action::Checked } else { Action::Sticky });
     r.spec = "sticky".into();
     r.reason = what;

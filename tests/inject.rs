@@ -205,6 +205,25 @@ fn malformed_yaml_is_one_line_and_nothing_on_stdout() {
     assert!(binary.stdout.is_empty());
 }
 
+/// An input's name is escaped once in every message: where its YAML breaks, where it is too big
+/// or not text, and in the line of each object injected.
+#[test]
+fn input_names_are_escaped_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("x\\y.yaml");
+    fs::write(&bad, "a: [\n").unwrap();
+    let shown = format!("{}/x\\\\y.yaml", dir.path().display());
+    let err = stderr(&inject(&[bad.to_str().unwrap()], "", &[]));
+    assert!(err.contains(&format!("{shown}:2:1: not YAML")), "{err}");
+    fs::write(&bad, [b'a', 0xff, b'\n']).unwrap();
+    let err = stderr(&inject(&[bad.to_str().unwrap()], "", &[]));
+    assert!(err.contains(&format!("{shown}: not UTF-8")), "{err}");
+    fs::write(&bad, rendered()).unwrap();
+    let out = inject(&[bad.to_str().unwrap()], "", &[]);
+    assert!(stderr(&out).contains(&format!("{shown}:")), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("\\\\\\\\"), "{}", stderr(&out));
+}
+
 #[test]
 fn configuration_from_file_env_and_flags() {
     let dir = tempfile::tempdir().unwrap();

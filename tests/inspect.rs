@@ -9,6 +9,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 const PRIVILEGED_ENV: &str = "VOLPREP_PRIVILEGED_TESTS";
 /// A group nobody in the tree has.
 const FS_GROUP: u32 = 4242;
@@ -390,4 +392,33 @@ fn owner_preview_lists_the_entries_apply_would_change() {
         assert_eq!(rep["volumes"][0]["changed_owner"], 11, "{rep:#}");
     }
     assert_eq!(snapshot(&root), before, "inspect changed something");
+}
+
+/// An entry that cannot be read is listed under `errors` with its path escaped once, as every
+/// path volprep prints: a directory `x\y` is `x\\y` in the document (a JSON string `"x\\\\y"`)
+/// and in the table, not the escape of that escape.
+#[test]
+fn an_unreadable_directory_is_listed_with_its_path_escaped_once() {
+    let (tmp, root) = volume();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(root.join("x\\y")).unwrap();
+    fs::set_permissions(root.join("x\\y"), fs::Permissions::from_mode(0o000)).unwrap();
+    let run = |json: bool| {
+        let mut cmd = common::volprep();
+        cmd.arg("inspect").args(json.then_some("--json")).arg(&root);
+        if is_root() {
+            // Root reads any directory: inspect as nobody, who cannot.
+            common::as_user(&mut cmd, 65534, 65534, &[]);
+        }
+        let out = cmd.output().expect("run volprep");
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let r: Value = serde_json::from_str(&run(true)).unwrap();
+    assert_eq!(r["errors"], 1, "{r:#}");
+    assert_eq!(r["error_list"][0]["path"], "x\\\\y", "{r:#}");
+    assert_eq!(r["error_list"][0]["errno"], "EACCES", "{r:#}");
+    let human = run(false);
+    assert!(human.contains("x\\\\y: "), "{human}");
+    assert!(!human.contains("x\\\\\\\\y"), "{human}");
 }

@@ -217,6 +217,30 @@ fn log_level_and_rust_log() {
     assert!(loud.stderr.contains(" INFO check "), "{}", loud.describe());
 }
 
+/// A misspelt level is a usage error naming it (flag or variable), not a silent `info`; a
+/// `RUST_LOG` that is no valid filter is ignored with a warning naming it.
+#[test]
+fn a_misspelt_log_level_is_a_usage_error_and_a_bad_rust_log_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("vol");
+    plain_tree(&vol, 2, 3);
+    let g = target_gid().to_string();
+    let flag = run(volprep().args(["check", "--fs-group", &g, "--log-level", "inf"]).arg(&vol)).expect_code(2);
+    let first = flag.stderr.lines().next().unwrap_or_default();
+    assert!(first.contains("'inf'") && first.contains("--log-level"), "{}", flag.describe());
+    let env =
+        run(volprep().args(["check", "--fs-group", &g]).arg(&vol).env("VOLPREP_LOG_LEVEL", "verbose")).expect_code(2);
+    assert!(env.stderr.lines().next().unwrap_or_default().contains("'verbose'"), "{}", env.describe());
+    let upper = run(volprep().args(["check", "--fs-group", &g, "--log-level", "WARN"]).arg(&vol)).expect_code(3);
+    assert!(upper.stderr_lines().is_empty(), "WARN is warn\n{}", upper.describe());
+
+    let typo = run(volprep().args(["check", "--fs-group", &g, "--log-level", "info"]).arg(&vol).env("RUST_LOG", "inf"))
+        .expect_code(3);
+    let warned = typo.stderr_lines().iter().any(|l| l.contains(" WARN RUST_LOG ignored: 'inf'"));
+    assert!(warned, "{}", typo.describe());
+    assert!(typo.stderr.contains(" INFO check "), "--log-level info applies\n{}", typo.describe());
+}
+
 /// The startup line names the filesystem and, at a mount root, estimates the entries from the
 /// inodes in use (close to what the walk then counts); below the root the estimate is unknown.
 /// The report carries both.

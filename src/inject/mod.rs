@@ -12,9 +12,10 @@ mod select;
 mod split;
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ExitCode};
+use crate::escape::EscapedPath;
 
 pub use config::{Config, value_of};
 pub use node::Node;
@@ -70,16 +71,25 @@ pub fn config(base: &Config, function_config: Option<&Node>, overrides: &[(Strin
     Ok(cfg)
 }
 
-/// Why an input could not be rewritten, and where (`SOURCE:LINE[:COL]`).
+/// Why an input could not be rewritten, and where in it: `:LINE[:COL]` after its name, or
+/// nothing (the input as a whole).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamError {
-    pub at: String,
+    pub line: String,
     pub msg: String,
 }
 
 impl StreamError {
-    fn new(at: impl Into<String>, msg: impl Into<String>) -> StreamError {
-        StreamError { at: at.into(), msg: msg.into() }
+    fn new(line: impl Into<String>, msg: impl Into<String>) -> StreamError {
+        StreamError { line: line.into(), msg: msg.into() }
+    }
+
+    /// The error of the input named `source`, at `SOURCE:LINE[:COL]` (the raw name followed by
+    /// the line is escaped once, when shown: the line is ASCII).
+    fn of(self, source: &Path) -> Error {
+        let mut at = source.as_os_str().to_owned();
+        at.push(&self.line);
+        Error::Other { path: at.into(), msg: self.msg }
     }
 }
 
@@ -87,15 +97,16 @@ impl StreamError {
 /// written whole. Err: the input is not YAML, or a KRM function config is bad.
 pub fn inject_stream(
     text: &str,
-    source: &str,
+    source: &Path,
     base: &Config,
     overrides: &[(String, Node)],
 ) -> Result<Output, StreamError> {
+    let shown = EscapedPath::new(source);
     let mut parsed = Vec::new();
     for chunk in split::chunks(text) {
         let docs = parse::parse(chunk.text).map_err(|e| {
             StreamError::new(
-                format!("{source}:{}:{}", chunk.line + e.line.saturating_sub(1), e.col),
+                format!(":{}:{}", chunk.line + e.line.saturating_sub(1), e.col),
                 format!("not YAML: {}", e.msg),
             )
         })?;
@@ -106,14 +117,14 @@ pub fn inject_stream(
         if krm::is_resource_list(doc) {
             let mut doc = (*doc).clone();
             let line = parsed.iter().find(|(_, d)| !d.is_empty()).map_or(1, |(c, _)| c.line);
-            let at = format!("{source}:{line}");
-            return krm::run(&mut doc, &at, base, overrides).map_err(|msg| StreamError::new(at, msg));
+            let at = format!("{shown}:{line}");
+            return krm::run(&mut doc, &at, base, overrides).map_err(|msg| StreamError::new(format!(":{line}"), msg));
         }
     }
-    let cfg = config(base, None, overrides).map_err(|msg| StreamError::new(source, msg))?;
+    let cfg = config(base, None, overrides).map_err(|msg| StreamError::new("", msg))?;
     let mut out = Output::default();
     for (chunk, mut docs) in parsed {
-        let at = format!("{source}:{}", chunk.line);
+        let at = format!("{shown}:{}", chunk.line);
         let mut changed = false;
         for doc in &mut docs {
             changed |= visit(doc, &at, &cfg, &mut out.events);
@@ -131,8 +142,9 @@ pub fn inject_stream(
             if i > 0 {
                 out.text.push_str("---\n");
             }
-            let text = emit::document(doc, emit::Seqs::of(chunk.text))
-                .map_err(|e| StreamError::new(&at, format!("cannot write the document back: {e}")))?;
+            let text = emit::document(doc, emit::Seqs::of(chunk.text)).map_err(|e| {
+                StreamError::new(format!(":{}", chunk.line), format!("cannot write the document back: {e}"))
+            })?;
             out.text.push_str(&text);
         }
     }
@@ -173,13 +185,13 @@ pub fn describe(obj: &Node) -> String {
     if ns.is_empty() { format!("{kind}/{name}") } else { format!("{kind}/{ns}/{name}") }
 }
 
-/// Reads every input (stdin for none) with its name for messages, at most MAX_INPUT bytes.
-fn read_inputs(files: &[PathBuf]) -> Result<Vec<(String, String)>, Error> {
+/// Reads every input (stdin for none, named `-`) with its name, at most MAX_INPUT bytes.
+fn read_inputs(files: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, Error> {
     let mut out = Vec::new();
     let mut budget = MAX_INPUT;
-    let mut read = |name: String, r: &mut dyn Read| -> Result<(), Error> {
+    let mut read = |name: &Path, r: &mut dyn Read| -> Result<(), Error> {
         let mut buf = Vec::new();
-        let other = |msg: String| Error::Other { path: PathBuf::from(&name), msg };
+        let other = |msg: String| Error::Other { path: name.to_path_buf(), msg };
         r.take(budget + 1).read_to_end(&mut buf).map_err(|e| other(format!("read failed: {e}")))?;
         if buf.len() as u64 > budget {
             return Err(other(format!("input over {} MiB", MAX_INPUT >> 20)));
@@ -187,21 +199,20 @@ fn read_inputs(files: &[PathBuf]) -> Result<Vec<(String, String)>, Error> {
         budget -= buf.len() as u64;
         let text =
             String::from_utf8(buf).map_err(|e| other(format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to())))?;
-        out.push((name, text));
+        out.push((name.to_path_buf(), text));
         Ok(())
     };
     if files.is_empty() {
-        read("-".into(), &mut std::io::stdin().lock())?;
+        read(Path::new("-"), &mut std::io::stdin().lock())?;
     }
     for f in files {
-        let name = crate::escape::Escaped(f.as_os_str()).to_string();
         if f.as_os_str() == "-" {
-            read(name, &mut std::io::stdin().lock())?;
+            read(f, &mut std::io::stdin().lock())?;
             continue;
         }
         let mut file =
             std::fs::File::open(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("open failed: {e}") })?;
-        read(name, &mut file)?;
+        read(f, &mut file)?;
     }
     Ok(out)
 }
@@ -210,7 +221,7 @@ fn read_inputs(files: &[PathBuf]) -> Result<Vec<(String, String)>, Error> {
 fn base_config(opts: &Options) -> Result<Config, Error> {
     let mut cfg = Config::default();
     if let Some(path) = &opts.config_file {
-        let name = crate::escape::Escaped(path.as_os_str()).to_string();
+        let name = EscapedPath::new(path);
         let text = std::fs::read_to_string(path).map_err(|e| Error::Usage(format!("{name}: cannot read: {e}")))?;
         let docs = parse::parse(&text)
             .map_err(|e| Error::Usage(format!("{name}:{}:{}: not YAML: {}", e.line, e.col, e.msg)))?;
@@ -227,9 +238,8 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     let inputs = read_inputs(&opts.files)?;
     let mut text = String::new();
     let mut events = Vec::new();
-    for (name, input) in &inputs {
-        let out = inject_stream(input, name, &base, &opts.overrides)
-            .map_err(|e| Error::Other { path: PathBuf::from(e.at), msg: e.msg })?;
+    for (path, input) in &inputs {
+        let out = inject_stream(input, path, &base, &opts.overrides).map_err(|e| e.of(path))?;
         if !text.is_empty() && !out.text.is_empty() {
             if !text.ends_with('\n') {
                 text.push('\n');

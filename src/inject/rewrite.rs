@@ -20,9 +20,9 @@ pub fn apply(obj: &mut Node, path: &[&str], plan: &Plan, cfg: &Config) {
     if !groups.iter().any(|g| g.as_u64() == Some(plan.fs_group)) {
         groups.push(Node::int(plan.fs_group));
     }
-    if !cfg.pull_secrets.is_empty() {
+    if !cfg.container.image.pull_secrets.is_empty() {
         let secrets = pod.seq_at("imagePullSecrets");
-        for s in &cfg.pull_secrets {
+        for s in &cfg.container.image.pull_secrets {
             if !secrets.iter().any(|n| n.get("name").and_then(Node::as_str) == Some(s.as_str())) {
                 let mut entry = Node::map();
                 entry.set("name", Node::str(s));
@@ -39,23 +39,23 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
     let mut a = vec!["apply".to_string()];
     if cfg.mode == Mode::Unprivileged {
         a.push("--unprivileged".into());
-        if cfg.allow_foreign {
+        if cfg.apply.allow_foreign {
             a.push("--allow-foreign".into());
         }
     }
-    if cfg.threads > 0 {
-        a.push(format!("--threads={}", cfg.threads));
+    if cfg.apply.threads > 0 {
+        a.push(format!("--threads={}", cfg.apply.threads));
     }
-    if cfg.max_errors > 0 {
-        a.push(format!("--max-errors={}", cfg.max_errors));
+    if cfg.apply.max_errors > 0 {
+        a.push(format!("--max-errors={}", cfg.apply.max_errors));
     }
-    if !cfg.log_format.is_empty() {
-        a.push(format!("--log-format={}", cfg.log_format));
+    if !cfg.apply.log_format.is_empty() {
+        a.push(format!("--log-format={}", cfg.apply.log_format));
     }
-    if !cfg.termination_log.is_empty() {
-        a.push(format!("--termination-log={}", cfg.termination_log));
+    if !cfg.apply.termination_log.is_empty() {
+        a.push(format!("--termination-log={}", cfg.apply.termination_log));
     }
-    a.extend(cfg.extra_args.iter().cloned());
+    a.extend(cfg.apply.extra_args.iter().cloned());
     for v in &plan.volumes {
         let at = format!("{MOUNT_DIR}/{}", v.name);
         a.push(match v.prep {
@@ -69,13 +69,13 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
 
 fn container(plan: &Plan, cfg: &Config) -> Node {
     let mut c = Node::map();
-    c.set("name", Node::str(&cfg.name));
-    c.set("image", Node::str(&cfg.image()));
-    c.set("imagePullPolicy", Node::str(&cfg.pull_policy));
+    c.set("name", Node::str(&cfg.container.name));
+    c.set("image", Node::str(&cfg.container.image.reference()));
+    c.set("imagePullPolicy", Node::str(&cfg.container.image.pull_policy));
     c.set("args", Node::seq(args(plan, cfg).iter().map(|s| Node::str(s)).collect()));
     c.set("terminationMessagePolicy", Node::str("FallbackToLogsOnError"));
     c.set("securityContext", security_context(plan, cfg));
-    c.set("resources", cfg.resources.clone());
+    c.set("resources", cfg.container.resources.clone());
     let mounts = plan
         .volumes
         .iter()
@@ -93,7 +93,7 @@ fn container(plan: &Plan, cfg: &Config) -> Node {
 /// Least privilege: root with CHOWN, DAC_OVERRIDE, FOWNER and FSETID (the chart's default and
 /// why), or in mode unprivileged the app's ids with no capability ("restricted").
 fn security_context(plan: &Plan, cfg: &Config) -> Node {
-    if let Some(sc) = &cfg.security_context {
+    if let Some(sc) = &cfg.container.security_context {
         return sc.clone();
     }
     let (user, group, non_root, add) = match plan.run_as {

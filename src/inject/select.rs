@@ -125,7 +125,7 @@ fn is_volprep(c: &Node, cfg: &Config) -> bool {
     let image = c.get("image").and_then(Node::as_str).unwrap_or("");
     let base = image.split(['@']).next().unwrap_or("").rsplit('/').next().unwrap_or("");
     let repo = base.split(':').next().unwrap_or("");
-    c.get("name").and_then(Node::as_str) == Some(cfg.name.as_str()) || repo == cfg.repository
+    c.get("name").and_then(Node::as_str) == Some(cfg.container.name.as_str()) || repo == cfg.container.image.repository
 }
 
 /// The volumes the kubelet's fsGroup pass walks (PVC, generic ephemeral, emptyDir, and the
@@ -239,9 +239,9 @@ fn unprivileged_ids(pod: &Node, cfg: &Config) -> Result<(u64, u64), String> {
             .find_map(|c| c.at(&["securityContext", key]).and_then(Node::as_u64))
             .or_else(|| pod.at(&["securityContext", key]).and_then(Node::as_u64))
     };
-    let uid = cfg.run_as_user.or_else(|| from_pod("runAsUser"));
+    let uid = cfg.container.run_as_user.or_else(|| from_pod("runAsUser"));
     match uid {
         Some(0) | None => Err("mode unprivileged runs volprep as the app's uid: the pod sets no non-root runAsUser (set runAsUser in the configuration)".into()),
-        Some(uid) => Ok((uid, cfg.run_as_group.or_else(|| from_pod("runAsGroup")).unwrap_or(uid))),
+        Some(uid) => Ok((uid, cfg.container.run_as_group.or_else(|| from_pod("runAsGroup")).unwrap_or(uid))),
     }
 }

@@ -1,6 +1,8 @@
 //! The rewrite on text, without I/O: selection, the chart's pattern, refusals, idempotence,
 //! untouched documents byte for byte, KRM ResourceLists.
 
+use std::path::Path;
+
 use super::config::Config;
 use super::node::Node;
 use super::parse::parse;
@@ -63,7 +65,7 @@ fn run_with(text: &str, sets: &[&str]) -> super::Output {
     for s in sets {
         cfg.set_pair(s).unwrap();
     }
-    inject_stream(text, "-", &cfg, &[]).unwrap()
+    inject_stream(text, Path::new("-"), &cfg, &[]).unwrap()
 }
 
 fn doc(text: &str) -> Node {
@@ -108,7 +110,7 @@ fn statefulset_gets_the_chart_pattern() {
     let sc = init.get("securityContext").unwrap();
     assert_eq!(sc.get("runAsUser").and_then(Node::as_u64), Some(0));
     assert_eq!(strs(sc.at(&["capabilities", "add"])), ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID"]);
-    assert_eq!(init.get("image").and_then(Node::as_str), Some(Config::default().image().as_str()));
+    assert_eq!(init.get("image").and_then(Node::as_str), Some(Config::default().container.image.reference().as_str()));
     // The rest of the document means what it meant to a YAML 1.1 reader.
     assert!(out.text.contains("defaultMode: 0644") && out.text.contains("value: \"yes\""), "{}", out.text);
     assert!(out.text.contains("matchLabels:\n      app: db\n"), "{}", out.text);
@@ -280,10 +282,13 @@ fn lists_and_krm_resource_lists() {
 #[test]
 fn malformed_yaml_is_one_error_with_its_place() {
     let bad = format!("{STS}---\nkind: Pod\n  bad: indent\n");
-    let e = inject_stream(&bad, "in.yaml", &Config::default(), &[]).unwrap_err();
+    let source = Path::new("in\\.yaml");
+    let e = inject_stream(&bad, source, &Config::default(), &[]).unwrap_err();
     let line = (STS.lines().count() + 3).to_string();
-    assert_eq!(e.at.split(':').take(2).collect::<Vec<_>>(), ["in.yaml", line.as_str()], "{e:?}");
+    assert_eq!(e.line.split(':').take(2).collect::<Vec<_>>(), ["", line.as_str()], "{e:?}");
     assert!(!e.msg.contains('\n'));
+    let shown = e.of(source).to_string();
+    assert!(shown.starts_with(&format!("in\\\\.yaml:{line}:")), "escaped once: {shown}");
 }
 
 fn indent(doc: &str) -> String {

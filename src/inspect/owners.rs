@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use super::render::{DirCount, OwnerRow};
-use super::{Owner, TOP_DIRS, lock, show};
+use super::{Owner, TOP_DIRS, lock};
+use crate::escape::EscapedPath;
 use crate::sys::Meta;
 use crate::walk::Node;
 
@@ -97,7 +98,10 @@ impl Owners {
                     uid,
                     gid,
                     entries: t.entries,
-                    top_dirs: top_dirs.into_iter().map(|(entries, p)| DirCount { path: show(&p), entries }).collect(),
+                    top_dirs: top_dirs
+                        .into_iter()
+                        .map(|(entries, p)| DirCount { path: EscapedPath::relative(&p), entries })
+                        .collect(),
                 }
             })
             .collect()

@@ -1,8 +1,11 @@
 //! What `inspect` found, as one JSON document (the key names are a stable interface) or as
 //! aligned tables for a terminal.
 
+use std::fmt;
+
 use serde::Serialize;
 
+use crate::escape::EscapedPath;
 use crate::report::EntryError;
 
 /// The JSON document `inspect --json` prints. Paths inside the volume are relative to its root
@@ -10,28 +13,24 @@ use crate::report::EntryError;
 #[derive(Debug, Serialize)]
 pub struct Inspection {
     pub version: u32,
-    pub path: String,
+    pub path: EscapedPath,
     pub threads: usize,
-    /// The root and every entry below it (nested mounts excluded).
-    pub entries: u64,
-    pub dirs: u64,
-    pub files: u64,
-    pub symlinks: u64,
-    pub others: u64,
+    #[serde(flatten)]
+    pub seen: Kinds,
     /// The kubelet's mode bits for non-directories and directories (`lacking_group_bits`), in
     /// octal: "0660" and "2770" ("0440" and "2550" with `--read-only`).
     pub file_mask: String,
     pub dir_mask: String,
     /// Entries per owner, most first; `top_dirs` only for the minority owners.
     pub owners: Vec<OwnerRow>,
-    pub lacking_group_bits: Finding<String>,
-    pub dirs_without_setgid: Finding<String>,
-    pub world_writable_dirs_without_sticky: Finding<String>,
+    pub lacking_group_bits: Finding<EscapedPath>,
+    pub dirs_without_setgid: Finding<EscapedPath>,
+    pub world_writable_dirs_without_sticky: Finding<EscapedPath>,
     /// Nested mounts: other filesystems, and bind mounts (of the same filesystem too).
-    pub nested_mounts: Finding<String>,
+    pub nested_mounts: Finding<EscapedPath>,
     /// Non-directories with more than one link: a change reaches every name of the inode,
     /// maybe outside the volume.
-    pub hardlinked: Finding<String>,
+    pub hardlinked: Finding<EscapedPath>,
     pub symlinks_outside: Finding<LinkOut>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
@@ -42,6 +41,23 @@ pub struct Inspection {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<OwnerView>,
     pub elapsed_ms: u64,
+}
+
+/// What was seen, by kind: the root and every entry below it (nested mounts excluded).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Kinds {
+    pub entries: u64,
+    pub dirs: u64,
+    pub files: u64,
+    pub symlinks: u64,
+    pub others: u64,
+}
+
+impl fmt::Display for Kinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Kinds { entries, dirs, files, symlinks, others } = self;
+        write!(f, "{entries} entries ({dirs} dirs, {files} files, {symlinks} symlinks, {others} others)")
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -55,7 +71,7 @@ pub struct OwnerRow {
 /// A directory and how many of one owner's entries it holds (its direct entries and itself).
 #[derive(Debug, Serialize)]
 pub struct DirCount {
-    pub path: String,
+    pub path: EscapedPath,
     pub entries: u64,
 }
 
@@ -68,8 +84,8 @@ pub struct Finding<T> {
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct LinkOut {
-    pub path: String,
-    pub target: String,
+    pub path: EscapedPath,
+    pub target: EscapedPath,
 }
 
 #[derive(Debug, Serialize)]
@@ -94,6 +110,19 @@ pub struct KubeletView {
     pub reason: Option<String>,
 }
 
+impl KubeletView {
+    /// The kubelet's pass over what was `seen`, and whether `OnRootMismatch` walks and why.
+    pub fn of(seen: Kinds, mismatch: Option<super::RootMismatch>) -> KubeletView {
+        KubeletView {
+            rewrites: seen.entries,
+            chowns: seen.entries,
+            chmods: seen.entries - seen.symlinks,
+            on_root_mismatch: if mismatch.is_some() { "walks" } else { "skips" },
+            reason: mismatch.map(|m| m.to_string()),
+        }
+    }
+}
+
 /// `--owner UID[:GID]`: what `volprep apply` with it (and `--fs-group`, if given) would change,
 /// and which entries: a preview of a migration.
 #[derive(Debug, Serialize)]
@@ -103,7 +132,7 @@ pub struct OwnerView {
     pub gid: Option<u32>,
     pub volprep_apply: ApplyView,
     /// The entries it would change (the root is ".").
-    pub would_change: Finding<String>,
+    pub would_change: Finding<EscapedPath>,
 }
 
 /// What `volprep apply --fs-group` would change (the same figures as `check`).
@@ -124,70 +153,65 @@ pub fn json(r: &Inspection) -> String {
 const SHOWN: usize = 3;
 
 pub fn human(r: &Inspection) -> String {
-    let mut out = format!(
-        "{}: {} entries ({} dirs, {} files, {} symlinks, {} others), {} threads, {} ms\n",
-        r.path, r.entries, r.dirs, r.files, r.symlinks, r.others, r.threads, r.elapsed_ms
-    );
-
-    let mut owners =
-        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
-    for o in &r.owners {
-        let share = o.entries as f64 * 100.0 / r.entries.max(1) as f64;
-        let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
-        owners.row(vec![
-            format!("{}:{}", o.uid, o.gid),
-            o.entries.to_string(),
-            format!("{share:.1}%"),
-            dirs.join(", "),
-        ]);
-    }
-    out += &owners.render();
-
-    let mut findings = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
-    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
-    findings.finding(&bits, &r.lacking_group_bits, String::clone);
-    findings.finding("directories without setgid", &r.dirs_without_setgid, String::clone);
-    findings.finding(
-        "world-writable directories without sticky bit",
-        &r.world_writable_dirs_without_sticky,
-        String::clone,
-    );
-    findings.finding("nested mounts (not entered)", &r.nested_mounts, String::clone);
-    findings.finding("files with more than one link", &r.hardlinked, String::clone);
-    findings.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| {
-        format!("{} -> {}", l.path, l.target)
-    });
-    let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
-    findings.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
-    out += &findings.render();
-
+    let mut out = format!("{}: {}, {} threads, {} ms\n", r.path, r.seen, r.threads, r.elapsed_ms);
+    out += &owners_table(r);
+    out += &findings_table(r);
     if let Some(g) = &r.fs_group {
-        let ro = if g.read_only { " --read-only" } else { "" };
-        let head = format!("WITH --fs-group {}{ro}", g.gid);
-        let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
-        let k = &g.kubelet;
-        t.row(vec![
-            "kubelet, fsGroupChangePolicy Always".into(),
-            k.rewrites.to_string(),
-            format!(
-                "every entry rewritten at every mount: lchown {}, chmod {}{}",
-                k.chowns,
-                k.chmods,
-                if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" }
-            ),
-        ]);
-        let (n, what) = match &k.reason {
-            Some(reason) => (k.rewrites, format!("walks: {reason}")),
-            None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
-        };
-        t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
-        t.row(apply_row(&g.volprep_apply, r.entries));
-        out += &t.render();
+        out += &fs_group_table(r, g);
     }
     if let Some(o) = &r.owner {
         out += &owner_table(r, o);
     }
     out
+}
+
+/// Entries per owner, with their share and top directories.
+fn owners_table(r: &Inspection) -> String {
+    let mut t =
+        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
+    for o in &r.owners {
+        let share = o.entries as f64 * 100.0 / r.seen.entries.max(1) as f64;
+        let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
+        t.row(vec![format!("{}:{}", o.uid, o.gid), o.entries.to_string(), format!("{share:.1}%"), dirs.join(", ")]);
+    }
+    t.render()
+}
+
+/// Each finding counted, with its first examples; the errors last.
+fn findings_table(r: &Inspection) -> String {
+    let mut t = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
+    let path = EscapedPath::to_string;
+    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
+    t.finding(&bits, &r.lacking_group_bits, path);
+    t.finding("directories without setgid", &r.dirs_without_setgid, path);
+    t.finding("world-writable directories without sticky bit", &r.world_writable_dirs_without_sticky, path);
+    t.finding("nested mounts (not entered)", &r.nested_mounts, path);
+    t.finding("files with more than one link", &r.hardlinked, path);
+    t.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| format!("{} -> {}", l.path, l.target));
+    let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
+    t.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
+    t.render()
+}
+
+/// `--fs-group`: what the kubelet's two policies and `volprep apply` would do.
+fn fs_group_table(r: &Inspection, g: &FsGroupView) -> String {
+    let ro = if g.read_only { " --read-only" } else { "" };
+    let head = format!("WITH --fs-group {}{ro}", g.gid);
+    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+    let k = &g.kubelet;
+    let nested = if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" };
+    t.row(vec![
+        "kubelet, fsGroupChangePolicy Always".into(),
+        k.rewrites.to_string(),
+        format!("every entry rewritten at every mount: lchown {}, chmod {}{nested}", k.chowns, k.chmods),
+    ]);
+    let (n, what) = match &k.reason {
+        Some(reason) => (k.rewrites, format!("walks: {reason}")),
+        None => (0, format!("skips: the root conforms, yet apply would fix {} entries", g.volprep_apply.changed)),
+    };
+    t.row(vec!["kubelet, OnRootMismatch".into(), n.to_string(), what]);
+    t.row(apply_row(&g.volprep_apply, r.seen.entries));
+    t.render()
 }
 
 /// The "volprep apply" row of a table: what it would change, out of `entries`.
@@ -210,8 +234,8 @@ fn owner_table(r: &Inspection, o: &OwnerView) -> String {
     let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
     let head = format!("WITH --owner {owner}{group}");
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
-    t.row(apply_row(&o.volprep_apply, r.entries));
-    t.finding("entries it would change", &o.would_change, String::clone);
+    t.row(apply_row(&o.volprep_apply, r.seen.entries));
+    t.finding("entries it would change", &o.would_change, EscapedPath::to_string);
     t.render()
 }
 

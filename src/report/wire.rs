@@ -166,7 +166,7 @@ mod tests {
             sticky: Some(StickyOutcome { created: true, mode_before: None, mode_after: "1777".into() }),
             fatal: Some("x".into()),
             interrupted: Some(Stop::Term),
-            error_list: [EntryError::new(Path::new("/a"), Op::Chown, Errno::PERM)].into_iter().collect(),
+            error_list: [EntryError::new(EscapedPath::new("/a"), Op::Chown, Errno::PERM)].into_iter().collect(),
             ..VolumeReport::default()
         };
         let json = serde_json::to_string(&v).unwrap();
