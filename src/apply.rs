@@ -9,7 +9,7 @@ use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::{caps, guard, progress, shard, sticky, sys, volume, walk};
+use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
@@ -66,21 +66,31 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     if let Some((n, sig)) = progress::arm_kill_point().map_err(Error::Usage)? {
         tracing::warn!("test hook {}: signal {sig} after {n} entries", progress::KILL_AFTER_ENV);
     }
+    if let Some(n) = progress::arm_panic_point().map_err(Error::Usage)? {
+        tracing::warn!("test hook {}: a panic after {n} entries", progress::PANIC_AFTER_ENV);
+    }
     // Started by the first volume that walks: a restart whose volumes all skip starts no thread.
     let pool = walk::Pool::new(opts.threads);
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
     let mut volumes: Vec<VolumeReport> = o.sticky.iter().map(|p| sticky_report(p, opts.mode)).collect();
-    let walked: Vec<VolumeReport> = std::thread::scope(|s| {
+    let walked = run_volumes(o, opts, &pool);
+    volumes.extend(walked);
+    finish(o, volumes)
+}
+
+/// Every volume at once, each on a thread of its own walking on the shared `pool`. A volume
+/// that fails (a panic in its pass included) gets a failed report; the others go on.
+fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeReport> {
+    std::thread::scope(|s| {
         let handles: Vec<_> = o
             .targets
             .iter()
             .map(|(path, spec)| {
-                let pool = &pool;
                 let run = move || match o.shard {
                     Some(f) => shard::run(path, spec, opts, f, pool),
                     None => volume::run(path, spec, opts, pool),
                 };
-                s.spawn(move || match run() {
+                let report = move || match lifecycle::contained(path, run) {
                     Ok(v) => {
                         log_summary(&v, o.max_errors, o.allow_foreign);
                         v
@@ -89,12 +99,24 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
                         tracing::error!("{e}");
                         VolumeReport::failed(path, spec, opts.threads, &e)
                     }
-                })
+                };
+                (path, spec, s.spawn(report))
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    volumes.extend(walked);
+        handles
+            .into_iter()
+            .map(|(path, spec, h)| {
+                h.join().unwrap_or_else(|_| {
+                    let e = Error::Other { path: path.clone(), msg: "internal error: its thread panicked".into() };
+                    VolumeReport::failed(path, spec, opts.threads, &e)
+                })
+            })
+            .collect()
+    })
+}
+
+/// The summaries in the log and the termination message, the report, and the exit code.
+fn finish(o: &Options, volumes: Vec<VolumeReport>) -> Result<ExitCode, Error> {
     let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors, o.allow_foreign)).collect();
     let mut missing = missing_capabilities(&volumes);
     if crate::logsink::dropped() > 0 {

@@ -17,6 +17,8 @@ mod status;
 mod shard;
 mod sticky;
 mod volume;
+// The lifecycle of one pass, shared by a volume and a shard:
+mod lifecycle;
 // The pass: the visitor and its resume state:
 mod pass;
 mod resume;
@@ -37,6 +39,7 @@ mod escape;
 mod logsink;
 mod options;
 mod spec;
+mod special;
 mod sync;
 mod sys;
 

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::escape::escape_bytes;
 use crate::options::Verify;
+use crate::special::SpecialRecord;
 use crate::sys;
 
 /// A string read from the root (the app may have written it), escaped for logs and messages.
@@ -203,7 +204,7 @@ pub struct Checkpoint {
     /// Special-bit records, as checkpoints held them before they got their own xattr
     /// ([`Pending`]): still read, never written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending: Vec<(String, u64, u32)>,
+    pub pending: Vec<SpecialRecord>,
 }
 
 impl Checkpoint {
@@ -227,7 +228,7 @@ impl Checkpoint {
 pub struct Pending {
     pub run: String,
     pub digest: String,
-    pub pending: Vec<(String, u64, u32)>,
+    pub pending: Vec<SpecialRecord>,
 }
 
 impl Marker {

@@ -40,7 +40,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{CString, OsStr};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -54,7 +54,9 @@ use crate::error::{Op, errno_text};
 use crate::escape::{Escaped, escape_bytes};
 use crate::frontier::{Frontier, Record, Seal};
 use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint, Pending};
+use crate::options::Mode;
 use crate::spec::Spec;
+use crate::special::SpecialRecord;
 use crate::sys::{self, Kind, Meta};
 use crate::verify::{self, Stamp};
 use crate::walk::Node;
@@ -78,7 +80,7 @@ pub struct Resume<'a> {
     /// What the interrupted run had finished (empty under `--verify full`).
     previous: Frontier,
     /// Special-bit records of the interrupted run.
-    pub previous_pending: Vec<(String, u64, u32)>,
+    pub previous_pending: Vec<SpecialRecord>,
     /// Records of `previous` found not to hold while their directory was read.
     dropped: Mutex<HashSet<(u64, Option<Stamp>)>>,
     /// What this run has finished so far, written to the root now and then.
@@ -94,7 +96,7 @@ struct Current {
     frontier: Frontier,
     written: Instant,
     /// The special-bit records last written to their xattr (`None`: not known).
-    pending_written: Option<Vec<(String, u64, u32)>>,
+    pending_written: Option<Vec<SpecialRecord>>,
 }
 
 /// A checkpoint budget below which halving stops: the records no longer pay for a write.
@@ -311,7 +313,7 @@ impl<'a> Resume<'a> {
 
     /// Records (and writes at once, in its own xattr) the mode a setuid/setgid file must get
     /// back if this run is killed between its chown and chmod.
-    pub fn stage_pending(&self, record: (String, u64, u32)) -> Result<(), Errno> {
+    pub fn stage_pending(&self, record: SpecialRecord) -> Result<(), Errno> {
         let mut cur = self.lock();
         cur.checkpoint.pending.push(record);
         self.write_pending(&mut cur)
@@ -319,12 +321,12 @@ impl<'a> Resume<'a> {
 
     /// Replaces the pending records taken over from the interrupted run with those still needed
     /// (see [`Restored::kept`]); written out with the next checkpoint.
-    pub fn keep_pending(&self, kept: Vec<(String, u64, u32)>) {
+    pub fn keep_pending(&self, kept: Vec<SpecialRecord>) {
         self.lock().checkpoint.pending = kept;
     }
 
     /// Drops a pending record (written out with the next checkpoint).
-    pub fn forget_pending(&self, record: &(String, u64, u32)) {
+    pub fn forget_pending(&self, record: &SpecialRecord) {
         self.lock().checkpoint.pending.retain(|p| p != record);
     }
 
@@ -401,11 +403,11 @@ pub struct Restored {
     /// Files whose bits were (or, in a dry run, would be) restored.
     pub restored: u64,
     /// The records still needed (refused or failed): kept in the checkpoint until settled.
-    pub kept: Vec<(String, u64, u32)>,
+    pub kept: Vec<SpecialRecord>,
 }
 
-/// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`); a
-/// `dry_run` (`check`) changes nothing and only counts and reports. Paths are under `root_path`.
+/// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`);
+/// `check` changes nothing and only counts and reports. Paths are under `root_path`.
 ///
 /// The record lives on the root, which the app may write, so it is not trusted to grant more
 /// than the app already has: setgid is restored (the file's group is the spec's group, which the
@@ -417,49 +419,19 @@ pub struct Restored {
 pub fn restore_pending(
     root: BorrowedFd<'_>,
     root_path: &Path,
-    pending: &[(String, u64, u32)],
+    pending: &[SpecialRecord],
     spec: &Spec,
-    dry_run: bool,
+    mode: Mode,
 ) -> Restored {
     let mut out = Restored::default();
     for record in pending {
-        let (rel, ino, mode) = record;
-        let shown = escape_bytes(rel.as_bytes());
-        let dropped = |why: &str| warn!(record = %shown, "dropped a special-bit record of an interrupted pass: {why}");
-        let Some(rel_bytes) = crate::escape::unescape(rel) else {
-            dropped("it does not parse");
+        let Some((pinned, now, full)) = pin_record(root, root_path, record) else {
             continue;
         };
-        let rel_path = PathBuf::from(OsStr::from_bytes(&rel_bytes));
-        let full = root_path.join(&rel_path);
-        let pinned = match sys::pin_beneath(root, &rel_path) {
-            Ok(fd) => fd,
-            Err(Errno::NOENT) => continue,
-            Err(e) => {
-                dropped(&format!(
-                    "it names no entry below the volume root without crossing a symlink or mount: {}",
-                    errno_text(e.raw_os_error())
-                ));
-                continue;
-            }
-        };
-        let Ok(now) = sys::stat_fd(sys::fd(&pinned)) else {
-            continue;
-        };
-        if now.ino != *ino || now.kind() != Kind::File {
-            dropped("the entry there now is not the regular file (inode) it names");
-            continue;
-        }
-        let lost = mode & (libc::S_ISUID | libc::S_ISGID) & !now.perm();
-        let mut grant = 0;
-        if lost & libc::S_ISGID != 0 && spec.gid() == Some(now.gid) {
-            grant |= libc::S_ISGID;
-        }
-        if lost & libc::S_ISUID != 0 && spec.uid() == Some(now.uid) {
-            grant |= libc::S_ISUID;
-        }
+        let lost = record.mode & (libc::S_ISUID | libc::S_ISGID) & !now.perm();
+        let grant = grantable(lost, &now, spec);
         let mut keep = false;
-        if grant != 0 && dry_run {
+        if grant != 0 && mode == Mode::Check {
             out.restored += 1;
         } else if grant != 0 {
             match sys::chmod_fd(sys::fd(&pinned), now.perm() | grant) {
@@ -483,6 +455,49 @@ pub fn restore_pending(
         }
     }
     out
+}
+
+/// The regular file `record` names below the root, pinned without crossing a symlink or mount,
+/// with its metadata and full path; `None` when it is gone, or (with a warning) when the record
+/// names no such file.
+fn pin_record(root: BorrowedFd<'_>, root_path: &Path, record: &SpecialRecord) -> Option<(OwnedFd, Meta, PathBuf)> {
+    let shown = escape_bytes(record.path.as_bytes());
+    let dropped = |why: &str| warn!(record = %shown, "dropped a special-bit record of an interrupted pass: {why}");
+    let Some(rel_bytes) = crate::escape::unescape(&record.path) else {
+        dropped("it does not parse");
+        return None;
+    };
+    let rel_path = PathBuf::from(OsStr::from_bytes(&rel_bytes));
+    let pinned = match sys::pin_beneath(root, &rel_path) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return None,
+        Err(e) => {
+            dropped(&format!(
+                "it names no entry below the volume root without crossing a symlink or mount: {}",
+                errno_text(e.raw_os_error())
+            ));
+            return None;
+        }
+    };
+    let now = sys::stat_fd(sys::fd(&pinned)).ok()?;
+    if now.ino != record.ino || now.kind() != Kind::File {
+        dropped("the entry there now is not the regular file (inode) it names");
+        return None;
+    }
+    Some((pinned, now, root_path.join(&rel_path)))
+}
+
+/// Of the special bits `lost`, those a record may give back to the file `now`: setgid when its
+/// group is the spec's, setuid when its owner is the spec's `--owner`.
+fn grantable(lost: u32, now: &Meta, spec: &Spec) -> u32 {
+    let mut grant = 0;
+    if lost & libc::S_ISGID != 0 && spec.gid() == Some(now.gid) {
+        grant |= libc::S_ISGID;
+    }
+    if lost & libc::S_ISUID != 0 && spec.uid() == Some(now.uid) {
+        grant |= libc::S_ISUID;
+    }
+    grant
 }
 
 /// What to tell a person about special bits an interrupted pass cleared that volprep does not

@@ -13,11 +13,12 @@ const LAYERS: &[&[&str]] = &[
     &["apply", "demo", "inject", "inspect", "merge", "status"],
     &["shard", "sticky"],
     &["volume"],
+    &["lifecycle"],
     &["pass"],
     &["resume"],
     &["caps", "fix", "frontier", "guard", "marker", "progress", "report", "walk"],
     &["verify"],
-    &["error", "logsink", "options", "spec", "sys"],
+    &["error", "logsink", "options", "spec", "special", "sys"],
     &["escape", "sync"],
 ];
 
