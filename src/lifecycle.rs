@@ -82,19 +82,22 @@ pub fn contained(path: &Path, f: impl FnOnce() -> Result<VolumeReport, Error>) -
 
 /// One pass (of a volume, or of one shard of it) once its root is open.
 pub struct Pass<'a> {
+    /// When this volume's run began (the lock wait included): the report's `elapsed_ms`.
+    pub started: Instant,
+    /// The volume root as given, its spec, and how the run goes (the same for every volume).
     pub path: &'a Path,
     pub spec: &'a Spec,
     pub opts: &'a RunOptions,
-    pub started: Instant,
     /// The path as logs show it (escaped).
     pub shown: String,
     /// The shard this pass prepares, if only one.
-    pub shard: Option<ShardFilter>,
+    shard: Option<ShardFilter>,
     /// Why it walks or skips, once decided.
     pub reason: String,
-    /// The filesystem type and its estimate of the entries (used inodes).
+    /// The filesystem type and its estimate of the entries (used inodes), for the log, the
+    /// progress display and the report.
     pub fs: String,
-    pub estimate: Option<u64>,
+    estimate: Option<u64>,
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
     pub digest: String,
     pub spec_text: String,
@@ -128,6 +131,15 @@ impl<'a> Pass<'a> {
     /// `shard I/N: ` for a shard's log lines, else nothing.
     pub fn label(&self) -> String {
         self.shard.map_or_else(String::new, |f| format!("shard {}/{}: ", f.index, f.count))
+    }
+
+    /// The estimate of the entries as a log field: a number when known (JSON logs keep its
+    /// type), else the word "unknown".
+    pub fn estimate_field(&self) -> &dyn tracing::Value {
+        match &self.estimate {
+            Some(n) => n,
+            None => &"unknown",
+        }
     }
 
     /// The skip rule of every run (spec, root, `--force`, `--verify`, `--reverify-after`),

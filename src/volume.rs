@@ -44,17 +44,11 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
     (verb, pass.reason) = verb_and_reason(&decision, opts.mode);
     log_decision(&pass, &found, verb);
     let before = found.state_word();
-    Ok(match (&decision, opts.mode) {
-        (Decision::Skip(_), Mode::Apply) => pass.skipped(before),
-        (_, Mode::Check) => {
-            let plan = plan(&decision, &found, root, &pass);
-            check(&pass, pool.start()?, root_fd, root_meta, &plan, before)
-        }
-        (Decision::Walk { .. }, Mode::Apply) => {
-            let plan = plan(&decision, &found, root, &pass);
-            apply(&pass, pool.start()?, root_fd, root_meta, &plan, before)
-        }
-    })
+    if let (Decision::Skip(_), Mode::Apply) = (&decision, opts.mode) {
+        return Ok(pass.skipped(before));
+    }
+    let plan = plan(&decision, &found, root, &pass);
+    Ok(walk(&pass, pool.start()?, root_fd, root_meta, &plan, before))
 }
 
 /// The decision's word for the log (`skip`, `check`, `resume`, `walk`) and its reason.
@@ -70,21 +64,12 @@ fn verb_and_reason(decision: &Decision, mode: Mode) -> (&'static str, String) {
 
 /// The line saying what this volume is and what the pass does with it.
 fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
-    // The estimate is a number when known (JSON logs keep its type), else the word "unknown".
-    let known;
-    let estimate: &dyn tracing::Value = match pass.estimate {
-        Some(n) => {
-            known = n;
-            &known
-        }
-        None => &"unknown",
-    };
     info!(
         fs = pass.fs.as_str(),
         spec = pass.spec_text.as_str(),
         digest = pass.digest.as_str(),
         threads = pass.opts.threads,
-        estimated_entries = estimate,
+        estimated_entries = pass.estimate_field(),
         marker = found.state_word(),
         decision = verb,
         reason = pass.reason.as_str(),
@@ -108,27 +93,11 @@ fn plan(decision: &Decision, found: &Found, root: BorrowedFd<'_>, pass: &Pass<'_
     }
 }
 
-/// `check`: every entry judged, nothing changed; the special-bit records of an interrupted run
-/// are counted as `apply` would restore them, and those it would refuse reported.
-fn check(
-    pass: &Pass<'_>,
-    threads: &rayon_core::ThreadPool,
-    root_fd: OwnedFd,
-    root_meta: Meta,
-    plan: &ResumePlan,
-    before: &str,
-) -> VolumeReport {
-    let mut fixer = pass.fixer(plan, None);
-    pass.take_over(root_fd.as_fd(), &fixer, plan);
-    pass.walk(&mut fixer, threads, root_fd, root_meta, "the counts cover what was checked");
-    let report = pass.report(fixer, Action::Checked, before, None);
-    log_left(pass, &report);
-    report
-}
-
-/// `apply`: the marker `in-progress` first, the walk keeping its checkpoint, then the marker
-/// settled (see [`settle_marker`]).
-fn apply(
+/// Walks the volume as `plan` says. `apply` writes the marker `in-progress` first, keeps its
+/// checkpoint during the walk, then settles the marker (see [`settle_marker`]); `check` (no
+/// checkpoint) changes nothing, and counts the special-bit records of an interrupted run as
+/// `apply` would restore them, reporting those it would refuse.
+fn walk(
     pass: &Pass<'_>,
     threads: &rayon_core::ThreadPool,
     root_fd: OwnedFd,
@@ -145,13 +114,17 @@ fn apply(
         _ => None,
     };
     pass.take_over(root_fd.as_fd(), &fixer, plan);
-    pass.walk(&mut fixer, threads, root_fd, root_meta, "the next start resumes");
+    let (action, then) = match pass.opts.mode {
+        Mode::Check => (Action::Checked, "the counts cover what was checked"),
+        Mode::Apply => (Action::Walked, "the next start resumes"),
+    };
+    pass.walk(&mut fixer, threads, root_fd, root_meta, then);
     let after = match marked {
         Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &mut fixer)),
         Some((_, _, Begun::Removed)) => Some("none".to_string()),
         _ => None,
     };
-    let report = pass.report(fixer, Action::Walked, before, after);
+    let report = pass.report(fixer, action, before, after);
     log_left(pass, &report);
     report
 }
