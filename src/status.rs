@@ -84,9 +84,9 @@ fn line_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]
     let when = m.finished.unwrap_or(m.started);
     let now = marker::now();
     let age = if when > now {
-        format!("{} in the future", marker::human_age(when - now))
+        format!("{} in the future", marker::human_age(when.saturating_sub(now)))
     } else {
-        format!("{} ago", marker::human_age(now - when))
+        format!("{} ago", marker::human_age(now.saturating_sub(when)))
     };
     let mut s = format!(
         "{shown}: {} for {} (digest {}), run {}, {age}",
