@@ -9,24 +9,26 @@ use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
+use crate::state::Stop;
 use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// How every volume is walked (mode, threads, resume, verification, ...).
+    pub run: RunOptions,
     /// Every volume with its spec.
     pub targets: Vec<(PathBuf, Spec)>,
-    /// Shared temp dirs to make (`--sticky`).
-    pub sticky: Vec<PathBuf>,
     /// Prepare only this shard of the (single) volume.
     pub shard: Option<ShardFilter>,
-    pub run: RunOptions,
+    /// Shared temp dirs to make (`--sticky`).
+    pub sticky: Vec<PathBuf>,
     /// Per-entry errors tolerated before the exit code becomes 1.
     pub max_errors: u64,
-    /// Entries of other users left (unprivileged) are not a reason to exit 4.
-    pub allow_foreign: bool,
     /// Where the JSON report goes ('-': stdout).
     pub report: Option<PathBuf>,
+    /// Entries of other users left (unprivileged) are not a reason to exit 4.
+    pub allow_foreign: bool,
     /// The Kubernetes termination message file (default: /dev/termination-log when it exists).
     pub termination_log: Option<PathBuf>,
     /// Prepare system directories (`/`, `/etc`, ...) too.
@@ -127,8 +129,8 @@ fn finish(o: &Options, volumes: Vec<VolumeReport>) -> Result<ExitCode, Error> {
         report::write(&Report::new(volumes), dest)?;
     }
     Ok(match sys::termination() {
-        Some("SIGINT") => ExitCode::Interrupted,
-        Some(_) => ExitCode::Terminated,
+        Some(Stop::Int) => ExitCode::Interrupted,
+        Some(Stop::Term) => ExitCode::Terminated,
         None => ExitCode::merge(codes),
     })
 }
@@ -188,7 +190,7 @@ fn check_groups(o: &Options, groups: &[u32]) -> Result<(), Error> {
 /// One ERROR line per capability the permission errors of the run point to and the process
 /// lacks (e.g. `capabilities.add` without FOWNER); returns those lines.
 fn missing_capabilities(volumes: &[VolumeReport]) -> Vec<String> {
-    let failures = volumes.iter().flat_map(|v| v.error_list.iter().map(|e| (e.op, e.errno.as_str())));
+    let failures = volumes.iter().flat_map(|v| v.error_list.iter().map(|e| (e.op, e.errno)));
     let Some(effective) = caps::effective() else {
         return Vec::new();
     };
@@ -226,13 +228,13 @@ fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
                 $level,
                 path = v.path.as_str(),
                 action = action.as_str(),
-                entries = v.entries,
-                changed_owner = v.changed_owner,
-                changed_mode = v.changed_mode,
-                errors = v.errors,
-                foreign_owned = v.foreign_owned,
+                entries = v.counts.entries,
+                changed_owner = v.counts.changed_owner,
+                changed_mode = v.counts.changed_mode,
+                errors = v.counts.errors,
+                foreign_owned = v.counts.foreign_owned,
                 elapsed_ms = v.elapsed_ms,
-                marker = v.marker_after.as_str(),
+                marker = v.marker_after.name(),
                 "{}",
                 v.summary()
             )
@@ -241,7 +243,7 @@ fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
     let code = v.exit_code(max_errors, allow_foreign);
     if code == ExitCode::Failure {
         summary!(tracing::Level::ERROR)
-    } else if v.errors > 0 || v.foreign_owned > 0 {
+    } else if v.counts.errors > 0 || v.counts.foreign_owned > 0 {
         summary!(tracing::Level::WARN)
     } else {
         summary!(tracing::Level::INFO)

@@ -1,5 +1,7 @@
 //! Names the capability a permission error points to, when this process lacks it.
 
+use rustix::io::Errno;
+
 use crate::error::Op;
 
 /// A capability the volprep container adds back after `drop: [ALL]`, and what fails without it.
@@ -23,14 +25,14 @@ pub const FOWNER: Cap = Cap { name: "FOWNER", bit: 3, needed_for: "chmod of entr
 pub const FSETID: Cap =
     Cap { name: "FSETID", bit: 4, needed_for: "the kernel drops the setgid bit a directory of another group must get" };
 
-/// The capabilities that could have made a failed `op` with `errno` (its name, e.g. `EPERM`)
-/// succeed, most likely first.
-pub fn candidates(op: Op, errno: &str) -> &'static [Cap] {
+/// The capabilities that could have made a failed `op` with `errno` succeed, most likely first.
+pub fn candidates(op: Op, errno: Option<Errno>) -> &'static [Cap] {
+    let Some(errno) = errno else { return &[] };
     match (op, errno) {
-        (Op::Chown, "EPERM") => &[CHOWN],
-        (Op::Chmod, "EPERM") => &[FOWNER, FSETID],
-        (Op::Open | Op::Readdir | Op::Stat | Op::Mkdir, "EACCES") => &[DAC_OVERRIDE],
-        (Op::Xattr, "EACCES" | "EPERM") => &[DAC_OVERRIDE, FOWNER],
+        (Op::Chown, Errno::PERM) => &[CHOWN],
+        (Op::Chmod, Errno::PERM) => &[FOWNER, FSETID],
+        (Op::Open | Op::Readdir | Op::Stat | Op::Mkdir, Errno::ACCESS) => &[DAC_OVERRIDE],
+        (Op::Xattr, Errno::ACCESS | Errno::PERM) => &[DAC_OVERRIDE, FOWNER],
         _ => &[],
     }
 }
@@ -42,9 +44,9 @@ pub fn effective() -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// The capabilities missing from `effective` that the failed operations (op, errno name) point
-/// to, each once, in the order the failures name them.
-pub fn missing<'a>(failures: impl IntoIterator<Item = (Op, &'a str)>, effective: u64) -> Vec<Cap> {
+/// The capabilities missing from `effective` that the failed operations (op, errno) point to,
+/// each once, in the order the failures name them.
+pub fn missing(failures: impl IntoIterator<Item = (Op, Option<Errno>)>, effective: u64) -> Vec<Cap> {
     let mut out: Vec<Cap> = Vec::new();
     for (op, errno) in failures {
         // The first candidate the process lacks explains the failure; one it holds does not.
@@ -70,29 +72,33 @@ mod tests {
     use super::*;
 
     const ALL: u64 = (1 << 41) - 1;
+    const P: Option<Errno> = Some(Errno::PERM);
+    const A: Option<Errno> = Some(Errno::ACCESS);
 
     #[test]
     fn a_refused_chmod_names_fowner_when_it_is_missing() {
         let eff = ALL & !(1 << FOWNER.bit);
-        assert_eq!(missing([(Op::Chmod, "EPERM"), (Op::Chmod, "EPERM")], eff), vec![FOWNER]);
+        assert_eq!(missing([(Op::Chmod, P), (Op::Chmod, P)], eff), vec![FOWNER]);
     }
 
     #[test]
     fn a_refused_chmod_names_fsetid_when_fowner_is_there() {
         let eff = ALL & !(1 << FSETID.bit);
-        assert_eq!(missing([(Op::Chmod, "EPERM")], eff), vec![FSETID]);
+        assert_eq!(missing([(Op::Chmod, P)], eff), vec![FSETID]);
     }
 
     #[test]
     fn each_failure_maps_to_its_capability() {
-        assert_eq!(missing([(Op::Chown, "EPERM")], 0), vec![CHOWN]);
-        assert_eq!(missing([(Op::Open, "EACCES"), (Op::Xattr, "EACCES")], 0), vec![DAC_OVERRIDE]);
+        assert_eq!(missing([(Op::Chown, P)], 0), vec![CHOWN]);
+        assert_eq!(missing([(Op::Open, A), (Op::Xattr, A)], 0), vec![DAC_OVERRIDE]);
     }
 
     #[test]
     fn nothing_is_named_when_every_capability_is_held_or_the_error_is_another() {
-        assert!(missing([(Op::Chmod, "EPERM"), (Op::Chown, "EPERM")], ALL).is_empty());
-        assert!(missing([(Op::Chown, "EROFS"), (Op::Open, "EIO")], 0).is_empty());
+        assert!(missing([(Op::Chmod, P), (Op::Chown, P)], ALL).is_empty());
+        assert!(
+            missing([(Op::Chown, Some(Errno::ROFS)), (Op::Open, Some(Errno::IO)), (Op::Chown, None)], 0).is_empty()
+        );
     }
 
     #[test]

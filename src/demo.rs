@@ -66,7 +66,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
         volumes.push(vol);
     }
     let last = volumes.last().expect("three steps");
-    let ok = last.changed_owner + last.changed_mode == 0 && volumes.iter().all(|v| v.errors == 0);
+    let ok = last.counts.changed_owner + last.counts.changed_mode == 0 && volumes.iter().all(|v| v.counts.errors == 0);
     report::write(&Report::new(volumes), Path::new("-"))?;
     if args.keep || !made_temp {
         info!("demo volume kept at {}", Escaped(dir.as_os_str()));

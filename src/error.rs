@@ -46,16 +46,31 @@ impl ExitCode {
     }
 }
 
+/// What one volume's exit code depends on.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct VolumeOutcome {
+    /// It could not be prepared at all.
+    pub fatal: bool,
+    /// Per-entry errors, and how many are tolerated (`--max-errors`).
+    pub errors: u64,
+    pub max_errors: u64,
+    /// Entries of other users were left (or would be) for a privileged run, and that is not
+    /// allowed (`--allow-foreign`).
+    pub left_foreign: bool,
+    /// `check` found entries `apply` would change.
+    pub would_change: bool,
+}
+
 impl ExitCode {
     /// The code one volume's outcome stands for: failure when it could not be prepared or had more
     /// per-entry errors than tolerated, partial when entries of other users were left (or would
     /// be) for a privileged run, "would change" when `check` found work, else success.
-    pub fn for_volume(fatal: bool, errors: u64, max_errors: u64, left_foreign: bool, would_change: bool) -> ExitCode {
-        if fatal || errors > max_errors {
+    pub fn for_volume(o: VolumeOutcome) -> ExitCode {
+        if o.fatal || o.errors > o.max_errors {
             ExitCode::Failure
-        } else if left_foreign {
+        } else if o.left_foreign {
             ExitCode::Partial
-        } else if would_change {
+        } else if o.would_change {
             ExitCode::WouldChange
         } else {
             ExitCode::Success
@@ -111,9 +126,12 @@ pub enum Error {
     /// A volume root that is not a directory.
     #[error("{}: not a directory", Escaped(path.as_os_str()))]
     NotADirectory { path: PathBuf },
-    /// The command line or environment is inconsistent.
+    /// The command line is inconsistent, or asks for what this machine does not allow.
     #[error("{0}")]
     Usage(String),
+    /// The environment failed the run: a resource it needs could not be had (threads).
+    #[error("{0}")]
+    Environment(String),
     /// Anything else that stops a volume, with its path.
     #[error("{}: {msg}", Escaped(path.as_os_str()))]
     Other { path: PathBuf, msg: String },
@@ -143,37 +161,68 @@ pub fn errno_text(errno: i32) -> String {
     }
 }
 
+/// The errnos a pass meets, with their symbolic names.
+const ERRNO_NAMES: &[(i32, &str)] = &[
+    (libc::EPERM, "EPERM"),
+    (libc::ENOENT, "ENOENT"),
+    (libc::EIO, "EIO"),
+    (libc::EACCES, "EACCES"),
+    (libc::EBUSY, "EBUSY"),
+    (libc::EEXIST, "EEXIST"),
+    (libc::ENOTDIR, "ENOTDIR"),
+    (libc::EISDIR, "EISDIR"),
+    (libc::EINVAL, "EINVAL"),
+    (libc::ENFILE, "ENFILE"),
+    (libc::EMFILE, "EMFILE"),
+    (libc::ENOSPC, "ENOSPC"),
+    (libc::EROFS, "EROFS"),
+    (libc::ELOOP, "ELOOP"),
+    (libc::ENAMETOOLONG, "ENAMETOOLONG"),
+    (libc::EOPNOTSUPP, "EOPNOTSUPP"),
+    (libc::ENOSYS, "ENOSYS"),
+    (libc::EXDEV, "EXDEV"),
+    (libc::EDQUOT, "EDQUOT"),
+    (libc::ESTALE, "ESTALE"),
+    (libc::ENODATA, "ENODATA"),
+    (libc::E2BIG, "E2BIG"),
+    (libc::ERANGE, "ERANGE"),
+    (libc::EWOULDBLOCK, "EWOULDBLOCK"),
+    (libc::EINTR, "EINTR"),
+    (libc::ENOMEM, "ENOMEM"),
+];
+
 /// The symbolic name of the errnos a pass meets, for reports ("EPERM").
 pub fn errno_name(errno: i32) -> Option<&'static str> {
-    Some(match errno {
-        libc::EPERM => "EPERM",
-        libc::ENOENT => "ENOENT",
-        libc::EIO => "EIO",
-        libc::EACCES => "EACCES",
-        libc::EBUSY => "EBUSY",
-        libc::EEXIST => "EEXIST",
-        libc::ENOTDIR => "ENOTDIR",
-        libc::EISDIR => "EISDIR",
-        libc::EINVAL => "EINVAL",
-        libc::ENFILE => "ENFILE",
-        libc::EMFILE => "EMFILE",
-        libc::ENOSPC => "ENOSPC",
-        libc::EROFS => "EROFS",
-        libc::ELOOP => "ELOOP",
-        libc::ENAMETOOLONG => "ENAMETOOLONG",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::ENOSYS => "ENOSYS",
-        libc::EXDEV => "EXDEV",
-        libc::EDQUOT => "EDQUOT",
-        libc::ESTALE => "ESTALE",
-        libc::ENODATA => "ENODATA",
-        libc::E2BIG => "E2BIG",
-        libc::ERANGE => "ERANGE",
-        libc::EWOULDBLOCK => "EWOULDBLOCK",
-        libc::EINTR => "EINTR",
-        libc::ENOMEM => "ENOMEM",
-        _ => return None,
-    })
+    ERRNO_NAMES.iter().find(|(n, _)| *n == errno).map(|(_, name)| *name)
+}
+
+/// How reports spell an errno (`#[serde(with)]`): its name (`EPERM`), its number when it has no
+/// name here, `-` for none (a failure that is no failed syscall).
+pub mod errno_word {
+    use rustix::io::Errno;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// `EPERM`, `1234`, `-`.
+    pub fn word(errno: Option<Errno>) -> String {
+        match errno.map(|e| e.raw_os_error()) {
+            None => "-".into(),
+            Some(n) => super::errno_name(n).map_or_else(|| n.to_string(), str::to_string),
+        }
+    }
+
+    /// The errno `word` spells (none for `-` or a word it does not know).
+    pub fn parse(word: &str) -> Option<Errno> {
+        let by_name = super::ERRNO_NAMES.iter().find(|(_, name)| *name == word).map(|(n, _)| *n);
+        by_name.or_else(|| word.parse().ok()).map(Errno::from_raw_os_error)
+    }
+
+    pub fn serialize<S: Serializer>(errno: &Option<Errno>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&word(*errno))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Errno>, D::Error> {
+        Ok(parse(&String::deserialize(d)?))
+    }
 }
 
 #[cfg(test)]
@@ -192,6 +241,31 @@ mod tests {
         assert_eq!(Partial as u8, 4);
         assert_eq!(ExitCode::merge([Failure, Interrupted]), Interrupted);
         assert_eq!(ExitCode::merge([Interrupted, Terminated, Usage]), Terminated);
+    }
+
+    #[test]
+    fn a_volume_outcome_maps_to_its_code() {
+        let clean = VolumeOutcome { max_errors: 2, ..Default::default() };
+        let code = |o: VolumeOutcome| ExitCode::for_volume(o);
+        assert_eq!(code(clean), ExitCode::Success);
+        assert_eq!(code(VolumeOutcome { errors: 2, would_change: true, ..clean }), ExitCode::WouldChange);
+        assert_eq!(code(VolumeOutcome { errors: 3, left_foreign: true, ..clean }), ExitCode::Failure);
+        assert_eq!(code(VolumeOutcome { left_foreign: true, would_change: true, ..clean }), ExitCode::Partial);
+        assert_eq!(code(VolumeOutcome { fatal: true, ..clean }), ExitCode::Failure);
+    }
+
+    #[test]
+    fn an_environment_failure_is_no_usage_error() {
+        assert_eq!(Error::Environment("cannot start 4 threads: x".into()).exit_code(), ExitCode::Failure);
+        assert_eq!(Error::Usage("--shard 3/2".into()).exit_code(), ExitCode::Usage);
+    }
+
+    #[test]
+    fn errnos_are_spelled_by_name_number_or_dash() {
+        use rustix::io::Errno;
+        for (e, w) in [(Some(Errno::PERM), "EPERM"), (Some(Errno::from_raw_os_error(4000)), "4000"), (None, "-")] {
+            assert_eq!((errno_word::word(e), errno_word::parse(w)), (w.to_string(), e));
+        }
     }
 
     #[test]

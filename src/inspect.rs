@@ -20,7 +20,7 @@ use crate::escape::Escaped;
 use crate::fix;
 use crate::options::resolve_threads;
 use crate::progress::Counters;
-use crate::report::{EntryError, MAX_LISTED_ERRORS};
+use crate::report::{EntryError, ErrorList};
 use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
@@ -217,7 +217,7 @@ struct Inspector<'a> {
     mounts: Examples<String>,
     hardlinked: Examples<String>,
     links_out: Examples<LinkOut>,
-    errors: Mutex<Vec<EntryError>>,
+    errors: Mutex<ErrorList>,
 }
 
 impl<'a> Inspector<'a> {
@@ -234,7 +234,7 @@ impl<'a> Inspector<'a> {
             mounts: Examples::new(),
             hardlinked: Examples::new(),
             links_out: Examples::new(),
-            errors: Mutex::new(Vec::new()),
+            errors: Mutex::default(),
         }
     }
 
@@ -275,10 +275,10 @@ impl<'a> Inspector<'a> {
         let fixed = fix::Fixed::decided(meta, spec);
         let change = fixed.change;
         if change.owner() {
-            Counters::add(&self.counters.changed_owner);
+            self.counters.changed_owner.inc();
         }
         if fixed.mode_changed() {
-            Counters::add(&self.counters.changed_mode);
+            self.counters.changed_mode.inc();
         }
         if !change.is_none() {
             self.would_change.add(|| show(&rel()));
@@ -286,14 +286,14 @@ impl<'a> Inspector<'a> {
     }
 
     fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
-        let c = &self.counters;
-        let entries = Counters::get(&c.entries);
-        let symlinks = Counters::get(&c.symlinks);
+        let c = self.counters.snapshot();
+        let entries = c.entries;
+        let symlinks = c.symlinks;
         let would_change = self.would_change.finish();
         let apply = render::ApplyView {
             changed: would_change.count,
-            changed_owner: Counters::get(&c.changed_owner),
-            changed_mode: Counters::get(&c.changed_mode),
+            changed_owner: c.changed_owner,
+            changed_mode: c.changed_mode,
         };
         let owner = self.apply_spec.and_then(|spec| {
             let uid = spec.owner_uid?;
@@ -319,10 +319,10 @@ impl<'a> Inspector<'a> {
             path: Escaped(path.as_os_str()).to_string(),
             threads,
             entries,
-            dirs: Counters::get(&c.dirs),
-            files: Counters::get(&c.files),
+            dirs: c.dirs,
+            files: c.files,
             symlinks,
-            others: Counters::get(&c.others),
+            others: c.others,
             file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
             dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
             owners: self.owners.finish(),
@@ -332,8 +332,8 @@ impl<'a> Inspector<'a> {
             nested_mounts: self.mounts.finish(),
             hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
-            errors: Counters::get(&c.errors),
-            error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()),
+            errors: c.errors,
+            error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_vec(),
             fs_group,
             owner,
             elapsed_ms: started.elapsed().as_millis() as u64,
@@ -369,13 +369,10 @@ impl Visitor for Inspector<'_> {
     }
 
     fn error(&self, dir: &Node, name: Option<&CStr>, op: Op, errno: Errno) {
-        Counters::add(&self.counters.errors);
+        self.counters.errors.inc();
         let rel = name.map_or_else(|| dir.rel_path(), |n| walk::rel_child(dir, n));
-        let err = EntryError::new(Path::new(&show(&rel)), op, errno.raw_os_error());
-        let mut list = lock(&self.errors);
-        if list.len() < MAX_LISTED_ERRORS {
-            list.push(err);
-        }
+        let err = EntryError::new(Path::new(&show(&rel)), op, errno);
+        lock(&self.errors).push(err);
     }
 }
 

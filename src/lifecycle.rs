@@ -24,6 +24,7 @@ use crate::report::{Action, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
 use crate::special::SpecialRecord;
+use crate::state::MarkerState;
 use crate::sys::{self, Meta};
 use crate::walk::Walk;
 
@@ -97,7 +98,7 @@ pub struct Pass<'a> {
     /// The filesystem type and its estimate of the entries (used inodes), for the log, the
     /// progress display and the report.
     pub fs: String,
-    estimate: Option<u64>,
+    pub estimate: Option<u64>,
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
     pub digest: String,
     pub spec_text: String,
@@ -131,15 +132,6 @@ impl<'a> Pass<'a> {
     /// `shard I/N: ` for a shard's log lines, else nothing.
     pub fn label(&self) -> String {
         self.shard.map_or_else(String::new, |f| format!("shard {}/{}: ", f.index, f.count))
-    }
-
-    /// The estimate of the entries as a log field: a number when known (JSON logs keep its
-    /// type), else the word "unknown".
-    pub fn estimate_field(&self) -> &dyn tracing::Value {
-        match &self.estimate {
-            Some(n) => n,
-            None => &"unknown",
-        }
     }
 
     /// The skip rule of every run (spec, root, `--force`, `--verify`, `--reverify-after`),
@@ -222,7 +214,13 @@ impl<'a> Pass<'a> {
 
     /// The report of this pass: what `fixer` counted, and the marker's state as it was found
     /// (`before`) and left (`after`; `None` when nothing was written: as it was).
-    pub fn report(&self, fixer: Fixer<'_>, action: Action, before: &str, after: Option<String>) -> VolumeReport {
+    pub fn report(
+        &self,
+        fixer: Fixer<'_>,
+        action: Action,
+        before: MarkerState,
+        after: Option<MarkerState>,
+    ) -> VolumeReport {
         let mut r = VolumeReport::empty(self.path, self.spec, self.opts.threads, action);
         r.spec = self.spec_text.clone();
         r.spec_digest = self.digest.clone();
@@ -230,14 +228,14 @@ impl<'a> Pass<'a> {
         r.reason = self.reason.clone();
         r.fs_type = self.fs.clone();
         r.estimated_entries = self.estimate;
-        r.marker_before = before.to_string();
-        r.marker_after = after.unwrap_or_else(|| before.to_string());
+        r.marker_before = before;
+        r.marker_after = after.unwrap_or(before);
         fixer.fill(&mut r, self.started.elapsed());
         r
     }
 
     /// The report of a pass that skips: nothing counted.
-    pub fn skipped(&self, before: &str) -> VolumeReport {
+    pub fn skipped(&self, before: MarkerState) -> VolumeReport {
         self.report(Fixer::new(self.path, self.spec, self.opts.mode, None), Action::Skipped, before, None)
     }
 }

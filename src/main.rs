@@ -22,24 +22,28 @@ mod lifecycle;
 // The pass: the visitor and its resume state:
 mod pass;
 mod resume;
-// Walking, deciding and fixing, the marker, the report, progress, refusals made up front:
+// Walking, deciding and fixing, the marker, progress, refusals made up front:
 mod caps;
 mod fix;
 mod frontier;
 mod guard;
 mod marker;
 mod progress;
-mod report;
 mod walk;
+// The report's data and rendering:
+mod report;
 // Whether a finished subtree changed since (the filesystem's clock):
 mod verify;
-// Ground: syscalls, the spec, option values, errors, escaping, the log sink:
+// Ground: syscalls, the spec, option values, errors, run ids, escaping, the log sink, state words:
+mod bounded;
 mod error;
 mod escape;
 mod logsink;
 mod options;
+mod runid;
 mod spec;
 mod special;
+mod state;
 mod sync;
 mod sys;
 

@@ -17,8 +17,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::escape::escape_bytes;
 use crate::options::Verify;
+use crate::runid::valid_run_id;
 use crate::special::SpecialRecord;
+use crate::state::MarkerState;
 use crate::sys;
+
+mod shards;
+
+pub use shards::{Claim, Heartbeat, Shards, anchor_digest};
 
 /// A string read from the root (the app may have written it), escaped for logs and messages.
 pub fn escape_str(s: &str) -> String {
@@ -87,107 +93,21 @@ pub struct Marker {
     pub left: Option<u64>,
 }
 
-/// Where the shards of one sharded pass stand: the meeting point of their Jobs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Shards {
-    /// N of `--shard I/N`.
-    pub n: u32,
-    /// `--shard-depth` (every shard must split the tree the same way).
-    pub depth: u32,
-    /// Shards that finished with no error, in order.
-    pub done: Vec<u32>,
-    /// Entries of the shards in `done`.
-    pub entries: u64,
-    /// Shards being walked: index, run id and the last heartbeat (unix seconds).
-    pub running: Vec<(u32, String, u64)>,
-    /// What each shard in `done` claims to have walked, for the run that completes the volume
-    /// to check (absent in records of earlier versions: a done shard without a claim has its
-    /// part walked again by that run).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub claims: Vec<Claim>,
-}
-
-/// A done shard's claim: the anchors of its part, as they were when its walk began, and the
-/// filesystem's time once it ended. A directory of its part changed after that time has a
-/// change time (ctime) at or past it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Claim {
-    /// The shard.
-    pub i: u32,
-    /// The root's ctime (seconds, nanoseconds) read right after a write on the root that
-    /// followed the walk: the filesystem's clock, not this process's.
-    pub t: (i64, u32),
-    /// [`anchor_digest`] of the part's anchors (and, for shard 0, the entries above the split
-    /// depth) listed before the walk.
-    pub a: String,
-}
-
-/// The digest of a part's anchors: each one's path relative to the root and inode number, in
-/// any order. 16 hex digits of SHA-256.
-pub fn anchor_digest(anchors: &mut [(Vec<u8>, u64)]) -> String {
-    use sha2::{Digest, Sha256};
-    anchors.sort_unstable();
-    let mut h = Sha256::new();
-    for (rel, ino) in anchors.iter() {
-        h.update(rel);
-        h.update([0]);
-        h.update(ino.to_le_bytes());
-    }
-    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
-}
-
-impl Shards {
-    /// Why this record does not fit the layout of `n` shards split at `depth`, if it does not:
-    /// another layout, an index past N, or a `done` list that is not a set in order. A record
-    /// that does not fit is not trusted at all (a forged `[1, 1]` must not pass for two shards).
-    pub fn misfit(&self, n: u32, depth: u32) -> Option<String> {
-        if (self.n, self.depth) != (n, depth) {
-            return Some(format!(
-                "it is for {} shards split at depth {}, not {n} at depth {depth}",
-                self.n, self.depth
-            ));
-        }
-        if let Some(i) = self.done.iter().chain(self.running.iter().map(|r| &r.0)).find(|&&i| i >= n) {
-            return Some(format!("it lists shard {i}, past the last of {n}"));
-        }
-        if self.done.windows(2).any(|w| w[0] >= w[1]) {
-            return Some(format!("its done list {:?} repeats a shard or is out of order", self.done));
-        }
-        None
-    }
-
-    /// Whether every shard is done (for a record that fits its layout).
-    pub fn complete(&self) -> bool {
-        self.done.len() as u32 == self.n
-    }
-
-    /// The claim of shard `i`, if it is done and made one.
-    pub fn claim(&self, i: u32) -> Option<&Claim> {
-        self.claims.iter().find(|c| c.i == i).filter(|_| self.done.contains(&i))
-    }
-
-    /// Records shard `i` as done with `claim` (none when its anchors could not be listed).
-    pub fn set_done(&mut self, i: u32, claim: Option<Claim>) {
-        if !self.done.contains(&i) {
-            self.done.push(i);
-            self.done.sort_unstable();
-        }
-        self.claims.retain(|c| c.i != i);
-        self.claims.extend(claim);
-    }
-
-    /// Takes shard `i` out of `done`, with its claim.
-    pub fn undo(&mut self, i: u32) {
-        self.done.retain(|&d| d != i);
-        self.claims.retain(|c| c.i != i);
-    }
-}
-
+/// The state a marker records (see [`MarkerState`] for what a report says of a root).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum State {
     Done,
     InProgress,
+}
+
+impl From<State> for MarkerState {
+    fn from(s: State) -> MarkerState {
+        match s {
+            State::Done => MarkerState::Done,
+            State::InProgress => MarkerState::InProgress,
+        }
+    }
 }
 
 /// What an unfinished run has finished, kept on the root only (nothing is written below it).
@@ -232,6 +152,23 @@ pub struct Pending {
 }
 
 impl Marker {
+    /// A marker of this format with `state` for spec `digest` (in words: `spec`), written by
+    /// `run` that started at `started`; nothing finished, no shards, nothing left.
+    pub fn new(state: State, digest: &str, spec: &str, run: &str, started: u64) -> Marker {
+        Marker {
+            v: FORMAT,
+            state,
+            digest: digest.into(),
+            spec: spec.into(),
+            run: run.into(),
+            started,
+            finished: None,
+            entries: None,
+            shards: None,
+            left: None,
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("marker serializes")
     }
@@ -244,7 +181,7 @@ impl Marker {
         }
         // A resumed pass carries the run id into its own marker and logs: one volprep would not
         // write (U+2028, a tag character, a forged line) makes the whole marker untrusted.
-        let shard_runs = m.shards.iter().flat_map(|s| s.running.iter().map(|r| r.1.as_str()));
+        let shard_runs = m.shards.iter().flat_map(|s| s.running.iter().map(|r| r.run.as_str()));
         if let Some(bad) = std::iter::once(m.run.as_str()).chain(shard_runs).find(|r| !valid_run_id(r)) {
             return Err(format!("marker has a run id volprep does not write: '{}'", escape_str(bad)));
         }
@@ -265,14 +202,13 @@ pub enum Found {
 }
 
 impl Found {
-    /// A short word for reports: `unsupported`, `none`, `unreadable`, `done`, `in-progress`.
-    pub fn state_word(&self) -> &'static str {
+    /// What reports say of it.
+    pub fn state(&self) -> MarkerState {
         match self {
-            Found::Unsupported => "unsupported",
-            Found::Absent => "none",
-            Found::Unreadable(_) => "unreadable",
-            Found::Marker(m) if m.state == State::Done => "done",
-            Found::Marker(_) => "in-progress",
+            Found::Unsupported => MarkerState::Unsupported,
+            Found::Absent => MarkerState::None,
+            Found::Unreadable(_) => MarkerState::Unreadable,
+            Found::Marker(m) => m.state.into(),
         }
     }
 }
@@ -307,68 +243,64 @@ const UNFINISHED: &str = "interrupted, or some entries failed";
 /// The skip-or-walk rule. Skipping needs a `done` marker for this very spec digest AND a
 /// conforming root; anything else walks. Only an `in-progress` marker of the same spec resumes.
 pub fn decide(i: &Inputs<'_>) -> Decision {
-    let walk = |reason: String, resume: bool| Decision::Walk { reason, resume };
     if i.force {
         return walk("--force".into(), false);
     }
-    let m = match i.found {
+    match i.found {
         Found::Unsupported if i.verify == Verify::Marker && i.root_conforms => {
-            return Decision::Skip(
-                "no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)".into(),
-            );
+            Decision::Skip("no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)".into())
         }
-        Found::Unsupported => {
-            return walk("no xattr support here and the root does not conform".into(), false);
+        Found::Unsupported => walk("no xattr support here and the root does not conform".into(), false),
+        Found::Absent => walk("no marker".into(), false),
+        Found::Unreadable(e) => walk(e.clone(), false),
+        Found::Marker(m) if m.digest != i.digest => {
+            walk(format!("spec changed: marker is for '{}', now '{}'", escape_str(&m.spec), i.spec), false)
         }
-        Found::Absent => return walk("no marker".into(), false),
-        Found::Unreadable(e) => return walk(e.clone(), false),
-        Found::Marker(m) => m,
-    };
-    if m.digest != i.digest {
-        return walk(format!("spec changed: marker is for '{}', now '{}'", escape_str(&m.spec), i.spec), false);
+        Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
+        Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into(), false),
+        Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into(), false),
+        Found::Marker(m) => by_age(i, m),
     }
-    if m.state == State::InProgress && i.verify == Verify::Full {
+}
+
+fn walk(reason: String, resume: bool) -> Decision {
+    Decision::Walk { reason, resume }
+}
+
+/// An `in-progress` marker of this spec: resume, unless the pass finished unprivileged (walk
+/// again: nothing to resume).
+fn unfinished(i: &Inputs<'_>, m: &Marker) -> Decision {
+    let run = escape_str(&m.run);
+    if i.verify == Verify::Full {
         // Nothing is skipped on the checkpoint's word; its special-bit records are still honoured.
-        let run = escape_str(&m.run);
         return walk(
             format!("previous pass (run {run}) did not finish ({UNFINISHED}); --verify full: walking everything"),
             true,
         );
     }
-    if let (State::InProgress, Some(n)) = (m.state, m.left) {
-        return walk(
+    match m.left {
+        Some(n) => walk(
             format!(
-                "previous pass (run {}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
-                escape_str(&m.run),
+                "previous pass (run {run}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
                 if n == 1 { "entry" } else { "entries" }
             ),
             false,
-        );
+        ),
+        None => walk(format!("previous pass (run {run}) did not finish ({UNFINISHED}): resuming"), true),
     }
-    if m.state == State::InProgress {
-        return walk(
-            format!("previous pass (run {}) did not finish ({UNFINISHED}): resuming", escape_str(&m.run)),
-            true,
-        );
-    }
-    if !i.root_conforms {
-        return walk("marker says done, but the root does not conform".into(), false);
-    }
-    if i.verify == Verify::Full {
-        return walk("--verify full".into(), false);
-    }
+}
+
+/// A `done` marker of this spec on a conforming root: skip, unless `--reverify-after` finds it
+/// too old (or from the future).
+fn by_age(i: &Inputs<'_>, m: &Marker) -> Decision {
     let when = m.finished.unwrap_or(m.started);
-    if i.reverify_after.is_some() {
-        // A time in the future (forged, or a skewed clock) would never grow old: it is stale.
-        if when > i.now {
-            return walk(
-                format!("marker's finish time is {} in the future: taken as stale", human_age(when - i.now)),
-                false,
-            );
-        }
-    }
     let age = i.now.saturating_sub(when);
     if let Some(max) = i.reverify_after {
+        // A time in the future (forged, or a skewed clock) would never grow old: it is stale.
+        if when > i.now {
+            let ahead = human_age(when - i.now);
+            return walk(format!("marker's finish time is {ahead} in the future: taken as stale"), false);
+        }
         if age > max.as_secs() {
             return walk(format!("marker is {} old, more than --reverify-after", human_age(age)), false);
         }
@@ -389,41 +321,6 @@ pub fn human_age(secs: u64) -> String {
 
 pub fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// A run id: unique enough to tell runs apart (time, pid and host), short enough for the marker.
-pub fn new_run_id() -> String {
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    format!("{:x}-{}@{}", (nanos / 1000) as u64 & 0xffff_ffff_ffff, std::process::id(), hostname())
-}
-
-/// This machine's (or pod's) host name, or "-", as it goes into a run id: at most 63
-/// characters, each not in `[A-Za-z0-9._-]` replaced by `_`.
-pub fn hostname() -> String {
-    let safe = |c: char| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' };
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "-".into(), |h| h.trim().chars().take(63).map(safe).collect())
-}
-
-/// Whether `id` is a run id volprep could have written ([`new_run_id`], or one of an earlier
-/// version): 1 to 100 printable ASCII characters, no space, quote or backslash.
-pub fn valid_run_id(id: &str) -> bool {
-    (1..=100).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b'\\' | b'\''))
-}
-
-/// Whether the run `id` is known to be dead: it ran on this host and its process is gone, or it
-/// had this very pid (a restarted container, where volprep is pid 1 again).
-pub fn run_is_dead_here(id: &str) -> bool {
-    let Some((head, host)) = id.split_once('@') else { return false };
-    let Some(pid) = head.split_once('-').and_then(|(_, p)| p.parse::<i32>().ok()) else { return false };
-    if host != hostname() {
-        return false;
-    }
-    if pid as u32 == std::process::id() {
-        return true;
-    }
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) }
 }
 
 /// Reads the marker on the root.
@@ -494,18 +391,7 @@ mod tests {
     use super::*;
 
     fn marker(state: State, digest: &str) -> Marker {
-        Marker {
-            v: FORMAT,
-            state,
-            digest: digest.into(),
-            spec: "fs-group=1000".into(),
-            run: "r1".into(),
-            started: 1000,
-            finished: Some(1100),
-            entries: Some(5),
-            shards: None,
-            left: None,
-        }
+        Marker { finished: Some(1100), entries: Some(5), ..Marker::new(state, digest, "fs-group=1000", "r1", 1000) }
     }
 
     fn inputs(found: &Found) -> Inputs<'_> {
@@ -604,7 +490,7 @@ mod tests {
         assert!(s(vec![0, 5]).misfit(2, 1).is_some());
         assert!(s(vec![]).misfit(3, 1).is_some());
         assert!(s(vec![]).misfit(2, 2).is_some());
-        let running = Shards { running: vec![(7, "r".into(), 1)], ..s(vec![]) };
+        let running = Shards { running: vec![(7, "r".to_string(), 1).into()], ..s(vec![]) };
         assert!(running.misfit(2, 1).is_some());
     }
 
@@ -687,7 +573,6 @@ mod tests {
     #[test]
     fn a_forged_run_id_makes_the_marker_unreadable() {
         let good = marker(State::InProgress, "d1");
-        assert!(valid_run_id(&new_run_id()), "{}", new_run_id());
         assert_eq!(Marker::decode(&good.encode()).unwrap(), good);
         for bad in ["", "r\u{2028}FAKE", "r\u{e0041}", "r\u{200b}", "a b", "r\nx", "r\\x", &"r".repeat(101)] {
             let mut m = good.clone();
@@ -695,9 +580,32 @@ mod tests {
             let e = Marker::decode(&m.encode()).unwrap_err();
             assert!(e.contains("run id") && !e.contains('\u{2028}') && !e.contains('\n'), "{bad:?}: {e}");
             let mut m = good.clone();
-            m.shards = Some(Shards { n: 2, running: vec![(0, bad.into(), 1)], ..Shards::default() });
+            m.shards = Some(Shards { n: 2, running: vec![(0, bad.to_string(), 1).into()], ..Shards::default() });
             assert!(Marker::decode(&m.encode()).is_err(), "a shard's run {bad:?}");
         }
+    }
+
+    #[test]
+    fn heartbeats_keep_their_wire_format() {
+        let old = br#"{"n":2,"depth":1,"done":[],"entries":0,"running":[[1,"5f-7@h",1700000000]]}"#;
+        let s: Shards = serde_json::from_slice(old).unwrap();
+        assert_eq!(s.running, [Heartbeat { shard: 1, run: "5f-7@h".into(), at: 1_700_000_000 }]);
+        assert_eq!(serde_json::to_vec(&s).unwrap(), old.to_vec());
+    }
+
+    #[test]
+    fn the_report_word_of_each_marker_found() {
+        let words: Vec<String> = [
+            Found::Unsupported,
+            Found::Absent,
+            Found::Unreadable("x".into()),
+            Found::Marker(marker(State::Done, "d")),
+            Found::Marker(marker(State::InProgress, "d")),
+        ]
+        .iter()
+        .map(|f| f.state().to_string())
+        .collect();
+        assert_eq!(words, ["unsupported", "none", "unreadable", "done", "in-progress"]);
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     for (mut v, parts) in merged {
         v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
         let secs = v.elapsed_ms as f64 / 1000.0;
-        v.entries_per_s = if secs > 0.0 { (v.entries as f64 / secs) as u64 } else { v.entries };
+        v.entries_per_s = if secs > 0.0 { (v.counts.entries as f64 / secs) as u64 } else { v.counts.entries };
         codes.push(v.exit_code(0, false));
         if !opts.json {
             let line = format!("{} [{}, marker {}]\n", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);

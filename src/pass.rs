@@ -19,10 +19,11 @@ use crate::fix::{self, Change, Failure, Fixed, SetgidRule, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
-use crate::report::{EntryError, ForeignEntry, MAX_LISTED_ERRORS, MAX_LISTED_FOREIGN, VolumeReport};
+use crate::report::{EntryError, ErrorList, ForeignEntry, ForeignList, VolumeReport};
 use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::special::SpecialRecord;
+use crate::state::Stop;
 use crate::sys::{self, Kind, Meta};
 use crate::verify::Stamp;
 use crate::walk::{self, Descend, Node, Visitor};
@@ -34,7 +35,7 @@ pub struct Fixer<'a> {
     spec: &'a Spec,
     mode: Mode,
     pub counters: Counters,
-    pub errors: Mutex<Vec<EntryError>>,
+    pub errors: Mutex<ErrorList>,
     pub skipped_mounts: Mutex<Vec<PathBuf>>,
     pub resume: Option<Resume<'a>>,
     /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
@@ -43,11 +44,11 @@ pub struct Fixer<'a> {
     /// directories are verified against this bound (`Descend::Verify`) rather than read.
     pub verify_part: Option<Stamp>,
     /// The signal that stopped the walk early, once it is over.
-    pub interrupted: Option<&'static str>,
+    pub interrupted: Option<Stop>,
     /// Unprivileged: only entries this user owns are changed.
     pub privilege: Privilege,
     /// The first entries of other users left as they are (unprivileged).
-    pub foreign: Mutex<Vec<ForeignEntry>>,
+    pub foreign: Mutex<ForeignList>,
     /// When a directory's setgid bit is sure to stick (`apply`; else it is always read back).
     pub setgid: SetgidRule,
 }
@@ -59,14 +60,14 @@ impl<'a> Fixer<'a> {
             spec,
             mode,
             counters: Counters::default(),
-            errors: Mutex::new(Vec::new()),
+            errors: Mutex::default(),
             skipped_mounts: Mutex::new(Vec::new()),
             resume,
             shard: None,
             verify_part: None,
             interrupted: None,
             privilege: Privilege::Full,
-            foreign: Mutex::new(Vec::new()),
+            foreign: Mutex::default(),
             setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
         }
     }
@@ -111,37 +112,38 @@ impl<'a> Fixer<'a> {
     /// Counts an entry whose owner and/or mode (final against initial) changed.
     pub fn count(&self, owner: bool, mode: bool) {
         if owner {
-            Counters::add(&self.counters.changed_owner);
+            self.counters.changed_owner.inc();
         }
         if mode {
-            Counters::add(&self.counters.changed_mode);
+            self.counters.changed_mode.inc();
         }
     }
 
     /// An entry of another user that does not conform: left as it is, counted and listed (with
     /// what a privileged run would change), and no directory above it is finished.
     fn left(&self, dir: &Node, name: Option<&CStr>, meta: &Meta, change: Change, unread: bool) {
-        Counters::add(&self.counters.foreign_owned);
+        self.counters.foreign_owned.inc();
         if unread {
-            Counters::add(&self.counters.foreign_unread);
+            self.counters.foreign_unread.inc();
         }
         dir.taint();
+        let entry = || ForeignEntry {
+            path: Escaped(self.path_of(dir, name).as_os_str()).to_string(),
+            uid: meta.uid,
+            gid: meta.gid,
+            mode: format!("{:04o}", meta.perm()),
+            want_gid: change.gid,
+            want_mode: change.mode.map(|m| format!("{m:04o}")),
+            unread,
+        };
         let mut list = crate::sync::lock(&self.foreign);
-        if list.len() < MAX_LISTED_FOREIGN || tracing::enabled!(tracing::Level::DEBUG) {
-            let path = Escaped(self.path_of(dir, name).as_os_str()).to_string();
-            debug!(path = %path, uid = meta.uid, gid = meta.gid, mode = format!("{:04o}", meta.perm()).as_str(),
-                   unread, "owned by another user and does not conform: left as it is");
-            if list.len() < MAX_LISTED_FOREIGN {
-                list.push(ForeignEntry {
-                    path,
-                    uid: meta.uid,
-                    gid: meta.gid,
-                    mode: format!("{:04o}", meta.perm()),
-                    want_gid: change.gid,
-                    want_mode: change.mode.map(|m| format!("{m:04o}")),
-                    unread,
-                });
-            }
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let e = entry();
+            debug!(path = %e.path, uid = e.uid, gid = e.gid, mode = e.mode.as_str(), unread,
+                   "owned by another user and does not conform: left as it is");
+            list.push(e);
+        } else {
+            list.push_with(entry);
         }
     }
 
@@ -164,39 +166,16 @@ impl<'a> Fixer<'a> {
 
     /// Moves the counts, the error list and the skipped mounts into `r`.
     pub fn fill(self, r: &mut VolumeReport, elapsed: Duration) {
-        let c = &self.counters;
-        r.entries = Counters::get(&c.entries);
-        r.dirs = Counters::get(&c.dirs);
-        r.files = Counters::get(&c.files);
-        r.symlinks = Counters::get(&c.symlinks);
-        r.others = Counters::get(&c.others);
-        r.changed_owner = Counters::get(&c.changed_owner);
-        r.changed_mode = Counters::get(&c.changed_mode);
-        r.errors = Counters::get(&c.errors);
-        r.dirs_read = Counters::get(&c.dirs_read);
-        r.skipped_subtrees = Counters::get(&c.skipped_subtrees);
-        r.verified_dirs = Counters::get(&c.verified_dirs);
-        r.interrupted = self.interrupted.map(str::to_string);
-        r.hardlinked = Counters::get(&c.hardlinked);
-        if r.hardlinked > 0 {
-            let one = r.hardlinked == 1;
-            let what = if one { "1 entry has".to_string() } else { format!("{} entries have", r.hardlinked) };
-            let verb = match (self.mode == Mode::Apply, one) {
-                (true, true) => "it was",
-                (true, false) => "they were",
-                (false, true) => "it would be",
-                (false, false) => "they would be",
-            };
-            warn!(path = %Escaped(self.root.as_os_str()), hardlinked = r.hardlinked,
-                  "{what} more than one link: {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume");
+        r.counts = self.counters.snapshot();
+        r.interrupted = self.interrupted;
+        if r.counts.hardlinked > 0 {
+            self.warn_hardlinked(r.counts.hardlinked);
         }
         r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
-        r.foreign_owned = Counters::get(&c.foreign_owned);
-        r.foreign_unread_dirs = Counters::get(&c.foreign_unread);
         r.foreign_owned_list = self.foreign.into_inner().unwrap_or_else(|e| e.into_inner());
         r.elapsed_ms = elapsed.as_millis() as u64;
         let secs = elapsed.as_secs_f64();
-        r.entries_per_s = if secs > 0.0 { (r.entries as f64 / secs) as u64 } else { r.entries };
+        r.entries_per_s = if secs > 0.0 { (r.counts.entries as f64 / secs) as u64 } else { r.counts.entries };
         r.error_list = self.errors.into_inner().unwrap_or_else(|e| e.into_inner());
         r.skipped_mounts = self
             .skipped_mounts
@@ -207,35 +186,49 @@ impl<'a> Fixer<'a> {
             .collect();
     }
 
+    /// Warns that `n` entries with more than one link were (or would be) changed.
+    fn warn_hardlinked(&self, n: u64) {
+        let one = n == 1;
+        let what = if one { "1 entry has".to_string() } else { format!("{n} entries have") };
+        let verb = match (self.mode == Mode::Apply, one) {
+            (true, true) => "it was",
+            (true, false) => "they were",
+            (false, true) => "it would be",
+            (false, false) => "they would be",
+        };
+        warn!(path = %Escaped(self.root.as_os_str()), hardlinked = n,
+              "{what} more than one link: {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume");
+    }
+
     /// Counts and lists an error on a path that is not a walked entry (marker, restore).
     pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
-        Counters::add(&self.counters.errors);
-        let err = EntryError::new(path, op, errno.raw_os_error());
+        self.counters.errors.inc();
+        let err = EntryError::new(path, op, errno);
         let mut list = crate::sync::lock(&self.errors);
-        if list.len() < MAX_LISTED_ERRORS {
-            warn!("{}: {} failed: {}", err.path, op, err.error);
-            list.push(err);
-        } else {
+        if list.is_full() {
             debug!("{}: {} failed: {}", err.path, op, err.error);
+        } else {
+            warn!("{}: {} failed: {}", err.path, op, err.error);
         }
+        list.push(err);
     }
 
     /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
     pub fn error_note(&self, path: &Path, op: Op, text: String) {
-        Counters::add(&self.counters.errors);
+        self.counters.errors.inc();
         let err = EntryError::note(path, op, text);
         let mut list = crate::sync::lock(&self.errors);
-        if list.len() < MAX_LISTED_ERRORS {
+        if !list.is_full() {
             warn!("{}: {}", err.path, err.error);
-            list.push(err);
         }
+        list.push(err);
     }
 
     /// Counts and lists what [`resume::restore_pending`] found (in `check`: what `apply` would
     /// restore counts as a mode change).
     pub fn record_restored(&self, r: &resume::Restored) {
         if self.mode == Mode::Check {
-            (0..r.restored).for_each(|_| Counters::add(&self.counters.changed_mode));
+            self.counters.changed_mode.add(r.restored);
         }
         for (full, op, e) in &r.failed {
             self.error_at(full, *op, *e);
@@ -371,7 +364,7 @@ impl Visitor for Fixer<'_> {
         let Some(clock) = self.resume.as_ref().and_then(|r| r.was_done(parent, ino, ord)) else {
             return Descend::Read;
         };
-        Counters::add(&self.counters.skipped_subtrees);
+        self.counters.skipped_subtrees.inc();
         if tracing::enabled!(tracing::Level::DEBUG) {
             let path = self.path_of(parent, Some(name));
             debug!(path = %Escaped(path.as_os_str()), "finished by the interrupted run: verified, not read again");
@@ -380,14 +373,14 @@ impl Visitor for Fixer<'_> {
     }
 
     fn listed(&self, dir: &Node, others: u64) {
-        Counters::add(&self.counters.verified_dirs);
+        self.counters.verified_dirs.inc();
         if self.resume.is_some() {
             dir.add_entries(others);
         }
     }
 
     fn verified_leaf(&self, parent: &Node, _name: &CStr, ord: Option<u32>, meta: &Meta) {
-        Counters::add(&self.counters.verified_dirs);
+        self.counters.verified_dirs.inc();
         if let Some(r) = &self.resume {
             parent.add_entries(1);
             r.finished_leaf(parent, ord, meta.ino);
@@ -405,7 +398,7 @@ impl Visitor for Fixer<'_> {
     }
 
     fn dir_read(&self, dir: &Node) {
-        Counters::add(&self.counters.dirs_read);
+        self.counters.dirs_read.inc();
         if let Some(r) = &self.resume {
             r.begin(dir);
         }

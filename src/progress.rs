@@ -1,6 +1,7 @@
 //! Live counters of a pass (lock-free atomics shared by every walker thread) and the progress
 //! they drive: a log line every interval, or a live bar when stderr is a terminal.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -8,6 +9,8 @@ use std::time::{Duration, Instant};
 use tracing::info;
 
 use crate::options::ProgressStyle as Style;
+use crate::report::Counts;
+use crate::state::MarkerState;
 use crate::sys::{self, Kind, Meta};
 
 /// The environment variable of the test hook [`arm_kill_point`].
@@ -78,34 +81,44 @@ fn parse_kill_point(v: &str) -> Option<(u64, i32)> {
     n.parse::<u64>().ok().filter(|&n| n > 0 && n < u64::MAX).map(|n| (n, sig))
 }
 
-/// Counts for one volume. Every field only grows; read them at any time.
+/// One count, shared by every walker thread (relaxed atomic: it only grows).
+#[derive(Debug, Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`; returns the new count.
+    pub fn add(&self, n: u64) -> u64 {
+        self.0.fetch_add(n, Relaxed).wrapping_add(n)
+    }
+
+    /// Adds one; returns the new count.
+    pub fn inc(&self) -> u64 {
+        self.add(1)
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Counts for one volume (see [`Counts`] for what each means). Every field only grows; read
+/// them at any time.
 #[derive(Debug, Default)]
 pub struct Counters {
-    /// Entries looked at (the root and every entry below it, skipped mounts excluded).
-    pub entries: AtomicU64,
-    pub dirs: AtomicU64,
-    pub files: AtomicU64,
-    pub symlinks: AtomicU64,
-    /// FIFOs, sockets and device nodes.
-    pub others: AtomicU64,
-    /// Entries whose owner or group changed (or would, in `check`).
-    pub changed_owner: AtomicU64,
-    /// Entries whose mode changed (or would, in `check`).
-    pub changed_mode: AtomicU64,
-    /// Per-entry failures.
-    pub errors: AtomicU64,
-    /// Directories read (`getdents` work); 0 when a pass is skipped.
-    pub dirs_read: AtomicU64,
-    /// Top-level subtrees not read again because an interrupted run had finished them.
-    pub skipped_subtrees: AtomicU64,
-    /// Directories of those subtrees whose listing was verified unchanged (no file looked at).
-    pub verified_dirs: AtomicU64,
-    /// Non-directories whose inode has more than one link (each name counted).
-    pub hardlinked: AtomicU64,
-    /// Unprivileged: entries of other users that do not conform, left as they are.
-    pub foreign_owned: AtomicU64,
-    /// Unprivileged: directories of other users this user may not read (contents not checked).
-    pub foreign_unread: AtomicU64,
+    pub entries: Counter,
+    pub dirs: Counter,
+    pub files: Counter,
+    pub symlinks: Counter,
+    pub others: Counter,
+    pub changed_owner: Counter,
+    pub changed_mode: Counter,
+    pub errors: Counter,
+    pub dirs_read: Counter,
+    pub skipped_subtrees: Counter,
+    pub verified_dirs: Counter,
+    pub hardlinked: Counter,
+    pub foreign_owned: Counter,
+    pub foreign_unread: Counter,
 }
 
 impl Counters {
@@ -113,14 +126,14 @@ impl Counters {
     pub fn seen_meta(&self, meta: &Meta) {
         self.seen(meta.kind());
         if meta.kind() != Kind::Dir && meta.nlink > 1 {
-            self.hardlinked.fetch_add(1, Relaxed);
+            self.hardlinked.inc();
         }
     }
 
     pub fn seen(&self, kind: Kind) {
-        let before = self.entries.fetch_add(1, Relaxed);
-        if before + 1 == KILL_AFTER.load(Relaxed) {
-            fire(before + 1);
+        let n = self.entries.inc();
+        if n == KILL_AFTER.load(Relaxed) {
+            fire(n);
         }
         let by_kind = match kind {
             Kind::Dir => &self.dirs,
@@ -128,15 +141,27 @@ impl Counters {
             Kind::Symlink => &self.symlinks,
             _ => &self.others,
         };
-        by_kind.fetch_add(1, Relaxed);
+        by_kind.inc();
     }
 
-    pub fn get(c: &AtomicU64) -> u64 {
-        c.load(Relaxed)
-    }
-
-    pub fn add(c: &AtomicU64) {
-        c.fetch_add(1, Relaxed);
+    /// The counts now, as the report has them.
+    pub fn snapshot(&self) -> Counts {
+        Counts {
+            entries: self.entries.get(),
+            dirs: self.dirs.get(),
+            files: self.files.get(),
+            symlinks: self.symlinks.get(),
+            others: self.others.get(),
+            changed_owner: self.changed_owner.get(),
+            changed_mode: self.changed_mode.get(),
+            errors: self.errors.get(),
+            foreign_owned: self.foreign_owned.get(),
+            foreign_unread_dirs: self.foreign_unread.get(),
+            dirs_read: self.dirs_read.get(),
+            skipped_subtrees: self.skipped_subtrees.get(),
+            verified_dirs: self.verified_dirs.get(),
+            hardlinked: self.hardlinked.get(),
+        }
     }
 }
 
@@ -148,52 +173,56 @@ pub fn watch<T>(counters: &Counters, estimate: Option<u64>, style: Style, path: 
     }
     std::thread::scope(|s| {
         let (stop, stopped) = mpsc::channel::<()>();
-        s.spawn(move || {
-            let start = Instant::now();
-            let bar = (style == Style::Bar).then(|| new_bar(estimate));
-            let tick = match style {
-                Style::Lines(d) => d,
-                _ => Duration::from_millis(200),
-            };
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
-                // One read of the counters: the line and its fields show the same figures.
-                let snap = Snapshot::take(counters, start.elapsed(), estimate);
-                let line = snap.line();
-                match (&bar, snap.percent()) {
-                    (Some(b), _) => {
-                        b.set_position(snap.entries);
-                        b.set_message(line);
-                    }
-                    (None, Some(percent)) => info!(
-                        path,
-                        entries = snap.entries,
-                        changed_owner = snap.changed_owner,
-                        changed_mode = snap.changed_mode,
-                        errors = snap.errors,
-                        entries_per_s = snap.rate().round() as u64,
-                        percent = percent.round() as u64,
-                        eta_s = snap.eta().map_or(0.0, |e| (e * 10.0).round() / 10.0),
-                        "progress {path}: {line}"
-                    ),
-                    (None, None) => info!(
-                        path,
-                        entries = snap.entries,
-                        changed_owner = snap.changed_owner,
-                        changed_mode = snap.changed_mode,
-                        errors = snap.errors,
-                        entries_per_s = snap.rate().round() as u64,
-                        "progress {path}: {line}"
-                    ),
-                }
-            }
-            if let Some(b) = bar {
-                b.finish_and_clear();
-            }
-        });
+        s.spawn(move || show(counters, estimate, style, path, &stopped));
         let out = work();
         drop(stop);
         out
     })
+}
+
+/// Shows the progress of `counters` until `stopped` fires: a bar, or a log line every interval.
+fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &str, stopped: &mpsc::Receiver<()>) {
+    let start = Instant::now();
+    let bar = (style == Style::Bar).then(|| new_bar(estimate));
+    let tick = match style {
+        Style::Lines(d) => d,
+        _ => Duration::from_millis(200),
+    };
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
+        // One read of the counters: the line and its fields show the same figures.
+        let snap = Snapshot::take(counters, start.elapsed(), estimate);
+        let line = snap.line();
+        match &bar {
+            Some(b) => {
+                b.set_position(snap.entries);
+                b.set_message(line);
+            }
+            None => {
+                let percent = snap.percent();
+                info!(
+                    path,
+                    entries = snap.entries,
+                    changed_owner = snap.changed_owner,
+                    changed_mode = snap.changed_mode,
+                    errors = snap.errors,
+                    entries_per_s = snap.rate().round() as u64,
+                    percent = percent.map(|p| p.round() as u64),
+                    eta_s = percent.map(|_| snap.eta().map_or(0.0, |e| (e * 10.0).round() / 10.0)),
+                    "progress {path}: {line}"
+                )
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+        bars().remove(&b);
+    }
+}
+
+/// The one set of bars of this process: volumes walked at once each get a line of it.
+fn bars() -> &'static indicatif::MultiProgress {
+    static BARS: OnceLock<indicatif::MultiProgress> = OnceLock::new();
+    BARS.get_or_init(|| indicatif::MultiProgress::with_draw_target(indicatif::ProgressDrawTarget::stderr()))
 }
 
 fn new_bar(estimate: Option<u64>) -> indicatif::ProgressBar {
@@ -205,8 +234,51 @@ fn new_bar(estimate: Option<u64>) -> indicatif::ProgressBar {
     if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
         bar.set_style(style);
     }
-    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-    bar
+    bars().add(bar)
+}
+
+/// The line a volume's run logs once it has decided (its fields for JSON logs).
+pub struct DecisionLine<'a> {
+    /// The volume's path, escaped.
+    pub shown: &'a str,
+    pub fs: &'a str,
+    pub spec: &'a str,
+    pub digest: &'a str,
+    pub threads: usize,
+    pub estimate: Option<u64>,
+    pub marker: MarkerState,
+    /// `skip`, `check`, `resume`, `walk`.
+    pub decision: &'a str,
+    pub reason: &'a str,
+}
+
+impl DecisionLine<'_> {
+    /// Logs it: the estimate is a number when known (JSON logs keep its type), else the word
+    /// "unknown".
+    pub fn log(&self) {
+        let d = self;
+        macro_rules! line {
+            ($estimate:expr) => {
+                info!(
+                    fs = d.fs,
+                    spec = d.spec,
+                    digest = d.digest,
+                    threads = d.threads,
+                    estimated_entries = $estimate,
+                    marker = d.marker.name(),
+                    decision = d.decision,
+                    reason = d.reason,
+                    "{} {}",
+                    d.decision,
+                    d.shown
+                )
+            };
+        }
+        match d.estimate {
+            Some(n) => line!(n),
+            None => line!("unknown"),
+        }
+    }
 }
 
 /// The figures of one progress line.
@@ -223,10 +295,10 @@ pub struct Snapshot {
 impl Snapshot {
     fn take(c: &Counters, elapsed: Duration, estimate: Option<u64>) -> Snapshot {
         Snapshot {
-            entries: Counters::get(&c.entries),
-            changed_owner: Counters::get(&c.changed_owner),
-            changed_mode: Counters::get(&c.changed_mode),
-            errors: Counters::get(&c.errors),
+            entries: c.entries.get(),
+            changed_owner: c.changed_owner.get(),
+            changed_mode: c.changed_mode.get(),
+            errors: c.errors.get(),
             elapsed,
             estimate,
         }

@@ -3,16 +3,29 @@
 use std::io::Write;
 use std::path::Path;
 
+use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ExitCode, Op, errno_name, errno_text};
+use crate::bounded::Bounded;
+use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
 use crate::escape::Escaped;
+use crate::state::{MarkerState, Stop};
+
+mod wire;
+
+pub use wire::Counts;
 
 /// At most this many per-entry errors are listed (all are counted).
 pub const MAX_LISTED_ERRORS: usize = 100;
 
 /// At most this many entries of other users are listed (all are counted).
 pub const MAX_LISTED_FOREIGN: usize = 100;
+
+/// The first [`MAX_LISTED_ERRORS`] per-entry errors.
+pub type ErrorList = Bounded<EntryError, MAX_LISTED_ERRORS>;
+
+/// The first [`MAX_LISTED_FOREIGN`] entries of other users left as they are.
+pub type ForeignList = Bounded<ForeignEntry, MAX_LISTED_FOREIGN>;
 
 /// The JSON report: `{"version":1,"volumes":[...]}`. Key names are a stable interface.
 #[derive(Debug, Serialize, Deserialize)]
@@ -59,25 +72,27 @@ pub struct EntryError {
     /// The entry's path, escaped (see `escape`): lossless for any bytes.
     pub path: String,
     pub op: Op,
-    /// The errno's name, e.g. `EROFS`.
-    pub errno: String,
+    /// The failed syscall's errno (none for a failure that is no failed syscall). Reports spell
+    /// it by its name, e.g. `EROFS` (`-` for none).
+    #[serde(with = "crate::error::errno_word")]
+    pub errno: Option<Errno>,
     /// The errno's text.
     pub error: String,
 }
 
 impl EntryError {
-    pub fn new(path: &Path, op: Op, errno: i32) -> Self {
+    pub fn new(path: &Path, op: Op, errno: Errno) -> Self {
         EntryError {
             path: Escaped(path.as_os_str()).to_string(),
             op,
-            errno: errno_name(errno).map_or_else(|| errno.to_string(), str::to_string),
-            error: errno_text(errno),
+            errno: Some(errno),
+            error: errno_text(errno.raw_os_error()),
         }
     }
 
     /// A failure that is no failed syscall (`errno` is `-`): `error` says what and what to do.
     pub fn note(path: &Path, op: Op, text: String) -> Self {
-        EntryError { path: Escaped(path.as_os_str()).to_string(), op, errno: "-".into(), error: text }
+        EntryError { path: Escaped(path.as_os_str()).to_string(), op, errno: None, error: text }
     }
 }
 
@@ -86,6 +101,7 @@ impl EntryError {
 pub struct ForeignEntry {
     /// The entry's path, escaped (see `escape`).
     pub path: String,
+    /// Its owner and group.
     pub uid: u32,
     pub gid: u32,
     /// Its permission bits, octal (`0644`).
@@ -99,14 +115,18 @@ pub struct ForeignEntry {
     pub unread: bool,
 }
 
-/// One volume's figures.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// One volume's figures. Serialized by hand (`report/wire.rs`) to keep the key order of earlier
+/// versions while the counts live in one [`Counts`].
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default)]
 pub struct VolumeReport {
+    /// The volume's path, escaped.
     pub path: String,
     pub action: Action,
+    /// The spec in words and its digest (what the marker records).
     pub spec: String,
     pub spec_digest: String,
+    /// Walker threads.
     pub threads: usize,
     /// The filesystem type (from `statfs`).
     pub fs_type: String,
@@ -114,54 +134,31 @@ pub struct VolumeReport {
     pub estimated_entries: Option<u64>,
     /// Why the volume was walked or skipped.
     pub reason: String,
-    /// The marker's state before and after: `none`, `done`, `in-progress`, `unsupported`, `unreadable`.
-    pub marker_before: String,
-    pub marker_after: String,
-    pub entries: u64,
-    pub dirs: u64,
-    pub files: u64,
-    pub symlinks: u64,
-    pub others: u64,
-    pub changed_owner: u64,
-    pub changed_mode: u64,
-    pub errors: u64,
-    pub error_list: Vec<EntryError>,
+    /// The marker's state before and after.
+    pub marker_before: MarkerState,
+    pub marker_after: MarkerState,
+    /// Entries by kind, changes, errors, entries of other users left, directories read.
+    #[serde(flatten)]
+    pub counts: Counts,
+    pub error_list: ErrorList,
     pub skipped_mounts: Vec<String>,
     /// Unprivileged mode (not root, or `--unprivileged`): only the entries this user owns are
     /// changed.
     pub unprivileged: bool,
-    /// Unprivileged mode: entries of other users that do not conform, left as they are for a
-    /// privileged run (in `check`: that would be left).
-    pub foreign_owned: u64,
-    /// The first [`MAX_LISTED_FOREIGN`] of them.
-    pub foreign_owned_list: Vec<ForeignEntry>,
-    /// Of those, directories this user may not read: their contents were not checked.
-    pub foreign_unread_dirs: u64,
-    /// Directories read with `getdents` (0 when the walk was skipped).
-    pub dirs_read: u64,
-    /// Top-level subtrees an interrupted run had finished, not read again.
-    pub skipped_subtrees: u64,
-    /// Directories of those subtrees listed to verify they did not change since (their files
-    /// not looked at); a changed one is read and counted in `entries` like any other.
-    #[serde(default)]
-    pub verified_dirs: u64,
-    /// Non-directory entries whose inode has more than one link (each name counted): changing
-    /// one changes every name of the inode, maybe outside the volume.
-    pub hardlinked: u64,
+    /// Unprivileged mode: the first entries of other users that do not conform (`counts`
+    /// has how many), left as they are for a privileged run (in `check`: that would be left).
+    pub foreign_owned_list: ForeignList,
+    /// Wall time of the volume, and entries per second over it.
     pub elapsed_ms: u64,
     pub entries_per_s: u64,
     /// `I/N` for a sharded pass.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<String>,
     /// What `--sticky` found and did.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub sticky: Option<StickyOutcome>,
     /// The error that stopped this volume before or during its walk.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub fatal: Option<String>,
-    /// The signal (`SIGTERM`, `SIGINT`) that stopped the walk early.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub interrupted: Option<String>,
+    /// The signal that stopped the walk early.
+    pub interrupted: Option<Stop>,
 }
 
 impl VolumeReport {
@@ -169,7 +166,7 @@ impl VolumeReport {
     fn sample(path: &str, errors: u64) -> Self {
         let spec = crate::spec::Spec { fs_group: Some(1), owner_uid: None, owner_gid: None, read_only: false };
         let mut v = Self::empty(Path::new(path), &spec, 1, Action::Walked);
-        v.errors = errors;
+        v.counts.errors = errors;
         v
     }
 
@@ -180,60 +177,31 @@ impl VolumeReport {
 
     /// A report with every count at zero.
     pub fn empty(path: &Path, spec: &crate::spec::Spec, threads: usize, action: Action) -> Self {
-        VolumeReport {
-            path: Escaped(path.as_os_str()).to_string(),
-            action,
-            spec: spec.to_string(),
-            spec_digest: spec.digest(),
-            threads,
-            fs_type: String::new(),
-            estimated_entries: None,
-            reason: String::new(),
-            marker_before: String::new(),
-            marker_after: String::new(),
-            entries: 0,
-            dirs: 0,
-            files: 0,
-            symlinks: 0,
-            others: 0,
-            changed_owner: 0,
-            changed_mode: 0,
-            errors: 0,
-            error_list: Vec::new(),
-            skipped_mounts: Vec::new(),
-            unprivileged: false,
-            foreign_owned: 0,
-            foreign_owned_list: Vec::new(),
-            foreign_unread_dirs: 0,
-            dirs_read: 0,
-            skipped_subtrees: 0,
-            verified_dirs: 0,
-            hardlinked: 0,
-            elapsed_ms: 0,
-            entries_per_s: 0,
-            shard: None,
-            sticky: None,
-            fatal: None,
-            interrupted: None,
-        }
+        let path = Escaped(path.as_os_str()).to_string();
+        VolumeReport { path, action, spec: spec.to_string(), spec_digest: spec.digest(), threads, ..Default::default() }
     }
 
     /// `check` found entries that `apply` would change.
     pub fn would_change(&self) -> bool {
-        self.action == Action::Checked && self.changed_owner + self.changed_mode > 0
+        self.action == Action::Checked && self.counts.changed_owner + self.counts.changed_mode > 0
     }
 
     /// An unprivileged pass left (or, in `check`, would leave) entries of other users that do not
     /// conform: a privileged run is needed.
     pub fn left_foreign(&self) -> bool {
-        matches!(self.action, Action::Walked | Action::Checked) && self.foreign_owned > 0
+        matches!(self.action, Action::Walked | Action::Checked) && self.counts.foreign_owned > 0
     }
 
     /// The exit code this volume alone asks for, with `max_errors` tolerated, and entries of
     /// other users left too when `allow_foreign`.
     pub fn exit_code(&self, max_errors: u64, allow_foreign: bool) -> ExitCode {
-        let partial = self.left_foreign() && !allow_foreign;
-        ExitCode::for_volume(self.fatal.is_some(), self.errors, max_errors, partial, self.would_change())
+        ExitCode::for_volume(VolumeOutcome {
+            fatal: self.fatal.is_some(),
+            errors: self.counts.errors,
+            max_errors,
+            left_foreign: self.left_foreign() && !allow_foreign,
+            would_change: self.would_change(),
+        })
     }
 
     /// The one-line human summary.
@@ -247,48 +215,51 @@ impl VolumeReport {
         if self.action == Action::Skipped {
             return format!("{}: skipped ({}) in {}ms", self.path, self.reason, self.elapsed_ms);
         }
-        // "prepared" only when every entry conforms: with any error (tolerated or not) some may not.
-        let stopped;
-        let (verb, changed) = match (&self.interrupted, self.action) {
-            (Some(sig), action) => {
-                let mode = if action == Action::Checked { "would change" } else { "changed" };
-                stopped = format!("stopped by {sig} after");
-                (stopped.as_str(), mode)
-            }
-            (None, Action::Checked) => ("checked", "would change"),
-            _ if self.errors > 0 || self.foreign_owned > 0 => ("walked", "changed"),
-            _ => ("prepared", "changed"),
-        };
-        let mut s = format!(
-            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} owner {}, mode {}",
-            self.path,
-            self.entries,
-            self.elapsed_ms as f64 / 1000.0,
-            self.entries_per_s,
-            self.changed_owner,
-            self.changed_mode,
-        );
+        let mut s = self.headline();
+        let c = &self.counts;
         if !self.skipped_mounts.is_empty() {
             s += &format!(", skipped {} nested mount(s): {}", self.skipped_mounts.len(), self.skipped_mounts.join(" "));
         }
-        if self.skipped_subtrees > 0 {
+        if c.skipped_subtrees > 0 {
             s += &format!(
                 ", {} finished subtree(s) resumed past ({} of their directories verified unchanged)",
-                self.skipped_subtrees, self.verified_dirs
+                c.skipped_subtrees, c.verified_dirs
             );
         }
-        if self.foreign_owned > 0 {
+        if c.foreign_owned > 0 {
             let verb = if self.action == Action::Checked { "would leave" } else { "left" };
             s += &format!(
                 ", {verb} {} entries of other users that do not conform (a privileged run fixes them)",
-                self.foreign_owned
+                c.foreign_owned
             );
         }
-        s += &format!(", {} error(s)", self.errors);
+        s += &format!(", {} error(s)", c.errors);
         if self.interrupted.is_some() && self.action == Action::Walked {
             s += "; the next start resumes";
         }
         s
+    }
+
+    /// `PATH: prepared N entries in 1.00s (N/s): changed owner N, mode N`.
+    fn headline(&self) -> String {
+        let c = &self.counts;
+        // "prepared" only when every entry conforms: with any error (tolerated or not) some may not.
+        let (verb, changed) = match (self.interrupted, self.action) {
+            (Some(sig), Action::Checked) => (format!("stopped by {sig} after"), "would change"),
+            (Some(sig), _) => (format!("stopped by {sig} after"), "changed"),
+            (None, Action::Checked) => ("checked".into(), "would change"),
+            _ if c.errors > 0 || c.foreign_owned > 0 => ("walked".into(), "changed"),
+            _ => ("prepared".into(), "changed"),
+        };
+        format!(
+            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} owner {}, mode {}",
+            self.path,
+            c.entries,
+            self.elapsed_ms as f64 / 1000.0,
+            self.entries_per_s,
+            c.changed_owner,
+            c.changed_mode,
+        )
     }
 }
 
@@ -313,7 +284,7 @@ pub fn termination_message(volumes: &[VolumeReport]) -> String {
         let mut line = v.summary();
         if !v.error_list.is_empty() {
             let e = &v.error_list[0];
-            line += &format!(" (first: {} {} {})", e.path, e.op, e.errno);
+            line += &format!(" (first: {} {} {})", e.path, e.op, crate::error::errno_word::word(e.errno));
         }
         line.push('\n');
         let rest = volumes.len() - i - 1;
@@ -382,33 +353,13 @@ impl VolumeReport {
     /// lists join, the elapsed time is the longest.
     pub fn merge(&mut self, v: VolumeReport) {
         let m = self;
-        for (a, b) in [
-            (&mut m.entries, v.entries),
-            (&mut m.dirs, v.dirs),
-            (&mut m.files, v.files),
-            (&mut m.symlinks, v.symlinks),
-            (&mut m.others, v.others),
-            (&mut m.changed_owner, v.changed_owner),
-            (&mut m.changed_mode, v.changed_mode),
-            (&mut m.errors, v.errors),
-            (&mut m.dirs_read, v.dirs_read),
-            (&mut m.skipped_subtrees, v.skipped_subtrees),
-            (&mut m.verified_dirs, v.verified_dirs),
-            (&mut m.hardlinked, v.hardlinked),
-            (&mut m.foreign_owned, v.foreign_owned),
-            (&mut m.foreign_unread_dirs, v.foreign_unread_dirs),
-        ] {
-            // Reports are files anyone may have edited: a sum past u64 stays at the maximum.
-            *a = a.saturating_add(b);
-        }
+        m.counts.add(&v.counts);
         m.elapsed_ms = m.elapsed_ms.max(v.elapsed_ms);
-        m.error_list.extend(v.error_list);
-        m.error_list.truncate(MAX_LISTED_ERRORS);
+        m.error_list.append(v.error_list);
         m.skipped_mounts.extend(v.skipped_mounts);
-        m.foreign_owned_list.extend(v.foreign_owned_list);
-        m.foreign_owned_list.truncate(MAX_LISTED_FOREIGN);
+        m.foreign_owned_list.append(v.foreign_owned_list);
         m.unprivileged |= v.unprivileged;
-        if v.marker_after == "done" {
+        if v.marker_after == MarkerState::Done {
             m.marker_after = v.marker_after;
         }
         if v.action == Action::Walked {
@@ -435,7 +386,7 @@ mod tests {
     fn entries_left_for_a_privileged_run_show_in_the_summary() {
         let mut v = VolumeReport::sample("/a", 0);
         assert!(!v.left_foreign());
-        v.foreign_owned = 3;
+        v.counts.foreign_owned = 3;
         assert!(v.left_foreign());
         let s = v.summary();
         assert!(s.starts_with("/a: walked 0 entries"), "not 'prepared' with entries left: {s}");

@@ -16,13 +16,13 @@ use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::fix;
 use crate::lifecycle::{self, Pass, ResumePlan};
-use crate::marker::{self, Claim, Decision, Found, Marker, Shards, State};
+use crate::marker::{self, Claim, Decision, Found, Heartbeat, Marker, Shards, State};
 use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
-use crate::progress::Counters;
 use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
 use crate::spec::Spec;
+use crate::state::MarkerState;
 use crate::sys;
 use crate::volume;
 use crate::walk::Pool;
@@ -44,7 +44,7 @@ enum Step {
 /// What a shard leaves after recording its outcome.
 enum Outcome {
     /// The marker's state word: this run does not complete the volume.
-    Left(&'static str),
+    Left(MarkerState),
     /// Every shard is done: this run checks the others' claims, then seals the volume.
     Complete(Shards),
 }
@@ -69,7 +69,7 @@ pub fn run(
     let root_fd = lifecycle::open_root(path)?;
     let root = root_fd.as_fd();
     let mut pass = Pass::new(path, spec, opts, root, started, Some(filter));
-    let run = Run { pass: &pass, f: filter, id: marker::new_run_id(), root };
+    let run = Run { pass: &pass, f: filter, id: crate::runid::new_run_id(), root };
     let (step, before) = run.turn()?;
     let (walk_needed, reason) = match step {
         Step::Skip(why) => {
@@ -94,7 +94,7 @@ pub fn run(
     let after = run.settle(&mut fixer, claimed.as_deref(), root_meta, pool, walk_needed)?;
     drop(run);
     pass.reason = reason;
-    Ok(pass.report(fixer, Action::Walked, before, Some(after.to_string())))
+    Ok(pass.report(fixer, Action::Walked, before, Some(after)))
 }
 
 impl Run<'_, '_> {
@@ -109,7 +109,7 @@ impl Run<'_, '_> {
 
     /// Waits for this shard's turn: registers under the root lock, or learns it skips, or that
     /// the volume only needs finishing. Also returns the state of the marker it found.
-    fn turn(&self) -> Result<(Step, &'static str), Error> {
+    fn turn(&self) -> Result<(Step, MarkerState), Error> {
         let (pass, name) = (self.pass, self.name());
         let mut waited_log = Duration::ZERO;
         loop {
@@ -137,9 +137,9 @@ impl Run<'_, '_> {
     /// Under the root lock: reads the marker and decides (the skip rule of every run, then this
     /// shard's part of the round); registers this run as the shard's runner when it walks.
     /// Also returns the state of the marker it found (for the report).
-    fn register(&self, root: BorrowedFd<'_>) -> Result<(Step, &'static str), Error> {
+    fn register(&self, root: BorrowedFd<'_>) -> Result<(Step, MarkerState), Error> {
         let found = marker::read(root);
-        let before = found.state_word();
+        let before = found.state();
         if found == Found::Unsupported {
             return Err(Error::Other {
                 path: self.path().to_path_buf(),
@@ -190,33 +190,26 @@ impl Run<'_, '_> {
         } else if shards.done.contains(&f.index) {
             return Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count));
         }
-        if let Some((_, other, beat)) = shards.running.iter().find(|(i, r, _)| *i == f.index && *r != self.id) {
-            let other = marker::escape_str(other);
+        if let Some(h) = shards.running.iter().find(|h| h.shard == f.index && h.run != self.id) {
+            let (other, beat) = (marker::escape_str(&h.run), &h.at);
             // A heartbeat from the future (forged, or a clock far ahead) would hold the shard forever.
             let fresh = now.saturating_sub(*beat) < STALE_AFTER && *beat <= now + STALE_AFTER;
-            if fresh && !marker::run_is_dead_here(&other) {
+            if fresh && !crate::runid::run_is_dead_here(&other) {
                 return Step::Wait(format!("run {other} is walking this shard"));
             }
             warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
         }
-        shards.running.retain(|(i, _, _)| *i != f.index);
-        shards.running.push((f.index, self.id.clone(), now));
+        shards.running.retain(|h| h.shard != f.index);
+        shards.running.push(Heartbeat { shard: f.index, run: self.id.clone(), at: now });
         Step::Walk(format!("shard {}/{} of spec {}", f.index, f.count, self.pass.spec))
     }
 
     /// A new round of shards for this spec and layout, registered by this run.
     fn new_round(&self) -> Marker {
+        let (pass, f) = (self.pass, self.f);
         Marker {
-            v: marker::FORMAT,
-            state: State::InProgress,
-            digest: self.pass.digest.clone(),
-            spec: self.pass.spec_text.clone(),
-            run: self.id.clone(),
-            started: marker::now(),
-            finished: None,
-            entries: None,
-            shards: Some(Shards { n: self.f.count, depth: self.f.depth, ..Default::default() }),
-            left: None,
+            shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
+            ..Marker::new(State::InProgress, &pass.digest, &pass.spec_text, &self.id, marker::now())
         }
     }
 
@@ -259,7 +252,7 @@ impl Run<'_, '_> {
         root_meta: sys::Meta,
         pool: &Pool,
         walked: bool,
-    ) -> Result<&'static str, Error> {
+    ) -> Result<MarkerState, Error> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer);
         let after = match self.locked(|root| self.finish(root, fixer, claimed))? {
@@ -321,7 +314,7 @@ impl Run<'_, '_> {
             Err(word) => return Ok(Outcome::Left(word)),
         };
         let shards = m.shards.as_mut().expect("checked");
-        shards.running.retain(|(i, r, _)| !(*i == f.index && *r == self.id));
+        shards.running.retain(|h| !(h.shard == f.index && h.run == self.id));
         if let Some(why) = shards.misfit(f.count, f.depth) {
             // Changed during the walk: the other shards' completions are not trusted.
             warn!(path = %self.pass.shown, "the shard record on the root no longer fits the layout: {why}; starting a new round");
@@ -329,7 +322,7 @@ impl Run<'_, '_> {
         }
         let done = clean(fixer) && !shards.done.contains(&f.index);
         if done {
-            shards.entries = shards.entries.saturating_add(Counters::get(&fixer.counters.entries));
+            shards.entries = shards.entries.saturating_add(fixer.counters.entries.get());
         }
         if !done || anchors.is_none() {
             // Not done, or nothing to claim (a finishing run, or anchors that could not be listed).
@@ -350,7 +343,7 @@ impl Run<'_, '_> {
 
     /// The sharded marker of this spec on the root, or the state word to leave with when another
     /// run of the same spec completed (or is completing) the volume unsharded.
-    fn ours(&self, root: BorrowedFd<'_>) -> Result<Result<Marker, &'static str>, Error> {
+    fn ours(&self, root: BorrowedFd<'_>) -> Result<Result<Marker, MarkerState>, Error> {
         let (path, shown) = (self.path(), &self.pass.shown);
         let Found::Marker(m) = marker::read(root) else {
             return Err(Error::Other {
@@ -362,11 +355,11 @@ impl Run<'_, '_> {
             (true, true, _) => Ok(Ok(m)),
             (true, false, State::Done) => {
                 info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", marker::escape_str(&m.run));
-                Ok(Err("done"))
+                Ok(Err(MarkerState::Done))
             }
             (true, false, State::InProgress) => {
                 info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
-                Ok(Err("in-progress"))
+                Ok(Err(MarkerState::InProgress))
             }
             (false, ..) => Err(Error::Other {
                 path: path.to_path_buf(),
@@ -377,7 +370,7 @@ impl Run<'_, '_> {
 
     /// Under the root lock, once the other shards' claims were checked: fixes the root and marks
     /// the volume done, if every shard is still done and this run left nothing unfinished.
-    fn seal(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Result<&'static str, Error> {
+    fn seal(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Result<MarkerState, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
             Ok(m) => m,
@@ -385,7 +378,7 @@ impl Run<'_, '_> {
         };
         let complete = m.shards.as_ref().is_some_and(|s| s.misfit(f.count, f.depth).is_none() && s.complete());
         if !complete || !clean(fixer) {
-            return Ok("in-progress");
+            return Ok(MarkerState::InProgress);
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
@@ -404,11 +397,11 @@ impl Run<'_, '_> {
             Err(e) => {
                 fixer.count_change(&e.done);
                 fixer.error_at(path, e.op, e.errno);
-                return Ok("in-progress");
+                return Ok(MarkerState::InProgress);
             }
         }
         marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
-        Ok("done")
+        Ok(MarkerState::Done)
     }
 
     /// Renews this run's heartbeat in the marker until `stopped` fires.
@@ -419,7 +412,7 @@ impl Run<'_, '_> {
                 if let Found::Marker(mut m) = marker::read(root) {
                     if let Some(s) = m.shards.as_mut() {
                         let now = marker::now();
-                        s.running.iter_mut().filter(|(i, r, _)| *i == index && *r == self.id).for_each(|e| e.2 = now);
+                        s.running.iter_mut().filter(|h| h.shard == index && h.run == self.id).for_each(|h| h.at = now);
                         marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
                     }
                 }
@@ -442,7 +435,7 @@ fn written(root: BorrowedFd<'_>, path: &Path, m: Marker) -> Result<Outcome, Erro
     marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
     match m.shards {
         Some(s) if s.complete() => Ok(Outcome::Complete(s)),
-        _ => Ok(Outcome::Left("in-progress")),
+        _ => Ok(Outcome::Left(MarkerState::InProgress)),
     }
 }
 
@@ -467,9 +460,7 @@ fn own_anchors(
 /// Whether this shard's part is done: no error, no signal, and (unprivileged) no entry of
 /// another user left (a privileged run must finish that).
 fn clean(fixer: &Fixer<'_>) -> bool {
-    Counters::get(&fixer.counters.errors) == 0
-        && fixer.interrupted.is_none()
-        && Counters::get(&fixer.counters.foreign_owned) == 0
+    fixer.counters.errors.get() == 0 && fixer.interrupted.is_none() && fixer.counters.foreign_owned.get() == 0
 }
 
 /// Runs `f` holding the volume's lock, taken on a separate open of the root (a lock of its

@@ -1,11 +1,10 @@
 //! A special-bit record: a file whose setuid/setgid bits a chown is about to clear, and the mode to give back.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// One file between its chown and its chmod, as kept on the root: on the wire a JSON array
 /// `[path, inode, mode]` (the format of every version so far).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "(String, u64, u32)", into = "(String, u64, u32)")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpecialRecord {
     /// The path relative to the volume root, escaped (see `escape::unescape`).
     pub path: String,
@@ -15,15 +14,16 @@ pub struct SpecialRecord {
     pub mode: u32,
 }
 
-impl From<(String, u64, u32)> for SpecialRecord {
-    fn from((path, ino, mode): (String, u64, u32)) -> Self {
-        SpecialRecord { path, ino, mode }
+impl Serialize for SpecialRecord {
+    fn serialize<S: Serializer>(&self, to: S) -> Result<S::Ok, S::Error> {
+        (&self.path, self.ino, self.mode).serialize(to)
     }
 }
 
-impl From<SpecialRecord> for (String, u64, u32) {
-    fn from(r: SpecialRecord) -> Self {
-        (r.path, r.ino, r.mode)
+impl<'de> Deserialize<'de> for SpecialRecord {
+    fn deserialize<D: Deserializer<'de>>(from: D) -> Result<Self, D::Error> {
+        let (path, ino, mode) = <(String, u64, u32)>::deserialize(from)?;
+        Ok(SpecialRecord { path, ino, mode })
     }
 }
 

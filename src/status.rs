@@ -64,7 +64,7 @@ fn json_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]
     let checkpoint = checkpoints.iter().find(|(i, _)| i.is_none()).map(|(_, c)| c);
     json!({
         "path": shown,
-        "state": found.state_word(),
+        "state": found.state().name(),
         "marker": match found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
         "checkpoint": checkpoint.map(|c| summary(c, None)),
         "shard_checkpoints": checkpoints.iter().filter(|(i, _)| i.is_some()).map(|(i, c)| summary(c, *i)).collect::<Vec<_>>(),
@@ -90,7 +90,7 @@ fn line_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]
     };
     let mut s = format!(
         "{shown}: {} for {} (digest {}), run {}, {age}",
-        found.state_word(),
+        found.state().name(),
         escape_str(&m.spec),
         escape_str(&m.digest),
         escape_str(&m.run),
@@ -102,7 +102,8 @@ fn line_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]
         s += &format!(", finished unprivileged: {n} entries of other users left for a privileged run");
     }
     if let Some(sh) = &m.shards {
-        let running: Vec<String> = sh.running.iter().map(|(i, r, _)| format!("{i} (run {})", escape_str(r))).collect();
+        let running: Vec<String> =
+            sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
         s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
     }
     for (i, c) in checkpoints {

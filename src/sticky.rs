@@ -63,9 +63,9 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     let mut r = VolumeReport::empty(path, &spec, 1, if mode == Mode::Check { Action::Checked } else { Action::Sticky });
     r.spec = "sticky".into();
     r.reason = what;
-    r.entries = 1;
-    r.dirs = 1;
-    r.changed_mode = u64::from(needs_chmod);
+    r.counts.entries = 1;
+    r.counts.dirs = 1;
+    r.counts.changed_mode = u64::from(needs_chmod);
     r.elapsed_ms = started.elapsed().as_millis() as u64;
     r.sticky = Some(outcome);
     Ok(r)

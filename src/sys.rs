@@ -690,13 +690,12 @@ pub fn signal_self(sig: libc::c_int) {
     }
 }
 
-/// The name of the signal that asked this process to stop (`SIGTERM`, `SIGINT`), if one did.
-pub fn termination() -> Option<&'static str> {
+/// The signal that asked this process to stop, if one did (only SIGINT and SIGTERM are caught).
+pub fn termination() -> Option<crate::state::Stop> {
     match TERMINATION.load(Ordering::SeqCst) {
         0 => None,
-        libc::SIGTERM => Some("SIGTERM"),
-        libc::SIGINT => Some("SIGINT"),
-        _ => Some("a signal"),
+        libc::SIGINT => Some(crate::state::Stop::Int),
+        _ => Some(crate::state::Stop::Term),
     }
 }
 

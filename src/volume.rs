@@ -15,10 +15,11 @@ use crate::lifecycle::{self, Pass, ResumePlan};
 use crate::marker::{self, Decision, Found, Marker, State};
 use crate::options::{Mode, Privilege, RunOptions};
 use crate::pass::Fixer;
-use crate::progress::Counters;
+use crate::progress;
 use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
 use crate::spec::Spec;
+use crate::state::MarkerState;
 use crate::sys::{self, Meta};
 use crate::walk::Pool;
 
@@ -43,7 +44,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
     let verb;
     (verb, pass.reason) = verb_and_reason(&decision, opts.mode);
     log_decision(&pass, &found, verb);
-    let before = found.state_word();
+    let before = found.state();
     if let (Decision::Skip(_), Mode::Apply) = (&decision, opts.mode) {
         return Ok(pass.skipped(before));
     }
@@ -64,18 +65,18 @@ fn verb_and_reason(decision: &Decision, mode: Mode) -> (&'static str, String) {
 
 /// The line saying what this volume is and what the pass does with it.
 fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
-    info!(
-        fs = pass.fs.as_str(),
-        spec = pass.spec_text.as_str(),
-        digest = pass.digest.as_str(),
-        threads = pass.opts.threads,
-        estimated_entries = pass.estimate_field(),
-        marker = found.state_word(),
-        decision = verb,
-        reason = pass.reason.as_str(),
-        "{verb} {}",
-        pass.shown
-    );
+    let line = progress::DecisionLine {
+        shown: &pass.shown,
+        fs: &pass.fs,
+        spec: &pass.spec_text,
+        digest: &pass.digest,
+        threads: pass.opts.threads,
+        estimate: pass.estimate,
+        marker: found.state(),
+        decision: verb,
+        reason: &pass.reason,
+    };
+    line.log();
 }
 
 /// What the pass takes over and keeps: `apply` keeps a checkpoint where there are xattrs (the
@@ -89,7 +90,9 @@ fn plan(decision: &Decision, found: &Found, root: BorrowedFd<'_>, pass: &Pass<'_
     match (pass.opts.mode, found) {
         (Mode::Check, _) => previous.map_or(ResumePlan::None, |c| ResumePlan::CheckPending(c.pending)),
         (Mode::Apply, Found::Unsupported) => ResumePlan::None,
-        (Mode::Apply, _) => ResumePlan::apply(resumed.map_or_else(marker::new_run_id, |m| m.run.clone()), previous),
+        (Mode::Apply, _) => {
+            ResumePlan::apply(resumed.map_or_else(crate::runid::new_run_id, |m| m.run.clone()), previous)
+        }
     }
 }
 
@@ -103,7 +106,7 @@ fn walk(
     root_fd: OwnedFd,
     root_meta: Meta,
     plan: &ResumePlan,
-    before: &str,
+    before: MarkerState,
 ) -> VolumeReport {
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
     let marker_fd = plan.run().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
@@ -121,7 +124,7 @@ fn walk(
     pass.walk(&mut fixer, threads, root_fd, root_meta, then);
     let after = match marked {
         Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &mut fixer)),
-        Some((_, _, Begun::Removed)) => Some("none".to_string()),
+        Some((_, _, Begun::Removed)) => Some(MarkerState::None),
         _ => None,
     };
     let report = pass.report(fixer, action, before, after);
@@ -171,28 +174,18 @@ fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &str, root_meta: &Me
 
 /// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
 fn pass_marker(pass: &Pass<'_>, state: State, run: &str) -> Marker {
-    Marker {
-        v: marker::FORMAT,
-        state,
-        digest: pass.digest.clone(),
-        spec: pass.spec_text.clone(),
-        run: run.to_string(),
-        started: marker::now().saturating_sub(pass.started.elapsed().as_secs()),
-        finished: None,
-        entries: None,
-        shards: None,
-        left: None,
-    }
+    let started = marker::now().saturating_sub(pass.started.elapsed().as_secs());
+    Marker::new(state, &pass.digest, &pass.spec_text, run, started)
 }
 
 /// Says what an unprivileged pass left (if it did): how many entries, the first few, what a
 /// privileged run would change on them, and how to get one.
 fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
-    if r.foreign_owned == 0 {
+    if r.counts.foreign_owned == 0 {
         return;
     }
     let first: Vec<&str> = r.foreign_owned_list.iter().take(5).map(|e| e.path.as_str()).collect();
-    let unread = match r.foreign_unread_dirs {
+    let unread = match r.counts.foreign_unread_dirs {
         0 => String::new(),
         n => format!(" ({n} of them directories this user may not read: their contents were not checked)"),
     };
@@ -200,11 +193,11 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
     let spec = pass.spec;
     warn!(
         path = r.path.as_str(),
-        foreign_owned = r.foreign_owned,
-        foreign_unread_dirs = r.foreign_unread_dirs,
+        foreign_owned = r.counts.foreign_owned,
+        foreign_unread_dirs = r.counts.foreign_unread_dirs,
         "{}: {} entries owned by other users do not conform and {verb}{unread}; first: {}. A privileged run would give them group {} and the mode bits of spec '{}' (see foreign_owned_list in the report): run `volprep apply {} {}` once as root, e.g. the standalone Job of examples/fleet or the migrate chart",
         r.path,
-        r.foreign_owned,
+        r.counts.foreign_owned,
         first.join(" "),
         spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
         spec,
@@ -218,20 +211,20 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
 /// next run. An unprivileged pass that left other users' entries marks the marker with how many
 /// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
 /// that can't be written is a warning. Returns the state.
-fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut Fixer<'_>) -> String {
-    let errors = Counters::get(&fixer.counters.errors);
+fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut Fixer<'_>) -> MarkerState {
+    let errors = fixer.counters.errors.get();
     if errors > 0 || fixer.interrupted.is_some() {
         if let Some(r) = &fixer.resume {
             if let Err(e) = r.write() {
                 debug!("{}: cannot write the checkpoint: {e}", pass.shown);
             }
         }
-        return "in-progress".into();
+        return MarkerState::InProgress;
     }
-    let left = Counters::get(&fixer.counters.foreign_owned);
+    let left = fixer.counters.foreign_owned.get();
     let m = Marker {
         finished: Some(marker::now()),
-        entries: Some(Counters::get(&fixer.counters.entries)),
+        entries: Some(fixer.counters.entries.get()),
         left: (left > 0).then_some(left),
         ..pass_marker(pass, if left > 0 { State::InProgress } else { State::Done }, run)
     };
@@ -240,15 +233,15 @@ fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut F
     let place = Place::new(root, None);
     let _ = place.remove_checkpoint();
     match marker::write(root, &m).and_then(|()| place.remove()) {
-        Ok(()) if left > 0 => "in-progress".into(),
-        Ok(()) => "done".into(),
+        Ok(()) if left > 0 => MarkerState::InProgress,
+        Ok(()) => MarkerState::Done,
         // Every entry conforms: the app may start. Only the next start's skip is lost.
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %pass.shown,
                   "{what}, but cannot write the marker: {}; the next start walks again",
                   crate::error::errno_text(e.raw_os_error()));
-            "in-progress".into()
+            MarkerState::InProgress
         }
     }
 }

@@ -411,7 +411,7 @@ impl Pool {
             }
             built
         });
-        built.as_ref().map_err(|e| Error::Usage(format!("cannot start {threads} threads: {e}")))
+        built.as_ref().map_err(|e| Error::Environment(format!("cannot start {threads} threads: {e}")))
     }
 
     /// Whether the threads were started.

@@ -223,3 +223,33 @@ fn a_panic_in_a_volume_fails_that_volume_only() {
     assert_eq!((s["action"].as_str(), s["marker_after"].as_str()), (Some("walked"), Some("done")), "{s}");
     assert!(r.stderr.contains("internal error"), "{}", r.describe());
 }
+
+/// Threads the machine refuses (RLIMIT_NPROC reached) are a failure of the environment: exit 1,
+/// one line saying so, not the usage error (exit 2) of a bad command line.
+#[test]
+fn threads_that_cannot_start_are_a_failure_not_a_usage_error() {
+    if !privileged(&[]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("vol");
+    plain_tree(&vol);
+    // A uid with no other process: the limit of 1 is this process, so no thread can start (the
+    // limit does not hold for root, hence the setuid).
+    let mut cmd = volprep();
+    cmd.args(["inspect", "--threads", "4"]).arg(&vol);
+    as_user(&mut cmd, 54321, 54321, &[]);
+    // SAFETY: only async-signal-safe setrlimit runs between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt as _;
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit { rlim_cur: 1, rlim_max: 1 };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let r = run(&mut cmd).expect_code(1);
+    assert!(r.stderr.contains("cannot start 4 threads"), "{}", r.describe());
+}

@@ -16,10 +16,11 @@ const LAYERS: &[&[&str]] = &[
     &["lifecycle"],
     &["pass"],
     &["resume"],
-    &["caps", "fix", "frontier", "guard", "marker", "progress", "report", "walk"],
+    &["caps", "fix", "frontier", "guard", "marker", "progress", "walk"],
+    &["report"],
     &["verify"],
-    &["error", "logsink", "options", "spec", "special", "sys"],
-    &["escape", "sync"],
+    &["error", "logsink", "options", "runid", "spec", "special", "sys"],
+    &["bounded", "escape", "state", "sync"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

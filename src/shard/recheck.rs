@@ -15,7 +15,6 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 
 use rustix::io::Errno;
 use tracing::info;
@@ -25,7 +24,6 @@ use crate::escape::Escaped;
 use crate::marker::{self, Shards};
 use crate::options::{RunOptions, ShardFilter};
 use crate::pass::Fixer;
-use crate::progress::Counters;
 use crate::spec::Spec;
 use crate::sys::{self, DType, Kind, Meta};
 use crate::verify::Stamp;
@@ -100,7 +98,7 @@ pub struct Summary {
     pub verified_dirs: u64,
     /// The signal (SIGTERM, SIGINT) that stopped a walk of the check: the parts it did not
     /// cover are unchecked, and the volume must not be marked done.
-    pub stopped: Option<&'static str>,
+    pub stopped: Option<crate::state::Stop>,
 }
 
 /// The volume being completed and the run completing it.
@@ -165,9 +163,9 @@ impl Recheck<'_, '_> {
         sub.verify_part = bound;
         sub.privilege = self.opts.privilege;
         self.threads.install(|| Walk::new(&sub, &self.root_meta, self.opts.cross_devices).run(fd, meta));
-        sum.entries += Counters::get(&sub.counters.entries);
-        sum.dirs_read += Counters::get(&sub.counters.dirs_read);
-        sum.verified_dirs += Counters::get(&sub.counters.verified_dirs);
+        sum.entries += sub.counters.entries.get();
+        sum.dirs_read += sub.counters.dirs_read.get();
+        sum.verified_dirs += sub.counters.verified_dirs.get();
         absorb(self.fixer, sub);
     }
 }
@@ -186,16 +184,15 @@ fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
         (&a.foreign_owned, &b.foreign_owned),
         (&a.foreign_unread, &b.foreign_unread),
     ] {
-        x.fetch_add(y.load(Ordering::Relaxed), Ordering::Relaxed);
+        x.add(y.get());
     }
-    append(&into.errors, from.errors);
-    append(&into.skipped_mounts, from.skipped_mounts);
-    append(&into.foreign, from.foreign);
+    crate::sync::lock(&into.errors).append(inner(from.errors));
+    crate::sync::lock(&into.skipped_mounts).extend(inner(from.skipped_mounts));
+    crate::sync::lock(&into.foreign).append(inner(from.foreign));
 }
 
-fn append<T>(into: &Mutex<Vec<T>>, from: Mutex<Vec<T>>) {
-    let from = from.into_inner().unwrap_or_else(|e| e.into_inner());
-    crate::sync::lock(into).extend(from);
+fn inner<T>(m: Mutex<T>) -> T {
+    m.into_inner().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]
