@@ -60,7 +60,8 @@ impl ResumePlan {
     }
 }
 
-/// Opens a volume root: a directory, reached without following a symlink at its end.
+/// Opens a volume root (the path given may hold symlinks: it names the volume); a path that is
+/// no directory is said so.
 pub fn open_root(path: &Path) -> Result<OwnedFd, Error> {
     sys::open_root(path).map_err(|e| match e {
         Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
