@@ -80,41 +80,43 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     finish(o, volumes)
 }
 
-/// Every volume at once, each on a thread of its own walking on the shared `pool`. A volume
-/// that fails (a panic in its pass included) gets a failed report; the others go on.
+/// Every volume at once, each on a thread of its own walking on the shared `pool`.
 fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeReport> {
     std::thread::scope(|s| {
-        let handles: Vec<_> = o
+        let threads: Vec<_> = o
             .targets
             .iter()
-            .map(|(path, spec)| {
-                let run = move || match o.shard {
-                    Some(f) => shard::run(path, spec, opts, f, pool),
-                    None => volume::run(path, spec, opts, pool),
-                };
-                let report = move || match lifecycle::contained(path, run) {
-                    Ok(v) => {
-                        log_summary(&v, o.max_errors, o.allow_foreign);
-                        v
-                    }
-                    Err(e) => {
-                        tracing::error!("{e}");
-                        VolumeReport::failed(path, spec, opts.threads, &e)
-                    }
-                };
-                (path, spec, s.spawn(report))
-            })
+            .map(|(path, spec)| (path, spec, s.spawn(|| one_volume(o, opts, pool, path, spec))))
             .collect();
-        handles
+        threads
             .into_iter()
-            .map(|(path, spec, h)| {
-                h.join().unwrap_or_else(|_| {
+            .map(|(path, spec, t)| {
+                t.join().unwrap_or_else(|_| {
                     let e = Error::Other { path: path.clone(), msg: "internal error: its thread panicked".into() };
                     VolumeReport::failed(path, spec, opts.threads, &e)
                 })
             })
             .collect()
     })
+}
+
+/// The whole volume or its shard, with its summary logged. A volume that fails (a panic in its
+/// pass included) gets a failed report; the others go on.
+fn one_volume(o: &Options, opts: &RunOptions, pool: &walk::Pool, path: &Path, spec: &Spec) -> VolumeReport {
+    let pass = || match o.shard {
+        Some(f) => shard::run(path, spec, opts, f, pool),
+        None => volume::run(path, spec, opts, pool),
+    };
+    match lifecycle::contained(path, pass) {
+        Ok(v) => {
+            log_summary(&v, o.max_errors, o.allow_foreign);
+            v
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            VolumeReport::failed(path, spec, opts.threads, &e)
+        }
+    }
 }
 
 /// The summaries in the log and the termination message, the report, and the exit code.
