@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, Op};
 use crate::escape::{Escaped, escape_bytes};
 use crate::lifecycle::{self, Pass, ResumePlan};
-use crate::marker::{self, Decision, Found, Marker, State};
+use crate::marker::{self, Checkpoint, Decision, Found, Marker, State};
 use crate::options::{Mode, Privilege, RunOptions};
 use crate::pass::Fixer;
 use crate::progress;
@@ -48,7 +48,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
     if let (Decision::Skip(_), Mode::Apply) = (&decision, opts.mode) {
         return Ok(pass.skipped(before));
     }
-    let plan = plan(&decision, &found, root, &pass);
+    let plan = plan(&decision, &found, opts.mode, |m| Place::new(root, None).read(&m.run, &pass.digest));
     Ok(walk(&pass, pool.start()?, root_fd, root_meta, &plan, before))
 }
 
@@ -80,14 +80,20 @@ fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
 }
 
 /// What the pass takes over and keeps: `apply` keeps a checkpoint where there are xattrs (the
-/// interrupted run's, when it resumes one); `check` only looks at its special-bit records.
-fn plan(decision: &Decision, found: &Found, root: BorrowedFd<'_>, pass: &Pass<'_>) -> ResumePlan {
+/// interrupted run's, when it resumes one: `read` gives its checkpoint); `check` only looks at
+/// its special-bit records.
+fn plan(
+    decision: &Decision,
+    found: &Found,
+    mode: Mode,
+    read: impl FnOnce(&Marker) -> Option<Checkpoint>,
+) -> ResumePlan {
     let resumed = match (decision, found) {
         (Decision::Walk { resume: true, .. }, Found::Marker(m)) => Some(m),
         _ => None,
     };
-    let previous = resumed.and_then(|m| Place::new(root, None).read(&m.run, &pass.digest));
-    match (pass.opts.mode, found) {
+    let previous = resumed.and_then(read);
+    match (mode, found) {
         (Mode::Check, _) => previous.map_or(ResumePlan::None, |c| ResumePlan::CheckPending(c.pending)),
         (Mode::Apply, Found::Unsupported) => ResumePlan::None,
         (Mode::Apply, _) => {
@@ -294,5 +300,35 @@ fn lock_holder(root: BorrowedFd<'_>) -> String {
             format!("a process (pid {pid}, {}) holds a lock on the volume root", escape_bytes(name.as_bytes()))
         }
         Some((pid, None)) => format!("a process (pid {pid}) holds a lock on the volume root"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::special::SpecialRecord;
+
+    #[test]
+    fn the_plan_continues_only_an_interrupted_run_of_this_spec_and_check_keeps_nothing() {
+        let found = Found::Marker(Marker::new(State::InProgress, "d", "s", "r1", 0));
+        let record = SpecialRecord { path: "bin/tool".into(), ino: 7, mode: 0o4755 };
+        let checkpoint = Checkpoint { pending: vec![record.clone()], ..Checkpoint::new("r1", "d") };
+        let resume = Decision::Walk { reason: String::new(), resume: true };
+        let fresh = Decision::Walk { reason: String::new(), resume: false };
+        let read = |m: &Marker| (m.run == "r1").then(|| checkpoint.clone());
+        let never = |_: &Marker| -> Option<Checkpoint> { panic!("no checkpoint is read for a fresh walk") };
+
+        assert_eq!(
+            plan(&resume, &found, Mode::Apply, read),
+            ResumePlan::Resume { run: "r1".into(), checkpoint: checkpoint.clone() }
+        );
+        // Its checkpoint gone: the run goes on under its id, from nothing.
+        assert_eq!(plan(&resume, &found, Mode::Apply, |_| None), ResumePlan::Fresh { run: "r1".into() });
+        let ResumePlan::Fresh { run } = plan(&fresh, &found, Mode::Apply, never) else { panic!("a new run") };
+        assert_ne!(run, "r1");
+        assert_eq!(plan(&fresh, &Found::Unsupported, Mode::Apply, never), ResumePlan::None);
+        assert_eq!(plan(&resume, &found, Mode::Check, read), ResumePlan::CheckPending(vec![record]));
+        assert_eq!(plan(&fresh, &found, Mode::Check, never), ResumePlan::None);
+        assert_eq!(plan(&Decision::Skip(String::new()), &found, Mode::Check, never), ResumePlan::None);
     }
 }
