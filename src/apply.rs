@@ -10,24 +10,25 @@ use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::state::Stop;
-use crate::{caps, guard, progress, shard, sticky, sys, volume, walk};
+use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
 #[derive(Debug, Clone)]
 pub struct Options {
+    /// How every volume is walked (mode, threads, resume, verification, ...).
+    pub run: RunOptions,
     /// Every volume with its spec.
     pub targets: Vec<(PathBuf, Spec)>,
-    /// Shared temp dirs to make (`--sticky`).
-    pub sticky: Vec<PathBuf>,
     /// Prepare only this shard of the (single) volume.
     pub shard: Option<ShardFilter>,
-    pub run: RunOptions,
+    /// Shared temp dirs to make (`--sticky`).
+    pub sticky: Vec<PathBuf>,
     /// Per-entry errors tolerated before the exit code becomes 1.
     pub max_errors: u64,
-    /// Entries of other users left (unprivileged) are not a reason to exit 4.
-    pub allow_foreign: bool,
     /// Where the JSON report goes ('-': stdout).
     pub report: Option<PathBuf>,
+    /// Entries of other users left (unprivileged) are not a reason to exit 4.
+    pub allow_foreign: bool,
     /// The Kubernetes termination message file (default: /dev/termination-log when it exists).
     pub termination_log: Option<PathBuf>,
     /// Prepare system directories (`/`, `/etc`, ...) too.
@@ -67,35 +68,59 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     if let Some((n, sig)) = progress::arm_kill_point().map_err(Error::Usage)? {
         tracing::warn!("test hook {}: signal {sig} after {n} entries", progress::KILL_AFTER_ENV);
     }
+    if let Some(n) = progress::arm_panic_point().map_err(Error::Usage)? {
+        tracing::warn!("test hook {}: a panic after {n} entries", progress::PANIC_AFTER_ENV);
+    }
     // Started by the first volume that walks: a restart whose volumes all skip starts no thread.
     let pool = walk::Pool::new(opts.threads);
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
     let mut volumes: Vec<VolumeReport> = o.sticky.iter().map(|p| sticky_report(p, opts.mode)).collect();
-    let walked: Vec<VolumeReport> = std::thread::scope(|s| {
-        let handles: Vec<_> = o
+    let walked = run_volumes(o, opts, &pool);
+    volumes.extend(walked);
+    finish(o, volumes)
+}
+
+/// Every volume at once, each on a thread of its own walking on the shared `pool`.
+fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeReport> {
+    std::thread::scope(|s| {
+        let threads: Vec<_> = o
             .targets
             .iter()
-            .map(|(path, spec)| {
-                let pool = &pool;
-                let run = move || match o.shard {
-                    Some(f) => shard::run(path, spec, opts, f, pool),
-                    None => volume::run(path, spec, opts, pool),
-                };
-                s.spawn(move || match run() {
-                    Ok(v) => {
-                        log_summary(&v, o.max_errors, o.allow_foreign);
-                        v
-                    }
-                    Err(e) => {
-                        tracing::error!("{e}");
-                        VolumeReport::failed(path, spec, opts.threads, &e)
-                    }
+            .map(|(path, spec)| (path, spec, s.spawn(|| one_volume(o, opts, pool, path, spec))))
+            .collect();
+        threads
+            .into_iter()
+            .map(|(path, spec, t)| {
+                t.join().unwrap_or_else(|_| {
+                    let e = Error::Other { path: path.clone(), msg: "internal error: its thread panicked".into() };
+                    VolumeReport::failed(path, spec, opts.threads, &e)
                 })
             })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    volumes.extend(walked);
+            .collect()
+    })
+}
+
+/// The whole volume or its shard, with its summary logged. A volume that fails (a panic in its
+/// pass included) gets a failed report; the others go on.
+fn one_volume(o: &Options, opts: &RunOptions, pool: &walk::Pool, path: &Path, spec: &Spec) -> VolumeReport {
+    let pass = || match o.shard {
+        Some(f) => shard::run(path, spec, opts, f, pool),
+        None => volume::run(path, spec, opts, pool),
+    };
+    match lifecycle::contained(path, pass) {
+        Ok(v) => {
+            log_summary(&v, o.max_errors, o.allow_foreign);
+            v
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            VolumeReport::failed(path, spec, opts.threads, &e)
+        }
+    }
+}
+
+/// The summaries in the log and the termination message, the report, and the exit code.
+fn finish(o: &Options, volumes: Vec<VolumeReport>) -> Result<ExitCode, Error> {
     let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors, o.allow_foreign)).collect();
     let mut missing = missing_capabilities(&volumes);
     if crate::logsink::dropped() > 0 {

@@ -17,6 +17,8 @@ mod status;
 mod shard;
 mod sticky;
 mod volume;
+// The lifecycle of one pass, shared by a volume and a shard:
+mod lifecycle;
 // The pass: the visitor and its resume state:
 mod pass;
 mod resume;
@@ -40,6 +42,7 @@ mod logsink;
 mod options;
 mod runid;
 mod spec;
+mod special;
 mod state;
 mod sync;
 mod sys;

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::escape::escape_bytes;
 use crate::options::Verify;
 use crate::runid::valid_run_id;
+use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys;
 
@@ -123,7 +124,7 @@ pub struct Checkpoint {
     /// Special-bit records, as checkpoints held them before they got their own xattr
     /// ([`Pending`]): still read, never written.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pending: Vec<(String, u64, u32)>,
+    pub pending: Vec<SpecialRecord>,
 }
 
 impl Checkpoint {
@@ -147,7 +148,7 @@ impl Checkpoint {
 pub struct Pending {
     pub run: String,
     pub digest: String,
-    pub pending: Vec<(String, u64, u32)>,
+    pub pending: Vec<SpecialRecord>,
 }
 
 impl Marker {

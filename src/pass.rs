@@ -22,6 +22,7 @@ use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList, ForeignEntry, ForeignList, VolumeReport};
 use crate::resume::{self, Resume};
 use crate::spec::Spec;
+use crate::special::SpecialRecord;
 use crate::state::Stop;
 use crate::sys::{self, Kind, Meta};
 use crate::verify::Stamp;
@@ -262,12 +263,12 @@ impl<'a> Fixer<'a> {
     ) -> Result<Fixed, Failure> {
         let change = fix::decide(meta, self.spec);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
-        let record = (rel, meta.ino, change.mode.unwrap_or(meta.perm()));
+        let record = SpecialRecord { path: rel, ino: meta.ino, mode: change.mode.unwrap_or(meta.perm()) };
         // Best effort: if the record can't be kept (too long a path, a full filesystem), the file
         // is fixed all the same, as the kubelet would, just without the crash-safety net.
-        if record.0.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.stage_pending(record.clone()).is_err() {
+        if record.path.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.stage_pending(record.clone()).is_err() {
             resume.forget_pending(&record);
-            debug!(path = %record.0, "cannot record the mode to restore on the root; fixing without it");
+            debug!(path = %record.path, "cannot record the mode to restore on the root; fixing without it");
             return self.fix_one(dir, name, meta, pin);
         }
         let out = self.fix_one(dir, name, meta, pin);

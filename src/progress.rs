@@ -40,6 +40,35 @@ pub fn arm_kill_point() -> Result<Option<(u64, i32)>, String> {
     Ok(Some(point))
 }
 
+/// The environment variable of the test hook [`arm_panic_point`].
+pub const PANIC_AFTER_ENV: &str = "VOLPREP_TEST_PANIC_AFTER";
+
+/// TEST HOOK, like [`arm_kill_point`]: `VOLPREP_TEST_PANIC_AFTER=<entries>` makes the walker
+/// thread that counts that many entries of one volume panic, as a bug would. Tests use it to see
+/// a panic end that volume with a failed report and the others go on. Returns the entries.
+pub fn arm_panic_point() -> Result<Option<u64>, String> {
+    let Some(v) = std::env::var_os(PANIC_AFTER_ENV) else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    let n = v.parse::<u64>().ok().filter(|&n| n > 0 && n < u64::MAX);
+    let n = n.ok_or_else(|| format!("{PANIC_AFTER_ENV}={v}: expected <entries>"))?;
+    KILL_SIGNAL.store(PANIC, Relaxed);
+    KILL_AFTER.store(n, Relaxed);
+    Ok(Some(n))
+}
+
+/// The hook's action that stands for a panic rather than a signal.
+const PANIC: i32 = 0;
+
+/// What the test hook does once its point is reached (`n` entries): a signal, or a panic.
+fn fire(n: u64) {
+    match KILL_SIGNAL.load(Relaxed) {
+        PANIC => panic!("test hook {PANIC_AFTER_ENV}: a panic after {n} entries"),
+        sig => sys::signal_self(sig),
+    }
+}
+
 /// `123`, `123:kill` → (123, SIGKILL); `123:term` → (123, SIGTERM); anything else (0 included)
 /// → None.
 fn parse_kill_point(v: &str) -> Option<(u64, i32)> {
@@ -102,8 +131,9 @@ impl Counters {
     }
 
     pub fn seen(&self, kind: Kind) {
-        if self.entries.inc() == KILL_AFTER.load(Relaxed) {
-            sys::signal_self(KILL_SIGNAL.load(Relaxed));
+        let n = self.entries.inc();
+        if n == KILL_AFTER.load(Relaxed) {
+            fire(n);
         }
         let by_kind = match kind {
             Kind::Dir => &self.dirs,

@@ -2,6 +2,7 @@
 
 use serde_json::json;
 
+use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
 use crate::error::{Error, ExitCode, Op};
@@ -26,81 +27,14 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     for path in &args.paths {
         let root = sys::open_root(path).map_err(|e| Error::sys(path, Op::Open, e))?;
         let found = marker::read(sys::fd(&root));
-        // The unsharded pass's checkpoint, or each shard's.
-        let shards = match &found {
-            Found::Marker(m) => m.shards.as_ref().map(|s| s.n),
-            _ => None,
-        };
-        let checkpoints: Vec<(Option<u32>, Checkpoint)> = match shards {
-            None => vec![None],
-            Some(n) => (0..n.min(1024)).map(Some).collect(),
-        }
-        .into_iter()
-        .filter_map(|i| marker::read_checkpoint(sys::fd(&root), &marker::checkpoint_xattr(i)).map(|c| (i, c)))
-        .collect();
-        let checkpoint = checkpoints.iter().find(|(i, _)| i.is_none()).map(|(_, c)| c);
+        let checkpoints = checkpoints(sys::fd(&root), &found);
         let shown = Escaped(path.as_os_str()).to_string();
         if args.json {
-            out.push(json!({
-                "path": shown,
-                "state": found.state().name(),
-                "marker": match &found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
-                "checkpoint": checkpoint.map(|c| summary(c, None)),
-                "shard_checkpoints": checkpoints.iter().filter(|(i, _)| i.is_some()).map(|(i, c)| summary(c, *i)).collect::<Vec<_>>(),
-            }));
-            continue;
+            out.push(json_of(&shown, &found, &checkpoints));
+        } else {
+            text += &line_of(&shown, &found, &checkpoints);
+            text.push('\n');
         }
-        // Everything but the figures comes from the root, which the app may write: escaped.
-        let line = match &found {
-            Found::Marker(m) => {
-                let when = m.finished.unwrap_or(m.started);
-                let now = marker::now();
-                let age = if when > now {
-                    format!("{} in the future", marker::human_age(when - now))
-                } else {
-                    format!("{} ago", marker::human_age(now - when))
-                };
-                let mut s = format!(
-                    "{shown}: {} for {} (digest {}), run {}, {age}",
-                    found.state().name(),
-                    escape_str(&m.spec),
-                    escape_str(&m.digest),
-                    escape_str(&m.run),
-                );
-                if let Some(n) = m.entries {
-                    s += &format!(", {n} entries");
-                }
-                if let Some(n) = m.left {
-                    s += &format!(", finished unprivileged: {n} entries of other users left for a privileged run");
-                }
-                if let Some(sh) = &m.shards {
-                    let running: Vec<String> =
-                        sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
-                    s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
-                }
-                for (i, c) in &checkpoints {
-                    let f = Frontier::decode(c.records());
-                    let whose = i.map_or_else(String::new, |i| format!(" of shard {i}"));
-                    s += &format!(
-                        ", checkpoint{whose}: {} directory records covering {} finished entries",
-                        f.len(),
-                        f.covered()
-                    );
-                    if !c.pending.is_empty() {
-                        s += &format!(", {} special-bit record(s)", c.pending.len());
-                    }
-                }
-                s
-            }
-            Found::Absent => format!("{shown}: no marker (never prepared by volprep)"),
-            Found::Unsupported => {
-                format!("{shown}: no marker possible (the filesystem has no user xattrs)")
-            }
-            // Escaped where it was made (see `Found::Unreadable`).
-            Found::Unreadable(e) => format!("{shown}: {e}"),
-        };
-        text += &line;
-        text.push('\n');
     }
     if args.json {
         text = serde_json::to_string_pretty(&out).expect("status serializes") + "\n";
@@ -108,6 +42,79 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     // `volprep status --json | grep -q done`: a reader that stops early is no error.
     report::print(text.as_bytes())?;
     Ok(ExitCode::Success)
+}
+
+/// The checkpoints on the root: the unsharded pass's (`None`), or each shard's.
+fn checkpoints(root: BorrowedFd<'_>, found: &Found) -> Vec<(Option<u32>, Checkpoint)> {
+    let shards = match found {
+        Found::Marker(m) => m.shards.as_ref().map(|s| s.n),
+        _ => None,
+    };
+    match shards {
+        None => vec![None],
+        Some(n) => (0..n.min(1024)).map(Some).collect(),
+    }
+    .into_iter()
+    .filter_map(|i| marker::read_checkpoint(root, &marker::checkpoint_xattr(i)).map(|c| (i, c)))
+    .collect()
+}
+
+/// One volume's state as JSON.
+fn json_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> serde_json::Value {
+    let checkpoint = checkpoints.iter().find(|(i, _)| i.is_none()).map(|(_, c)| c);
+    json!({
+        "path": shown,
+        "state": found.state().name(),
+        "marker": match found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
+        "checkpoint": checkpoint.map(|c| summary(c, None)),
+        "shard_checkpoints": checkpoints.iter().filter(|(i, _)| i.is_some()).map(|(i, c)| summary(c, *i)).collect::<Vec<_>>(),
+    })
+}
+
+/// One volume's state in a line. Everything but the figures comes from the root, which the app
+/// may write: escaped.
+fn line_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> String {
+    let m = match found {
+        Found::Marker(m) => m,
+        Found::Absent => return format!("{shown}: no marker (never prepared by volprep)"),
+        Found::Unsupported => return format!("{shown}: no marker possible (the filesystem has no user xattrs)"),
+        // Escaped where it was made (see `Found::Unreadable`).
+        Found::Unreadable(e) => return format!("{shown}: {e}"),
+    };
+    let when = m.finished.unwrap_or(m.started);
+    let now = marker::now();
+    let age = if when > now {
+        format!("{} in the future", marker::human_age(when.saturating_sub(now)))
+    } else {
+        format!("{} ago", marker::human_age(now.saturating_sub(when)))
+    };
+    let mut s = format!(
+        "{shown}: {} for {} (digest {}), run {}, {age}",
+        found.state().name(),
+        escape_str(&m.spec),
+        escape_str(&m.digest),
+        escape_str(&m.run),
+    );
+    if let Some(n) = m.entries {
+        s += &format!(", {n} entries");
+    }
+    if let Some(n) = m.left {
+        s += &format!(", finished unprivileged: {n} entries of other users left for a privileged run");
+    }
+    if let Some(sh) = &m.shards {
+        let running: Vec<String> =
+            sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
+        s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
+    }
+    for (i, c) in checkpoints {
+        let f = Frontier::decode(c.records());
+        let whose = i.map_or_else(String::new, |i| format!(" of shard {i}"));
+        s += &format!(", checkpoint{whose}: {} directory records covering {} finished entries", f.len(), f.covered());
+        if !c.pending.is_empty() {
+            s += &format!(", {} special-bit record(s)", c.pending.len());
+        }
+    }
+    s
 }
 
 /// A checkpoint in figures: its run (escaped), directory records, entries they cover, and

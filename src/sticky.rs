@@ -1,7 +1,8 @@
 //! `--sticky PATH`: makes PATH a shared temp directory like `/tmp` (mode 01777, created if
 //! missing, not recursive), refusing a PATH with a symlink anywhere in it.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Instant;
@@ -27,37 +28,13 @@ pub const TMP_MODE: u32 = 0o1777;
 pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     let started = Instant::now();
     let (parent, name) = split(path)?;
-    let parent_fd = sys::open_dir_no_symlinks(parent).map_err(|(at, link, e)| match (link, e) {
-        (true, _) => Error::Other {
-            path: at,
-            msg: format!(
-                "is a symlink: --sticky {} is resolved without following links, so a link planted in a parent can't redirect it",
-                Escaped(path.as_os_str())
-            ),
-        },
-        (false, Errno::NOTDIR) => Error::NotADirectory { path: at },
-        (false, e) => Error::sys(at, Op::Open, e),
-    })?;
+    let parent_fd = open_parent(path, parent)?;
     let parent_fd = sys::fd(&parent_fd);
     let mut outcome = StickyOutcome { created: false, mode_before: None, mode_after: format!("{TMP_MODE:04o}") };
-    let meta = match sys::stat_at(parent_fd, &name) {
-        Ok(m) => Some(m),
-        Err(Errno::NOENT) => None,
-        Err(e) => return Err(Error::sys(path, Op::Stat, e)),
-    };
-    let before = match meta {
-        Some(m) if m.kind() == Kind::Symlink => {
-            return Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: "is a symlink; refusing to make its target a shared temp dir".into(),
-            });
-        }
-        Some(m) if m.kind() != Kind::Dir => {
-            return Err(Error::NotADirectory { path: path.to_path_buf() });
-        }
-        Some(m) => {
-            outcome.mode_before = Some(format!("{:04o}", m.perm()));
-            Some(m.perm())
+    let before = match existing(parent_fd, &name, path)? {
+        Some(perm) => {
+            outcome.mode_before = Some(format!("{perm:04o}"));
+            Some(perm)
         }
         None if mode == Mode::Check => {
             outcome.created = true;
@@ -72,14 +49,7 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     let needs_chmod = before.is_none_or(|p| p & TMP_MODE != TMP_MODE);
     let mut after = before.map_or(TMP_MODE, |p| p | TMP_MODE);
     if needs_chmod && mode == Mode::Apply {
-        // Opened without following a symlink, then changed through the fd: the directory we
-        // checked (or just made, whatever the umask did to its mode) is the one we change.
-        let fd = sys::open_subdir(parent_fd, &name).map_err(|e| Error::sys(path, Op::Open, e))?;
-        let now = sys::stat_fd(sys::fd(&fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
-        after = now.perm() | TMP_MODE;
-        if after != now.perm() {
-            sys::chmod_fd(sys::fd(&fd), after).map_err(|e| Error::sys(path, Op::Chmod, e))?;
-        }
+        after = make_sticky(parent_fd, &name, path)?;
     }
     outcome.mode_after = format!("{after:04o}");
     let what = match (outcome.created, needs_chmod) {
@@ -99,6 +69,49 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     r.elapsed_ms = started.elapsed().as_millis() as u64;
     r.sticky = Some(outcome);
     Ok(r)
+}
+
+/// The parent of PATH, reached without following any symlink.
+fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, Error> {
+    sys::open_dir_no_symlinks(parent).map_err(|(at, link, e)| match (link, e) {
+        (true, _) => Error::Other {
+            path: at,
+            msg: format!(
+                "is a symlink: --sticky {} is resolved without following links, so a link planted in a parent can't redirect it",
+                Escaped(path.as_os_str())
+            ),
+        },
+        (false, Errno::NOTDIR) => Error::NotADirectory { path: at },
+        (false, e) => Error::sys(at, Op::Open, e),
+    })
+}
+
+/// The permission bits of the directory `name` of `parent` (`path`), `None` when it is missing;
+/// a symlink or a non-directory there is refused.
+fn existing(parent: BorrowedFd<'_>, name: &CStr, path: &Path) -> Result<Option<u32>, Error> {
+    match sys::stat_at(parent, name) {
+        Ok(m) if m.kind() == Kind::Symlink => Err(Error::Other {
+            path: path.to_path_buf(),
+            msg: "is a symlink; refusing to make its target a shared temp dir".into(),
+        }),
+        Ok(m) if m.kind() != Kind::Dir => Err(Error::NotADirectory { path: path.to_path_buf() }),
+        Ok(m) => Ok(Some(m.perm())),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(Error::sys(path, Op::Stat, e)),
+    }
+}
+
+/// Gives the directory `name` of `parent` the bits 01777 (keeping its others); returns its mode.
+fn make_sticky(parent: BorrowedFd<'_>, name: &CStr, path: &Path) -> Result<u32, Error> {
+    // Opened without following a symlink, then changed through the fd: the directory we
+    // checked (or just made, whatever the umask did to its mode) is the one we change.
+    let fd = sys::open_subdir(parent, name).map_err(|e| Error::sys(path, Op::Open, e))?;
+    let now = sys::stat_fd(sys::fd(&fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
+    let after = now.perm() | TMP_MODE;
+    if after != now.perm() {
+        sys::chmod_fd(sys::fd(&fd), after).map_err(|e| Error::sys(path, Op::Chmod, e))?;
+    }
+    Ok(after)
 }
 
 /// `/a/b/tmp` → (`/a/b`, `tmp`); refuses paths whose last component is `.`, `..` or empty.

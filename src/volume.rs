@@ -2,7 +2,7 @@
 //! or walk (and why), walk with the [`Fixer`], then leave the marker `done` only if every entry
 //! conforms (an unprivileged pass that left other users' entries says so, and what would fix them).
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -11,246 +11,192 @@ use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix;
-use crate::marker::{self, Decision, Found, Marker, State};
-use crate::options::{Mode, Privilege, RunOptions, Verify};
+use crate::lifecycle::{self, Pass, ResumePlan};
+use crate::marker::{self, Checkpoint, Decision, Found, Marker, State};
+use crate::options::{Mode, Privilege, RunOptions};
 use crate::pass::Fixer;
 use crate::progress;
 use crate::report::{Action, VolumeReport};
-use crate::resume::{self, Place, Resume};
+use crate::resume::Place;
 use crate::spec::Spec;
 use crate::state::MarkerState;
 use crate::sys::{self, Meta};
-use crate::walk::{Pool, Walk};
+use crate::walk::Pool;
 
 /// Prepares (or checks) the volume at `path`, walking on `pool` (started here if this volume is
 /// the first to need it). Fatal problems at start (missing, not a directory, lock timeout) are
 /// errors; per-entry failures are counted in the report.
 pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<VolumeReport, Error> {
     let started = Instant::now();
-    let root_fd = sys::open_root(path).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
-        e => Error::sys(path, Op::Open, e),
-    })?;
-    let root = sys::fd(&root_fd);
+    let root_fd = lifecycle::open_root(path)?;
+    let root = root_fd.as_fd();
     if opts.mode == Mode::Apply {
         lock(root, path, opts.lock_timeout)?;
     }
     // Read after the lock: a run that waited sees what the other run left.
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let found = marker::read(root);
-    // What the marker keeps: the spec and what the pass covers (`--cross-devices`).
-    let digest = spec.coverage_digest(opts.cross_devices);
-    let spec_text = spec.coverage_text(opts.cross_devices);
-    let decision = marker::decide(&marker::Inputs {
-        found: &found,
-        digest: &digest,
-        spec: &spec_text,
-        root_conforms: fix::decide(&root_meta, spec).is_none(),
-        force: opts.force,
-        verify: opts.verify,
-        reverify_after: opts.reverify_after,
-        now: marker::now(),
-    });
-    let shown = Escaped(path.as_os_str()).to_string();
+    let mut pass = Pass::new(path, spec, opts, root, started, None);
+    let decision = pass.decide(&found, &root_meta);
     if let Found::Unsupported = found {
-        warn!(path = %shown, "no extended attributes on this filesystem: no marker, no resume; falling back to the root-only check");
+        warn!(path = %pass.shown, "no extended attributes on this filesystem: no marker, no resume; falling back to the root-only check");
     }
-    let (fs, estimate) = sys::fs_info(root);
-    let (verb, reason) = match (&decision, opts.mode) {
+    let verb;
+    (verb, pass.reason) = verb_and_reason(&decision, opts.mode);
+    log_decision(&pass, &found, verb);
+    let before = found.state();
+    if let (Decision::Skip(_), Mode::Apply) = (&decision, opts.mode) {
+        return Ok(pass.skipped(before));
+    }
+    let plan = plan(&decision, &found, opts.mode, |m| Place::new(root, None).read(&m.run, &pass.digest));
+    Ok(walk(&pass, pool.start()?, root_fd, root_meta, &plan, before))
+}
+
+/// The decision's word for the log (`skip`, `check`, `resume`, `walk`) and its reason.
+fn verb_and_reason(decision: &Decision, mode: Mode) -> (&'static str, String) {
+    match (decision, mode) {
         (Decision::Skip(r), Mode::Apply) => ("skip", r.clone()),
         (Decision::Skip(r), Mode::Check) => ("check", format!("check walks every entry (apply would skip: {r})")),
         (Decision::Walk { reason, .. }, Mode::Check) => ("check", reason.clone()),
         (Decision::Walk { resume: true, reason }, Mode::Apply) => ("resume", reason.clone()),
         (Decision::Walk { reason, .. }, Mode::Apply) => ("walk", reason.clone()),
-    };
+    }
+}
+
+/// The line saying what this volume is and what the pass does with it.
+fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
     let line = progress::DecisionLine {
-        shown: &shown,
-        fs: &fs,
-        spec: &spec_text,
-        digest: &digest,
-        threads: opts.threads,
-        estimate,
+        shown: &pass.shown,
+        fs: &pass.fs,
+        spec: &pass.spec_text,
+        digest: &pass.digest,
+        threads: pass.opts.threads,
+        estimate: pass.estimate,
         marker: found.state(),
         decision: verb,
-        reason: &reason,
+        reason: &pass.reason,
     };
     line.log();
-    let ctx =
-        Ctx { path, spec, opts, started, reason: reason.clone(), fs, estimate, digest: digest.clone(), spec_text };
-    let mut report = match (&decision, opts.mode) {
-        (Decision::Skip(_), Mode::Apply) => {
-            let fixer = Fixer::new(path, spec, opts.mode, None);
-            finish_report(fixer, &ctx, Action::Skipped)
-        }
-        (Decision::Skip(_), Mode::Check) => walk(&ctx, pool.start()?, root_fd, root_meta, None),
-        (Decision::Walk { resume, .. }, Mode::Check) => {
-            // What `apply` would do with the special-bit records of the interrupted run.
-            let pending = match &found {
-                Found::Marker(m) if *resume => Place::new(root, None).read(&m.run, &digest).map(|c| c.pending),
-                _ => None,
-            };
-            walk(
-                &ctx,
-                pool.start()?,
-                root_fd,
-                root_meta,
-                pending.map(|p| (String::new(), Some(marker::Checkpoint { pending: p, ..Default::default() }))),
-            )
-        }
-        (Decision::Walk { resume, .. }, Mode::Apply) => {
-            let resume = (found != Found::Unsupported).then(|| {
-                let prev = match &found {
-                    Found::Marker(m) if *resume => Place::new(root, None).read(&m.run, &digest),
-                    _ => None,
-                };
-                let run = match &found {
-                    Found::Marker(m) if *resume => m.run.clone(),
-                    _ => crate::runid::new_run_id(),
-                };
-                (run, prev)
-            });
-            walk(&ctx, pool.start()?, root_fd, root_meta, resume)
-        }
+}
+
+/// What the pass takes over and keeps: `apply` keeps a checkpoint where there are xattrs (the
+/// interrupted run's, when it resumes one: `read` gives its checkpoint); `check` only looks at
+/// its special-bit records.
+fn plan(
+    decision: &Decision,
+    found: &Found,
+    mode: Mode,
+    read: impl FnOnce(&Marker) -> Option<Checkpoint>,
+) -> ResumePlan {
+    let resumed = match (decision, found) {
+        (Decision::Walk { resume: true, .. }, Found::Marker(m)) => Some(m),
+        _ => None,
     };
-    report.marker_before = found.state();
-    report.spec = ctx.spec_text.clone();
-    report.spec_digest = ctx.digest.clone();
-    if report.marker_after == MarkerState::Unknown {
-        // Nothing was written (a skip, `check`, no xattrs): the marker is as it was.
-        report.marker_after = report.marker_before;
+    let previous = resumed.and_then(read);
+    match (mode, found) {
+        (Mode::Check, _) => previous.map_or(ResumePlan::None, |c| ResumePlan::CheckPending(c.pending)),
+        (Mode::Apply, Found::Unsupported) => ResumePlan::None,
+        (Mode::Apply, _) => {
+            ResumePlan::apply(resumed.map_or_else(crate::runid::new_run_id, |m| m.run.clone()), previous)
+        }
     }
-    Ok(report)
 }
 
-/// What one volume's run knows once it has decided.
-struct Ctx<'a> {
-    path: &'a Path,
-    spec: &'a Spec,
-    opts: &'a RunOptions,
-    started: Instant,
-    reason: String,
-    fs: String,
-    estimate: Option<u64>,
-    /// The marker's digest and spec text: the spec and what the pass covers.
-    digest: String,
-    spec_text: String,
-}
-
+/// Walks the volume as `plan` says. `apply` writes the marker `in-progress` first, keeps its
+/// checkpoint during the walk, then settles the marker (see [`settle_marker`]); `check` (no
+/// checkpoint) changes nothing, and counts the special-bit records of an interrupted run as
+/// `apply` would restore them, reporting those it would refuse.
 fn walk(
-    ctx: &Ctx<'_>,
+    pass: &Pass<'_>,
     threads: &rayon_core::ThreadPool,
     root_fd: OwnedFd,
     root_meta: Meta,
-    resume: Option<(String, Option<marker::Checkpoint>)>,
+    plan: &ResumePlan,
+    before: MarkerState,
 ) -> VolumeReport {
-    let (path, spec, opts) = (ctx.path, ctx.spec, ctx.opts);
-    if opts.mode == Mode::Check {
-        let mut fixer = Fixer::new(path, spec, opts.mode, None);
-        fixer.privilege = opts.privilege;
-        if let Some((_, Some(prev))) = &resume {
-            // `check` counts what apply would restore and reports what it would refuse.
-            fixer.record_restored(&resume::restore_pending(sys::fd(&root_fd), path, &prev.pending, spec, true));
-        }
-        let shown = Escaped(path.as_os_str()).to_string();
-        progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
-            threads.install(|| Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta))
-        });
-        fixer.interrupted = sys::termination();
-        if let Some(sig) = fixer.interrupted {
-            warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the counts cover what was checked");
-        }
-        let report = finish_report(fixer, ctx, Action::Checked);
-        if report.counts.foreign_owned > 0 {
-            log_left(ctx, &report);
-        }
-        return report;
-    }
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
-    let marker_fd = resume.as_ref().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
-    let root = marker_fd.as_ref().map(sys::fd);
-    let resumed = matches!(&resume, Some((_, Some(_))));
-    let (run, resume) = match (resume, root) {
-        (Some((run, prev)), Some(root)) => {
-            // Nothing is skipped on the checkpoint's word under --verify full.
-            let skip = opts.verify != Verify::Full;
-            let r = Resume::new(Place::new(root, None), prev, skip, &run, &ctx.digest, opts.checkpoint_interval);
-            (Some(run), Some(r))
-        }
-        _ => (None, None),
+    let marker_fd = plan.run().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
+    let root = marker_fd.as_ref().map(AsFd::as_fd);
+    let mut fixer = pass.fixer(plan, root.map(|r| Place::new(r, None)));
+    let marked = match (root, plan.run()) {
+        (Some(root), Some(run)) => Some((root, run, begin_marker(pass, root, run, &root_meta))),
+        _ => None,
     };
-    let mut fixer = Fixer::new(path, spec, opts.mode, resume);
-    fixer.privilege = opts.privilege;
-    let mut marker_written = false;
-    let mut marker_removed = false;
-    if let (Some(run), Some(root)) = (&run, root) {
-        let started = marker::now() - ctx.started.elapsed().as_secs();
-        let m = Marker::new(State::InProgress, &ctx.digest, &ctx.spec_text, run, started);
-        match marker::write(root, &m) {
-            Ok(()) => marker_written = true,
-            // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
-            Err(Errno::ROFS) => {
-                warn!(path = %Escaped(path.as_os_str()), "read-only filesystem: no marker can be written")
-            }
-            // Unprivileged, on a root of another user that this user may not write: the entries
-            // can still be fixed; only the O(1) restart and resume are lost.
-            Err(Errno::ACCESS | Errno::PERM) if matches!(opts.privilege, Privilege::Unprivileged { .. }) => {
-                warn!(path = %Escaped(path.as_os_str()), root_uid = root_meta.uid, root_mode = format!("{:04o}", root_meta.perm()).as_str(),
-                      "the root is not writable by this user: no marker (every start walks), no resume")
-            }
-            // A full filesystem (or quota, or anything else): the entries can still be fixed, and a
-            // volume that conforms must let its app start. No `done` marker may stay from before.
-            Err(e) => {
-                marker_removed = marker::remove(root).is_ok();
-                warn!(path = %Escaped(path.as_os_str()),
-                      "cannot write the marker: {}; walking without it (no resume; the next start walks again)",
-                      crate::error::errno_text(e.raw_os_error()));
-            }
-        }
-        if let (Some(r), true) = (&fixer.resume, resumed) {
-            let (records, covered) = r.adopted();
-            info!(
-                records,
-                covered,
-                "resuming run {}: {records} directory records of finished work, covering {covered} entries, are not read again",
-                marker::escape_str(run),
-            );
-            let restored = resume::restore_pending(root, path, &r.previous_pending, spec, false);
-            fixer.record_restored(&restored);
-            r.keep_pending(restored.kept);
-        }
-    }
-    let shown = Escaped(path.as_os_str()).to_string();
-    progress::watch(&fixer.counters, ctx.estimate, opts.progress, &shown, || {
-        threads.install(|| Walk::new(&fixer, &root_meta, opts.cross_devices).run(root_fd, root_meta))
-    });
-    fixer.interrupted = sys::termination();
-    if let Some(sig) = fixer.interrupted {
-        warn!(path = %Escaped(path.as_os_str()), "{sig}: stopped walking; the next start resumes");
-    }
-    let mut marker_after = marker_removed.then_some(MarkerState::None);
-    if let (Some(run), Some(root), true) = (&run, root, marker_written) {
-        marker_after = Some(settle_marker(root, ctx, run, &mut fixer));
-    }
-    let mut report = finish_report(fixer, ctx, Action::Walked);
-    if let Some(m) = marker_after {
-        report.marker_after = m;
-    }
-    if report.counts.foreign_owned > 0 {
-        log_left(ctx, &report);
-    }
+    pass.take_over(root_fd.as_fd(), &fixer, plan);
+    let (action, then) = match pass.opts.mode {
+        Mode::Check => (Action::Checked, "the counts cover what was checked"),
+        Mode::Apply => (Action::Walked, "the next start resumes"),
+    };
+    pass.walk(&mut fixer, threads, root_fd, root_meta, then);
+    let after = match marked {
+        Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &mut fixer)),
+        Some((_, _, Begun::Removed)) => Some(MarkerState::None),
+        _ => None,
+    };
+    let report = pass.report(fixer, action, before, after);
+    log_left(pass, &report);
     report
 }
 
-/// Says what an unprivileged pass left: how many entries, the first few, what a privileged run
-/// would change on them, and how to get one.
-fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
+/// What became of the `in-progress` marker written before the walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begun {
+    Written,
+    /// Not written; whatever marker was there stays.
+    Failed,
+    /// Not written, and the marker that was there removed (no `done` may stay from before).
+    Removed,
+}
+
+/// Writes the `in-progress` marker of run `run`. A marker that can't be written is a warning:
+/// the entries can still be fixed.
+fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &str, root_meta: &Meta) -> Begun {
+    let shown = pass.shown.as_str();
+    match marker::write(root, &pass_marker(pass, State::InProgress, run)) {
+        Ok(()) => Begun::Written,
+        // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
+        Err(Errno::ROFS) => {
+            warn!(path = %shown, "read-only filesystem: no marker can be written");
+            Begun::Failed
+        }
+        // Unprivileged, on a root of another user that this user may not write: the entries
+        // can still be fixed; only the O(1) restart and resume are lost.
+        Err(Errno::ACCESS | Errno::PERM) if matches!(pass.opts.privilege, Privilege::Unprivileged { .. }) => {
+            warn!(path = %shown, root_uid = root_meta.uid, root_mode = format!("{:04o}", root_meta.perm()).as_str(),
+                  "the root is not writable by this user: no marker (every start walks), no resume");
+            Begun::Failed
+        }
+        // A full filesystem (or quota, or anything else): the entries can still be fixed, and a
+        // volume that conforms must let its app start. No `done` marker may stay from before.
+        Err(e) => {
+            let removed = marker::remove(root).is_ok();
+            warn!(path = %shown,
+                  "cannot write the marker: {}; walking without it (no resume; the next start walks again)",
+                  crate::error::errno_text(e.raw_os_error()));
+            if removed { Begun::Removed } else { Begun::Failed }
+        }
+    }
+}
+
+/// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
+fn pass_marker(pass: &Pass<'_>, state: State, run: &str) -> Marker {
+    let started = marker::now().saturating_sub(pass.started.elapsed().as_secs());
+    Marker::new(state, &pass.digest, &pass.spec_text, run, started)
+}
+
+/// Says what an unprivileged pass left (if it did): how many entries, the first few, what a
+/// privileged run would change on them, and how to get one.
+fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
+    if r.counts.foreign_owned == 0 {
+        return;
+    }
     let first: Vec<&str> = r.foreign_owned_list.iter().take(5).map(|e| e.path.as_str()).collect();
     let unread = match r.counts.foreign_unread_dirs {
         0 => String::new(),
         n => format!(" ({n} of them directories this user may not read: their contents were not checked)"),
     };
-    let verb = if ctx.opts.mode == Mode::Check { "would be left" } else { "were left as they are" };
+    let verb = if pass.opts.mode == Mode::Check { "would be left" } else { "were left as they are" };
+    let spec = pass.spec;
     warn!(
         path = r.path.as_str(),
         foreign_owned = r.counts.foreign_owned,
@@ -259,9 +205,9 @@ fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
         r.path,
         r.counts.foreign_owned,
         first.join(" "),
-        ctx.spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
-        ctx.spec,
-        ctx.spec.to_string().split(' ').map(|w| format!("--{w}")).collect::<Vec<_>>().join(" "),
+        spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
+        spec,
+        spec.to_string().split(' ').map(|w| format!("--{w}")).collect::<Vec<_>>().join(" "),
         r.path,
     );
 }
@@ -271,25 +217,22 @@ fn log_left(ctx: &Ctx<'_>, r: &VolumeReport) {
 /// next run. An unprivileged pass that left other users' entries marks the marker with how many
 /// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
 /// that can't be written is a warning. Returns the state.
-fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fixer<'_>) -> MarkerState {
-    let path = ctx.path;
+fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut Fixer<'_>) -> MarkerState {
     let errors = fixer.counters.errors.get();
     if errors > 0 || fixer.interrupted.is_some() {
         if let Some(r) = &fixer.resume {
             if let Err(e) = r.write() {
-                debug!("{}: cannot write the checkpoint: {e}", Escaped(path.as_os_str()));
+                debug!("{}: cannot write the checkpoint: {e}", pass.shown);
             }
         }
         return MarkerState::InProgress;
     }
     let left = fixer.counters.foreign_owned.get();
-    let state = if left > 0 { State::InProgress } else { State::Done };
-    let started = marker::now() - ctx.started.elapsed().as_secs();
     let m = Marker {
         finished: Some(marker::now()),
         entries: Some(fixer.counters.entries.get()),
         left: (left > 0).then_some(left),
-        ..Marker::new(state, &ctx.digest, &ctx.spec_text, run, started)
+        ..pass_marker(pass, if left > 0 { State::InProgress } else { State::Done }, run)
     };
     // The checkpoint goes first, so that the `done` marker never lacks room beside it (a small
     // filesystem). A kill in between leaves `in-progress` with no checkpoint: a full walk.
@@ -301,7 +244,7 @@ fn settle_marker(root: BorrowedFd<'_>, ctx: &Ctx<'_>, run: &str, fixer: &mut Fix
         // Every entry conforms: the app may start. Only the next start's skip is lost.
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
-            warn!(path = %Escaped(path.as_os_str()),
+            warn!(path = %pass.shown,
                   "{what}, but cannot write the marker: {}; the next start walks again",
                   crate::error::errno_text(e.raw_os_error()));
             MarkerState::InProgress
@@ -360,11 +303,32 @@ fn lock_holder(root: BorrowedFd<'_>) -> String {
     }
 }
 
-fn finish_report(fixer: Fixer<'_>, ctx: &Ctx<'_>, action: Action) -> VolumeReport {
-    let mut r = VolumeReport::empty(ctx.path, ctx.spec, ctx.opts.threads, action);
-    r.reason = ctx.reason.clone();
-    r.fs_type = ctx.fs.clone();
-    r.estimated_entries = ctx.estimate;
-    fixer.fill(&mut r, ctx.started.elapsed());
-    r
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::special::SpecialRecord;
+
+    #[test]
+    fn the_plan_continues_only_an_interrupted_run_of_this_spec_and_check_keeps_nothing() {
+        let found = Found::Marker(Marker::new(State::InProgress, "d", "s", "r1", 0));
+        let record = SpecialRecord { path: "bin/tool".into(), ino: 7, mode: 0o4755 };
+        let checkpoint = Checkpoint { pending: vec![record.clone()], ..Checkpoint::new("r1", "d") };
+        let resume = Decision::Walk { reason: String::new(), resume: true };
+        let fresh = Decision::Walk { reason: String::new(), resume: false };
+        let read = |m: &Marker| (m.run == "r1").then(|| checkpoint.clone());
+        let never = |_: &Marker| -> Option<Checkpoint> { panic!("no checkpoint is read for a fresh walk") };
+
+        assert_eq!(
+            plan(&resume, &found, Mode::Apply, read),
+            ResumePlan::Resume { run: "r1".into(), checkpoint: checkpoint.clone() }
+        );
+        // Its checkpoint gone: the run goes on under its id, from nothing.
+        assert_eq!(plan(&resume, &found, Mode::Apply, |_| None), ResumePlan::Fresh { run: "r1".into() });
+        let ResumePlan::Fresh { run } = plan(&fresh, &found, Mode::Apply, never) else { panic!("a new run") };
+        assert_ne!(run, "r1");
+        assert_eq!(plan(&fresh, &Found::Unsupported, Mode::Apply, never), ResumePlan::None);
+        assert_eq!(plan(&resume, &found, Mode::Check, read), ResumePlan::CheckPending(vec![record]));
+        assert_eq!(plan(&fresh, &found, Mode::Check, never), ResumePlan::None);
+        assert_eq!(plan(&Decision::Skip(String::new()), &found, Mode::Check, never), ResumePlan::None);
+    }
 }

@@ -177,6 +177,53 @@ fn non_root_changes_nothing_of_roots() {
     assert_same(&before, &snapshot(&vol), Meta::attrs_ctime, "nobody changed root's files");
 }
 
+/// A panic in one volume's pass (the test hook makes a walker thread panic once a volume has
+/// counted 40 entries) fails that volume only: exit 1, its report entry failed with the panic's
+/// message, the termination message says "internal error", its marker is not `done`; a smaller
+/// volume of the same run (it never reaches 40 entries) is prepared and marked done.
+#[test]
+fn a_panic_in_a_volume_fails_that_volume_only() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let (big, small) = (fs.path().join("big"), fs.path().join("small"));
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for d in 0..4 {
+        t.dir(format!("d{d}"), 0, 0, 0o700);
+        for f in 0..50 {
+            t.file(format!("d{d}/f{f}"), 0, 0, 0o600);
+        }
+    }
+    t.build(&big);
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755).file("f", 0, 0, 0o600);
+    t.build(&small);
+    let out = tempfile::tempdir().unwrap();
+    let term = out.path().join("termination-log");
+    let mut cmd = volprep();
+    cmd.env("VOLPREP_TEST_PANIC_AFTER", "40")
+        .args(["apply", "--fs-group", "2000", "--threads", "4", "--report", "-", "--termination-log"])
+        .arg(&term)
+        .args([&big, &small]);
+    let r = run(&mut cmd).expect_code(1);
+    let report = r.report();
+    let vols = report["volumes"].as_array().unwrap_or_else(|| panic!("{}", r.describe()));
+    let of = |p: &Path| vols.iter().find(|v| v["path"] == p.to_str().unwrap()).unwrap().clone();
+    let v = of(&big);
+    assert_eq!(v["action"], "failed", "{v}\n{}", r.describe());
+    let fatal = v["fatal"].as_str().unwrap_or_default();
+    assert!(fatal.contains("internal error: test hook VOLPREP_TEST_PANIC_AFTER: a panic after 40 entries"), "{fatal}");
+    let message = std::fs::read_to_string(&term).unwrap();
+    assert!(message.contains("failed") && message.contains("internal error: "), "{message}");
+    let state = common::xattr::xattr_json(&big, common::xattr::MARKER).map(|m| m["state"].clone());
+    assert_ne!(state, Some("done".into()), "the failed volume is not marked done");
+    let s = of(&small);
+    assert_eq!((s["action"].as_str(), s["marker_after"].as_str()), (Some("walked"), Some("done")), "{s}");
+    assert!(r.stderr.contains("internal error"), "{}", r.describe());
+}
+
 /// Threads the machine refuses (RLIMIT_NPROC reached) are a failure of the environment: exit 1,
 /// one line saying so, not the usage error (exit 2) of a bad command line.
 #[test]

@@ -13,12 +13,13 @@ const LAYERS: &[&[&str]] = &[
     &["apply", "demo", "inject", "inspect", "merge", "status"],
     &["shard", "sticky"],
     &["volume"],
+    &["lifecycle"],
     &["pass"],
     &["resume"],
     &["caps", "fix", "frontier", "guard", "marker", "progress", "walk"],
     &["report"],
     &["verify"],
-    &["error", "logsink", "options", "runid", "spec", "sys"],
+    &["error", "logsink", "options", "runid", "spec", "special", "sys"],
     &["bounded", "escape", "state", "sync"],
 ];
 

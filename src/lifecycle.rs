@@ -1,0 +1,268 @@
+//! One pass from its decision to its report, shared by a whole volume and by one shard of it.
+//!
+//! A volume ([`crate::volume`]) or a shard ([`crate::shard`]) only reads the marker, decides
+//! with [`Pass::decide`] and settles the marker afterwards; everything in between is here, in
+//! this order: [`Pass::fixer`] (with the [`ResumePlan`]), [`Pass::take_over`] (what an
+//! interrupted run left), [`Pass::walk`], [`Pass::report`]. A panic anywhere in a volume's pass
+//! ends that volume only ([`contained`]).
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::path::Path;
+use std::time::Instant;
+
+use rustix::io::Errno;
+use tracing::{info, warn};
+
+use crate::error::{Error, Op};
+use crate::escape::Escaped;
+use crate::fix;
+use crate::marker::{self, Checkpoint, Decision, Found};
+use crate::options::{RunOptions, ShardFilter, Verify};
+use crate::pass::Fixer;
+use crate::progress;
+use crate::report::{Action, VolumeReport};
+use crate::resume::{self, Place, Resume};
+use crate::spec::Spec;
+use crate::special::SpecialRecord;
+use crate::state::MarkerState;
+use crate::sys::{self, Meta};
+use crate::walk::Walk;
+
+/// What a pass takes over from an interrupted run, and the checkpoint it keeps for the next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumePlan {
+    /// Nothing: `check` with no interrupted run to look at, or a filesystem without xattrs.
+    None,
+    /// `check` of an interrupted run: the special-bit records `apply` would restore.
+    CheckPending(Vec<SpecialRecord>),
+    /// `apply`: a checkpoint kept under `run`, starting empty (a new run, or an interrupted
+    /// one whose checkpoint is gone or belongs to another spec).
+    Fresh { run: String },
+    /// `apply`: the interrupted run `run` continued from its checkpoint.
+    Resume { run: String, checkpoint: Checkpoint },
+}
+
+impl ResumePlan {
+    /// An `apply` under run `run`, continuing `checkpoint` when there is one.
+    pub fn apply(run: String, checkpoint: Option<Checkpoint>) -> Self {
+        match checkpoint {
+            Some(checkpoint) => ResumePlan::Resume { run, checkpoint },
+            None => ResumePlan::Fresh { run },
+        }
+    }
+
+    /// The run whose checkpoint the pass keeps (none in `check`, nor without xattrs).
+    pub fn run(&self) -> Option<&str> {
+        match self {
+            ResumePlan::Fresh { run } | ResumePlan::Resume { run, .. } => Some(run),
+            ResumePlan::None | ResumePlan::CheckPending(_) => None,
+        }
+    }
+}
+
+/// Opens a volume root (the path given may hold symlinks: it names the volume); a path that is
+/// no directory is said so.
+pub fn open_root(path: &Path) -> Result<OwnedFd, Error> {
+    sys::open_root(path).map_err(|e| match e {
+        Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
+        e => Error::sys(path, Op::Open, e),
+    })
+}
+
+/// Runs one volume's pass `f`. A panic anywhere in it (in a walker thread too) becomes that
+/// volume's error, "internal error: …": its report says so, and the other volumes go on.
+pub fn contained(path: &Path, f: impl FnOnce() -> Result<VolumeReport, Error>) -> Result<VolumeReport, Error> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let msg = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+            (Some(s), _) => s.to_string(),
+            (_, Some(s)) => s.clone(),
+            _ => "a panic without a message".to_string(),
+        };
+        Err(Error::Other { path: path.to_path_buf(), msg: format!("internal error: {msg}") })
+    })
+}
+
+/// One pass (of a volume, or of one shard of it) once its root is open.
+pub struct Pass<'a> {
+    /// When this volume's run began (the lock wait included): the report's `elapsed_ms`.
+    pub started: Instant,
+    /// The volume root as given, its spec, and how the run goes (the same for every volume).
+    pub path: &'a Path,
+    pub spec: &'a Spec,
+    pub opts: &'a RunOptions,
+    /// The path as logs show it (escaped).
+    pub shown: String,
+    /// The shard this pass prepares, if only one.
+    shard: Option<ShardFilter>,
+    /// Why it walks or skips, once decided.
+    pub reason: String,
+    /// The filesystem type and its estimate of the entries (used inodes), for the log, the
+    /// progress display and the report.
+    pub fs: String,
+    pub estimate: Option<u64>,
+    /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
+    pub digest: String,
+    pub spec_text: String,
+}
+
+impl<'a> Pass<'a> {
+    pub fn new(
+        path: &'a Path,
+        spec: &'a Spec,
+        opts: &'a RunOptions,
+        root: BorrowedFd<'_>,
+        started: Instant,
+        shard: Option<ShardFilter>,
+    ) -> Self {
+        let (fs, estimate) = sys::fs_info(root);
+        Pass {
+            path,
+            spec,
+            opts,
+            started,
+            shown: Escaped(path.as_os_str()).to_string(),
+            shard,
+            reason: String::new(),
+            fs,
+            estimate,
+            digest: spec.coverage_digest(opts.cross_devices),
+            spec_text: spec.coverage_text(opts.cross_devices),
+        }
+    }
+
+    /// `shard I/N: ` for a shard's log lines, else nothing.
+    pub fn label(&self) -> String {
+        self.shard.map_or_else(String::new, |f| format!("shard {}/{}: ", f.index, f.count))
+    }
+
+    /// The skip rule of every run (spec, root, `--force`, `--verify`, `--reverify-after`),
+    /// which is [`marker::decide`]'s.
+    pub fn decide(&self, found: &Found, root_meta: &Meta) -> Decision {
+        marker::decide(&marker::Inputs {
+            found,
+            digest: &self.digest,
+            spec: &self.spec_text,
+            root_conforms: fix::decide(root_meta, self.spec).is_none(),
+            force: self.opts.force,
+            verify: self.opts.verify,
+            reverify_after: self.opts.reverify_after,
+            now: marker::now(),
+        })
+    }
+
+    /// The fixer of this pass. With a `place` and a plan that keeps a checkpoint, the fixer
+    /// keeps it there (and continues the interrupted run's, skipping nothing on its word under
+    /// `--verify full`).
+    pub fn fixer<'f>(&self, plan: &ResumePlan, place: Option<Place<'f>>) -> Fixer<'f>
+    where
+        'a: 'f,
+    {
+        let skip = self.opts.verify != Verify::Full;
+        let every = self.opts.checkpoint_interval;
+        let resume = match (plan, place) {
+            (ResumePlan::Fresh { run }, Some(p)) => Some(Resume::new(p, None, skip, run, &self.digest, every)),
+            (ResumePlan::Resume { run, checkpoint }, Some(p)) => {
+                Some(Resume::new(p, Some(checkpoint.clone()), skip, run, &self.digest, every))
+            }
+            _ => None,
+        };
+        let mut fixer = Fixer::new(self.path, self.spec, self.opts.mode, resume);
+        fixer.privilege = self.opts.privilege;
+        fixer.shard = self.shard;
+        fixer
+    }
+
+    /// Before the walk, what `plan` says an interrupted run left: its finished work (logged)
+    /// and its special-bit records, restored (in `check`: counted) and kept while still needed.
+    pub fn take_over(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>, plan: &ResumePlan) {
+        let records = match (plan, &fixer.resume) {
+            (ResumePlan::CheckPending(records), _) => records.as_slice(),
+            (ResumePlan::Resume { run, .. }, Some(r)) => {
+                let (records, covered) = r.adopted();
+                info!(path = %self.shown, records, covered,
+                      "{}resuming run {}: {records} directory records of finished work, covering {covered} entries, are not read again",
+                      self.label(), marker::escape_str(run));
+                &r.previous_pending
+            }
+            _ => return,
+        };
+        let restored = resume::restore_pending(root, self.path, records, self.spec, self.opts.mode);
+        fixer.record_restored(&restored);
+        if let Some(r) = &fixer.resume {
+            r.keep_pending(restored.kept);
+        }
+    }
+
+    /// Walks the tree below `root_fd` with `fixer` on `threads`, showing its progress. A signal
+    /// that stopped the walk is kept in the fixer and logged, with `then`: what that means.
+    pub fn walk(
+        &self,
+        fixer: &mut Fixer<'_>,
+        threads: &rayon_core::ThreadPool,
+        root_fd: OwnedFd,
+        root_meta: Meta,
+        then: &str,
+    ) {
+        let visitor: &Fixer<'_> = fixer;
+        progress::watch(&visitor.counters, self.estimate, self.opts.progress, &self.shown, || {
+            threads.install(|| Walk::new(visitor, &root_meta, self.opts.cross_devices).run(root_fd, root_meta))
+        });
+        fixer.interrupted = sys::termination();
+        if let Some(sig) = fixer.interrupted {
+            warn!(path = %self.shown, "{}{sig}: stopped walking; {then}", self.label());
+        }
+    }
+
+    /// The report of this pass: what `fixer` counted, and the marker's state as it was found
+    /// (`before`) and left (`after`; `None` when nothing was written: as it was).
+    pub fn report(
+        &self,
+        fixer: Fixer<'_>,
+        action: Action,
+        before: MarkerState,
+        after: Option<MarkerState>,
+    ) -> VolumeReport {
+        let mut r = VolumeReport::empty(self.path, self.spec, self.opts.threads, action);
+        r.spec = self.spec_text.clone();
+        r.spec_digest = self.digest.clone();
+        r.shard = self.shard.map(|f| format!("{}/{}", f.index, f.count));
+        r.reason = self.reason.clone();
+        r.fs_type = self.fs.clone();
+        r.estimated_entries = self.estimate;
+        r.marker_before = before;
+        r.marker_after = after.unwrap_or(before);
+        fixer.fill(&mut r, self.started.elapsed());
+        r
+    }
+
+    /// The report of a pass that skips: nothing counted.
+    pub fn skipped(&self, before: MarkerState) -> VolumeReport {
+        self.report(Fixer::new(self.path, self.spec, self.opts.mode, None), Action::Skipped, before, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_keeps_a_checkpoint_only_in_apply() {
+        let fresh = ResumePlan::apply("r1".into(), None);
+        assert_eq!(fresh, ResumePlan::Fresh { run: "r1".into() });
+        let resumed = ResumePlan::apply("r1".into(), Some(Checkpoint::new("r1", "d")));
+        assert!(matches!(&resumed, ResumePlan::Resume { run, .. } if run == "r1"));
+        assert_eq!((fresh.run(), resumed.run()), (Some("r1"), Some("r1")));
+        assert_eq!(ResumePlan::CheckPending(Vec::new()).run(), None);
+        assert_eq!(ResumePlan::None.run(), None);
+    }
+
+    #[test]
+    fn a_panic_becomes_an_internal_error_of_its_volume() {
+        let path = Path::new("/v");
+        let e = contained(path, || panic!("boom {}", 7)).unwrap_err();
+        assert_eq!(e.to_string(), "/v: internal error: boom 7");
+        assert_eq!(e.exit_code(), crate::error::ExitCode::Failure);
+        let e = contained(path, || std::panic::panic_any(5u8)).unwrap_err();
+        assert!(e.to_string().ends_with("internal error: a panic without a message"), "{e}");
+    }
+}
