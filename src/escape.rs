@@ -48,6 +48,11 @@ impl EscapedPath {
     pub fn relative(rel: &Path) -> Self {
         if rel.as_os_str().is_empty() { EscapedPath(".".into()) } else { Self::new(rel) }
     }
+
+    /// The escaped text, to print or log.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
 }
 
 impl fmt::Display for EscapedPath {

@@ -14,7 +14,7 @@ use rustix::io::Errno;
 use tracing::{info, warn};
 
 use crate::error::{Error, Op};
-use crate::escape::Escaped;
+use crate::escape::EscapedPath;
 use crate::fix;
 use crate::marker::{self, Checkpoint, Decision, Found};
 use crate::options::{RunOptions, ShardFilter, Verify};
@@ -91,7 +91,7 @@ pub struct Pass<'a> {
     pub spec: &'a Spec,
     pub opts: &'a RunOptions,
     /// The path as logs show it (escaped).
-    pub shown: String,
+    pub shown: EscapedPath,
     /// The shard this pass prepares, if only one.
     shard: Option<ShardFilter>,
     /// Why it walks or skips, once decided.
@@ -120,7 +120,7 @@ impl<'a> Pass<'a> {
             spec,
             opts,
             started,
-            shown: Escaped(path.as_os_str()).to_string(),
+            shown: EscapedPath::new(path),
             shard,
             reason: String::new(),
             fs,

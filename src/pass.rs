@@ -128,7 +128,7 @@ impl<'a> Fixer<'a> {
         }
         dir.taint();
         let entry = || ForeignEntry {
-            path: Escaped(self.path_of(dir, name).as_os_str()).to_string(),
+            path: EscapedPath::new(self.path_of(dir, name)),
             uid: meta.uid,
             gid: meta.gid,
             mode: format!("{:04o}", meta.perm()),
@@ -177,13 +177,8 @@ impl<'a> Fixer<'a> {
         let secs = elapsed.as_secs_f64();
         r.entries_per_s = if secs > 0.0 { (r.counts.entries as f64 / secs) as u64 } else { r.counts.entries };
         r.error_list = self.errors.into_inner().unwrap_or_else(|e| e.into_inner());
-        r.skipped_mounts = self
-            .skipped_mounts
-            .into_inner()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|p| Escaped(p.as_os_str()).to_string())
-            .collect();
+        r.skipped_mounts =
+            self.skipped_mounts.into_inner().unwrap_or_else(|e| e.into_inner()).iter().map(EscapedPath::new).collect();
     }
 
     /// Warns that `n` entries with more than one link were (or would be) changed.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
+use crate::escape::EscapedPath;
 use crate::options::ProgressStyle as Style;
 use crate::report::Counts;
 use crate::state::MarkerState;
@@ -167,7 +168,13 @@ impl Counters {
 
 /// Runs `work` while a side thread shows the progress of `counters`; returns `work`'s result.
 /// The side thread only reads the atomics: it costs the walk nothing.
-pub fn watch<T>(counters: &Counters, estimate: Option<u64>, style: Style, path: &str, work: impl FnOnce() -> T) -> T {
+pub fn watch<T>(
+    counters: &Counters,
+    estimate: Option<u64>,
+    style: Style,
+    path: &EscapedPath,
+    work: impl FnOnce() -> T,
+) -> T {
     if style == Style::Off {
         return work();
     }
@@ -181,7 +188,7 @@ pub fn watch<T>(counters: &Counters, estimate: Option<u64>, style: Style, path: 
 }
 
 /// Shows the progress of `counters` until `stopped` fires: a bar, or a log line every interval.
-fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &str, stopped: &mpsc::Receiver<()>) {
+fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &EscapedPath, stopped: &mpsc::Receiver<()>) {
     let start = Instant::now();
     let bar = (style == Style::Bar).then(|| new_bar(estimate));
     let tick = match style {
@@ -200,7 +207,7 @@ fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &str, st
             None => {
                 let percent = snap.percent();
                 info!(
-                    path,
+                    path = path.as_str(),
                     entries = snap.entries,
                     changed_owner = snap.changed_owner,
                     changed_mode = snap.changed_mode,
@@ -240,7 +247,7 @@ fn new_bar(estimate: Option<u64>) -> indicatif::ProgressBar {
 /// The line a volume's run logs once it has decided (its fields for JSON logs).
 pub struct DecisionLine<'a> {
     /// The volume's path, escaped.
-    pub shown: &'a str,
+    pub shown: &'a EscapedPath,
     pub fs: &'a str,
     pub spec: &'a str,
     pub digest: &'a str,

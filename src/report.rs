@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
-use crate::escape::{Escaped, EscapedPath};
+use crate::escape::EscapedPath;
 use crate::state::{MarkerState, Stop};
 
 mod wire;
@@ -95,7 +95,7 @@ impl EntryError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ForeignEntry {
     /// The entry's path, escaped (see `escape`).
-    pub path: String,
+    pub path: EscapedPath,
     /// Its owner and group.
     pub uid: u32,
     pub gid: u32,
@@ -116,7 +116,7 @@ pub struct ForeignEntry {
 #[serde(default)]
 pub struct VolumeReport {
     /// The volume's path, escaped.
-    pub path: String,
+    pub path: EscapedPath,
     pub action: Action,
     /// The spec in words and its digest (what the marker records).
     pub spec: String,
@@ -136,7 +136,7 @@ pub struct VolumeReport {
     #[serde(flatten)]
     pub counts: Counts,
     pub error_list: ErrorList,
-    pub skipped_mounts: Vec<String>,
+    pub skipped_mounts: Vec<EscapedPath>,
     /// Unprivileged mode (not root, or `--unprivileged`): only the entries this user owns are
     /// changed.
     pub unprivileged: bool,
@@ -172,7 +172,7 @@ impl VolumeReport {
 
     /// A report with every count at zero.
     pub fn empty(path: &Path, spec: &crate::spec::Spec, threads: usize, action: Action) -> Self {
-        let path = Escaped(path.as_os_str()).to_string();
+        let path = EscapedPath::new(path);
         VolumeReport { path, action, spec: spec.to_string(), spec_digest: spec.digest(), threads, ..Default::default() }
     }
 
@@ -213,7 +213,11 @@ impl VolumeReport {
         let mut s = self.headline();
         let c = &self.counts;
         if !self.skipped_mounts.is_empty() {
-            s += &format!(", skipped {} nested mount(s): {}", self.skipped_mounts.len(), self.skipped_mounts.join(" "));
+            s += &format!(
+                ", skipped {} nested mount(s): {}",
+                self.skipped_mounts.len(),
+                self.skipped_mounts.iter().map(EscapedPath::as_str).collect::<Vec<_>>().join(" ")
+            );
         }
         if c.skipped_subtrees > 0 {
             s += &format!(

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
-use crate::escape::Escaped;
+use crate::escape::{Escaped, EscapedPath};
 use crate::fix;
 use crate::lifecycle::{self, Pass, ResumePlan};
 use crate::marker::{self, Claim, Decision, Found, Heartbeat, Marker, Shards, State};
@@ -446,7 +446,7 @@ fn own_anchors(
     root_meta: &sys::Meta,
     opts: &RunOptions,
     f: ShardFilter,
-    shown: &str,
+    shown: &EscapedPath,
 ) -> Option<String> {
     match recheck::list_top(root, root_meta, f.depth, opts.cross_devices) {
         Ok(tops) => Some(recheck::part_digest(&tops, f)),

@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 use std::path::PathBuf;
 
 use crate::error::{Error, ExitCode, Op};
-use crate::escape::Escaped;
+use crate::escape::EscapedPath;
 use crate::frontier::Frontier;
 use crate::marker::{self, Checkpoint, Found, escape_str};
 use crate::report;
@@ -28,7 +28,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
         let root = sys::open_root(path).map_err(|e| Error::sys(path, Op::Open, e))?;
         let found = marker::read(sys::fd(&root));
         let checkpoints = checkpoints(sys::fd(&root), &found);
-        let shown = Escaped(path.as_os_str()).to_string();
+        let shown = EscapedPath::new(path);
         if args.json {
             out.push(json_of(&shown, &found, &checkpoints));
         } else {
@@ -60,7 +60,7 @@ fn checkpoints(root: BorrowedFd<'_>, found: &Found) -> Vec<(Option<u32>, Checkpo
 }
 
 /// One volume's state as JSON.
-fn json_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> serde_json::Value {
+fn json_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> serde_json::Value {
     let checkpoint = checkpoints.iter().find(|(i, _)| i.is_none()).map(|(_, c)| c);
     json!({
         "path": shown,
@@ -73,7 +73,7 @@ fn json_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]
 
 /// One volume's state in a line. Everything but the figures comes from the root, which the app
 /// may write: escaped.
-fn line_of(shown: &str, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> String {
+fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> String {
     let m = match found {
         Found::Marker(m) => m,
         Found::Absent => return format!("{shown}: no marker (never prepared by volprep)"),
