@@ -63,10 +63,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let threads = resolve_threads(args.threads, args.threads == 0 && sys::is_remote_fs(path));
     let workers = Pool::new(threads);
     let pool = workers.start()?;
-    let root_fd = sys::open_root(path).map_err(|e| match e {
-        Errno::NOTDIR => Error::NotADirectory { path: path.to_path_buf() },
-        e => Error::sys(path, Op::Open, e),
-    })?;
+    let root_fd = crate::lifecycle::open_root(path)?;
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let apply_spec = Some(&args.spec).filter(|s| !s.is_empty());
     let inspector = Inspector::new(apply_spec, args.spec.read_only, threads);
