@@ -31,6 +31,12 @@ pub fn init_logging(format: LogFormat, level: LogLevel) {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
     }
+    // A panic (a bug) is logged as one line in the log's format, with its place in the code;
+    // `lifecycle::contained` then fails the volume it happened in.
+    std::panic::set_hook(Box::new(|info| {
+        let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        tracing::error!(at = at.as_str(), "internal error: {}", crate::error::panic_text(info.payload()));
+    }));
     if let Some(why) = rejected {
         tracing::warn!("RUST_LOG ignored: {why}; logging at --log-level {}", level_filter(level));
     }

@@ -225,6 +225,15 @@ pub mod errno_word {
     }
 }
 
+/// The message a panic was raised with (`panic!("…")`), for the report and the log.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,7 +13,7 @@ use std::time::Instant;
 use rustix::io::Errno;
 use tracing::{info, warn};
 
-use crate::error::{Error, Op};
+use crate::error::{Error, Op, panic_text};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::marker::{self, Checkpoint, Decision, Found};
@@ -73,12 +73,7 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, Error> {
 /// volume's error, "internal error: …": its report says so, and the other volumes go on.
 pub fn contained(path: &Path, f: impl FnOnce() -> Result<VolumeReport, Error>) -> Result<VolumeReport, Error> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let msg = match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
-            (Some(s), _) => s.to_string(),
-            (_, Some(s)) => s.clone(),
-            _ => "a panic without a message".to_string(),
-        };
-        Err(Error::Other { path: path.to_path_buf(), msg: format!("internal error: {msg}") })
+        Err(Error::Other { path: path.to_path_buf(), msg: format!("internal error: {}", panic_text(&*payload)) })
     })
 }
 

@@ -224,6 +224,29 @@ fn a_panic_in_a_volume_fails_that_volume_only() {
     assert!(r.stderr.contains("internal error"), "{}", r.describe());
 }
 
+/// With JSON logs, a panic is one JSON line like every other (with where in the code it was
+/// raised), not Rust's raw "thread … panicked at" text, which would break a log pipeline.
+#[test]
+fn a_panic_is_logged_as_one_json_line() {
+    let vol = tempfile::tempdir().unwrap();
+    std::fs::create_dir(vol.path().join("d")).unwrap();
+    std::fs::write(vol.path().join("d/f"), "x").unwrap();
+    let mut cmd = volprep();
+    cmd.env("VOLPREP_TEST_PANIC_AFTER", "1")
+        .args(["check", "--fs-group", "2000", "--log-format", "json", "--threads", "2"])
+        .arg(vol.path());
+    let r = run(&mut cmd).expect_code(1);
+    let lines: Vec<serde_json::Value> = r
+        .stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\n{}", r.describe())))
+        .collect();
+    let hook = lines.iter().find(|l| l["at"].as_str().is_some_and(|at| at.starts_with("src/")));
+    let hook = hook.unwrap_or_else(|| panic!("no line says where the panic was raised\n{}", r.describe()));
+    assert_eq!(hook["level"], "ERROR", "{hook}");
+    assert!(hook["message"].as_str().unwrap().starts_with("internal error: test hook"), "{hook}");
+}
+
 /// Threads the machine refuses (RLIMIT_NPROC reached) are a failure of the environment: exit 1,
 /// one line saying so, not the usage error (exit 2) of a bad command line.
 #[test]
