@@ -235,7 +235,7 @@ fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
                 changed_mode = v.counts.changed_mode,
                 errors = v.counts.errors,
                 foreign_owned = v.counts.foreign_owned,
-                elapsed_ms = v.elapsed_ms,
+                elapsed_ms = v.timing.elapsed_ms,
                 marker = v.marker_after.name(),
                 "{}",
                 v.summary()

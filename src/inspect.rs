@@ -272,7 +272,7 @@ impl<'a> Inspector<'a> {
         };
         let owner = self.apply_spec.and_then(|spec| {
             let uid = spec.owner_uid?;
-            Some(OwnerView { uid, gid: spec.owner_gid, volprep_apply: apply.clone(), would_change })
+            Some(OwnerView { uid, gid: spec.owner_gid, volprep_apply: apply, would_change })
         });
         let fs_group = self.apply_spec.and_then(|spec| {
             let gid = spec.fs_group?;

@@ -3,9 +3,10 @@
 //! stands for.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{Error, ExitCode};
-use crate::report::{self, Report, VolumeReport};
+use crate::report::{self, Report, Timing, VolumeReport};
 
 /// What `report merge` was asked.
 #[derive(Debug, Clone)]
@@ -37,8 +38,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     let mut volumes = Vec::new();
     for (mut v, parts) in merged {
         v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
-        let secs = v.elapsed_ms as f64 / 1000.0;
-        v.entries_per_s = if secs > 0.0 { (v.counts.entries as f64 / secs) as u64 } else { v.counts.entries };
+        v.timing = Timing::of(Duration::from_millis(v.timing.elapsed_ms), v.counts.entries);
         codes.push(v.exit_code(0, false));
         if !opts.json {
             let line = format!("{} [{}, marker {}]\n", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);

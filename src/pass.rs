@@ -19,7 +19,7 @@ use crate::fix::{self, Change, Failure, Fixed, SetgidRule, Verdict};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
-use crate::report::{EntryError, ErrorList, ForeignEntry, ForeignList, VolumeReport};
+use crate::report::{EntryError, ErrorList, ForeignEntry, ForeignList, Timing, VolumeReport};
 use crate::resume::{self, Resume};
 use crate::spec::Spec;
 use crate::special::SpecialRecord;
@@ -173,9 +173,7 @@ impl<'a> Fixer<'a> {
         }
         r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
         r.foreign_owned_list = self.foreign.into_inner().unwrap_or_else(|e| e.into_inner());
-        r.elapsed_ms = elapsed.as_millis() as u64;
-        let secs = elapsed.as_secs_f64();
-        r.entries_per_s = if secs > 0.0 { (r.counts.entries as f64 / secs) as u64 } else { r.counts.entries };
+        r.timing = Timing::of(elapsed, r.counts.entries);
         r.error_list = self.errors.into_inner().unwrap_or_else(|e| e.into_inner());
         r.skipped_mounts =
             self.skipped_mounts.into_inner().unwrap_or_else(|e| e.into_inner()).iter().map(EscapedPath::new).collect();

@@ -2,6 +2,7 @@
 
 use std::io::Write;
 use std::path::Path;
+use std::time::Duration;
 
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
@@ -144,8 +145,8 @@ pub struct VolumeReport {
     /// has how many), left as they are for a privileged run (in `check`: that would be left).
     pub foreign_owned_list: ForeignList,
     /// Wall time of the volume, and entries per second over it.
-    pub elapsed_ms: u64,
-    pub entries_per_s: u64,
+    #[serde(flatten)]
+    pub timing: Timing,
     /// `I/N` for a sharded pass.
     pub shard: Option<String>,
     /// What `--sticky` found and did.
@@ -208,7 +209,7 @@ impl VolumeReport {
             return format!("{}: sticky temp dir: {}", self.path, self.reason);
         }
         if self.action == Action::Skipped {
-            return format!("{}: skipped ({}) in {}ms", self.path, self.reason, self.elapsed_ms);
+            return format!("{}: skipped ({}) in {}ms", self.path, self.reason, self.timing.elapsed_ms);
         }
         let mut s = self.headline();
         let c = &self.counts;
@@ -254,11 +255,30 @@ impl VolumeReport {
             "{}: {verb} {} entries in {:.2}s ({}/s): {changed} owner {}, mode {}",
             self.path,
             c.entries,
-            self.elapsed_ms as f64 / 1000.0,
-            self.entries_per_s,
+            self.timing.elapsed_ms as f64 / 1000.0,
+            self.timing.entries_per_s,
             c.changed_owner,
             c.changed_mode,
         )
+    }
+}
+
+/// How long a volume took, and its pace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Timing {
+    /// Wall time, in milliseconds.
+    pub elapsed_ms: u64,
+    /// Entries per second over it (all of them when it took no measurable time).
+    pub entries_per_s: u64,
+}
+
+impl Timing {
+    /// `entries` looked at in `elapsed`.
+    pub fn of(elapsed: Duration, entries: u64) -> Timing {
+        let secs = elapsed.as_secs_f64();
+        let entries_per_s = if secs > 0.0 { (entries as f64 / secs) as u64 } else { entries };
+        Timing { elapsed_ms: elapsed.as_millis() as u64, entries_per_s }
     }
 }
 
@@ -353,7 +373,7 @@ impl VolumeReport {
     pub fn merge(&mut self, v: VolumeReport) {
         let m = self;
         m.counts.add(&v.counts);
-        m.elapsed_ms = m.elapsed_ms.max(v.elapsed_ms);
+        m.timing.elapsed_ms = m.timing.elapsed_ms.max(v.timing.elapsed_ms);
         m.error_list.append(v.error_list);
         m.skipped_mounts.extend(v.skipped_mounts);
         m.foreign_owned_list.append(v.foreign_owned_list);
@@ -392,6 +412,12 @@ mod tests {
         assert!(s.contains("left 3 entries of other users"), "{s}");
         v.action = Action::Skipped;
         assert!(!v.left_foreign(), "a skip walked nothing");
+    }
+
+    #[test]
+    fn timing_is_entries_over_the_wall_time() {
+        assert_eq!(Timing::of(Duration::from_millis(2500), 1000), Timing { elapsed_ms: 2500, entries_per_s: 400 });
+        assert_eq!(Timing::of(Duration::ZERO, 7).entries_per_s, 7, "no measurable time: all of them");
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
     r.counts.entries = 1;
     r.counts.dirs = 1;
     r.counts.changed_mode = u64::from(needs_chmod);
-    r.elapsed_ms = started.elapsed().as_millis() as u64;
+    r.timing.elapsed_ms = started.elapsed().as_millis() as u64;
     r.sticky = Some(outcome);
     Ok(r)
 }

@@ -136,7 +136,7 @@ pub struct OwnerView {
 }
 
 /// What `volprep apply --fs-group` would change (the same figures as `check`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct ApplyView {
     pub changed: u64,
     pub changed_owner: u64,

@@ -110,8 +110,8 @@ impl Serialize for VolumeReport {
         numbers(&mut m, foreign)?;
         m.serialize_entry("foreign_owned_list", &v.foreign_owned_list)?;
         numbers(&mut m, rest)?;
-        m.serialize_entry("elapsed_ms", &v.elapsed_ms)?;
-        m.serialize_entry("entries_per_s", &v.entries_per_s)?;
+        m.serialize_entry("elapsed_ms", &v.timing.elapsed_ms)?;
+        m.serialize_entry("entries_per_s", &v.timing.entries_per_s)?;
         optional(&mut m, "shard", &v.shard)?;
         optional(&mut m, "sticky", &v.sticky)?;
         optional(&mut m, "fatal", &v.fatal)?;
@@ -161,6 +161,7 @@ mod tests {
         };
         let v = VolumeReport {
             counts,
+            timing: Timing { elapsed_ms: n(15), entries_per_s: n(16) },
             marker_before: MarkerState::InProgress,
             shard: Some("0/2".into()),
             sticky: Some(StickyOutcome { created: true, mode_before: None, mode_after: "1777".into() }),
@@ -177,7 +178,7 @@ mod tests {
             at += found;
         }
         let back: VolumeReport = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.counts, counts);
+        assert_eq!((back.counts, back.timing), (counts, v.timing));
         assert_eq!(
             (back.marker_before, back.marker_after, back.interrupted),
             (v.marker_before, v.marker_after, v.interrupted)
