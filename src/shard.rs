@@ -36,7 +36,12 @@ const HEARTBEAT: Duration = Duration::from_secs(10);
 enum Step {
     Skip(String),
     Wait(String),
-    Walk(String),
+    /// This run walks the shard, in the round of run `round` (the marker's run it registered in:
+    /// its checkpoint is kept under that run).
+    Walk {
+        why: String,
+        round: String,
+    },
     /// Every shard is done but the volume is not: a finishing run was killed.
     Finish,
 }
@@ -71,18 +76,22 @@ pub fn run(
     let mut pass = Pass::new(path, spec, opts, root, started, Some(filter));
     let run = Run { pass: &pass, f: filter, id: crate::runid::new_run_id(), root };
     let (step, before) = run.turn()?;
-    let (walk_needed, reason) = match step {
+    let (round, reason) = match step {
         Step::Skip(why) => {
             info!(path = %pass.shown, shard = %run.name(), decision = "skip", reason = %why, "skip {}", pass.shown);
             pass.reason = why;
             return Ok(pass.skipped(before));
         }
-        Step::Finish => (false, "every shard is done; finishing the volume".to_string()),
-        Step::Walk(why) => (true, why),
+        Step::Finish => (None, "every shard is done; finishing the volume".to_string()),
+        Step::Walk { why, round } => (Some(round), why),
         Step::Wait(_) => unreachable!("handled by turn"),
     };
     info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {}", pass.shown);
-    let plan = if walk_needed && opts.mode == Mode::Apply { run.plan() } else { ResumePlan::None };
+    let walk_needed = round.is_some();
+    let plan = match round {
+        Some(round) if opts.mode == Mode::Apply => run.plan(round),
+        _ => ResumePlan::None,
+    };
     let mut fixer = pass.fixer(&plan, Some(Place::new(root, Some((filter.index, filter.count)))));
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
@@ -151,8 +160,9 @@ impl Run<'_, '_> {
             return Ok((Step::Skip(why), before));
         }
         let mut m = self.round(found);
-        let step = self.join(m.shards.as_mut().expect("sharded marker"));
-        if let Step::Walk(_) = step {
+        let round = m.run.clone();
+        let step = self.join(m.shards.as_mut().expect("sharded marker"), round);
+        if let Step::Walk { .. } = step {
             marker::write(root, &m).map_err(|e| Error::sys(self.path(), Op::Xattr, e))?;
         }
         Ok((step, before))
@@ -179,7 +189,7 @@ impl Run<'_, '_> {
 
     /// This shard's place in the round: done already (skip, or finish the volume), walked by a
     /// live run (wait), or this run's to walk (registered in `shards`).
-    fn join(&self, shards: &mut Shards) -> Step {
+    fn join(&self, shards: &mut Shards, round: String) -> Step {
         let f = self.f;
         let now = marker::now();
         if shards.done.contains(&f.index) && self.pass.opts.verify == Verify::Full {
@@ -201,7 +211,7 @@ impl Run<'_, '_> {
         }
         shards.running.retain(|h| h.shard != f.index);
         shards.running.push(Heartbeat { shard: f.index, run: self.id.clone(), at: now });
-        Step::Walk(format!("shard {}/{} of spec {}", f.index, f.count, self.pass.spec))
+        Step::Walk { why: format!("shard {}/{} of spec {}", f.index, f.count, self.pass.spec), round }
     }
 
     /// A new round of shards for this spec and layout, registered by this run.
@@ -217,11 +227,7 @@ impl Run<'_, '_> {
     /// special-bit records), kept under the round's run (the marker's), and continued when it
     /// belongs to this round and spec. Under `--force` it is not continued at all (as in an
     /// unsharded pass: a special-bit record is forgotten, as the message about it says).
-    fn plan(&self) -> ResumePlan {
-        let round = match marker::read(self.root) {
-            Found::Marker(m) => m.run,
-            _ => String::new(),
-        };
+    fn plan(&self, round: String) -> ResumePlan {
         let place = Place::new(self.root, Some((self.f.index, self.f.count)));
         let previous = if self.pass.opts.force { None } else { place.read(&round, &self.pass.digest) };
         ResumePlan::apply(round, previous)
