@@ -91,8 +91,9 @@ fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeR
         threads
             .into_iter()
             .map(|(path, spec, t)| {
-                t.join().unwrap_or_else(|_| {
-                    let e = Error::Other { path: path.clone(), msg: "internal error: its thread panicked".into() };
+                t.join().unwrap_or_else(|payload| {
+                    let msg = format!("internal error: {}", crate::error::panic_text(&*payload));
+                    let e = Error::Other { path: path.clone(), msg };
                     VolumeReport::failed(path, spec, opts.threads, &e)
                 })
             })

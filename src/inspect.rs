@@ -171,7 +171,7 @@ impl<T: Ord> Examples<T> {
     }
 
     fn finish(self) -> Finding<T> {
-        let mut examples = self.list.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut examples = crate::sync::into_inner(self.list);
         examples.sort();
         Finding { count: self.count.into_inner(), examples }
     }
@@ -299,7 +299,7 @@ impl<'a> Inspector<'a> {
             hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
             errors: c.errors,
-            error_list: self.errors.into_inner().unwrap_or_else(|e| e.into_inner()).into_vec(),
+            error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,
             owner,
             elapsed_ms: started.elapsed().as_millis() as u64,

@@ -172,11 +172,10 @@ impl<'a> Fixer<'a> {
             self.warn_hardlinked(r.counts.hardlinked);
         }
         r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
-        r.foreign_owned_list = self.foreign.into_inner().unwrap_or_else(|e| e.into_inner());
+        r.foreign_owned_list = crate::sync::into_inner(self.foreign);
         r.timing = Timing::of(elapsed, r.counts.entries);
-        r.error_list = self.errors.into_inner().unwrap_or_else(|e| e.into_inner());
-        r.skipped_mounts =
-            self.skipped_mounts.into_inner().unwrap_or_else(|e| e.into_inner()).iter().map(EscapedPath::new).collect();
+        r.error_list = crate::sync::into_inner(self.errors);
+        r.skipped_mounts = crate::sync::into_inner(self.skipped_mounts).iter().map(EscapedPath::new).collect();
     }
 
     /// Warns that `n` entries with more than one link were (or would be) changed.

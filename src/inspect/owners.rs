@@ -78,10 +78,10 @@ impl Owners {
 
     /// Owners by entries (most first); directories only for the minority owners.
     pub fn finish(self) -> Vec<OwnerRow> {
-        let mut totals = self.totals.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut totals = crate::sync::into_inner(self.totals);
         // Counts of directories cut short (none unless the walk stopped): totals only.
         for shard in self.shards {
-            for (_, t) in shard.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            for (_, t) in crate::sync::into_inner(shard) {
                 for (owner, n) in t {
                     totals.entry(owner).or_default().entries += n;
                 }

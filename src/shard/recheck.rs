@@ -14,7 +14,6 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use rustix::io::Errno;
 use tracing::info;
@@ -27,9 +26,7 @@ use crate::pass::Fixer;
 use crate::spec::Spec;
 use crate::sys::{self, DType, Kind, Meta};
 use crate::verify::Stamp;
-use crate::walk::Walk;
-
-const DIRENT_BUF: usize = 32 * 1024;
+use crate::walk::{self, DIRENT_BUF, Walk};
 
 /// An entry at a depth from 1 to the split depth: an anchor (at the split depth) or an entry
 /// above it (shard 0's).
@@ -118,7 +115,7 @@ impl Recheck<'_, '_> {
     /// stops a walk ends the check, with [`Summary::stopped`] set.
     pub fn run(&self, shards: &Shards, skip: Option<u32>) -> Result<Summary, Error> {
         let tops = list_top(self.root, &self.root_meta, shards.depth, self.opts.cross_devices)
-            .map_err(|(rel, e)| Error::sys(self.full(&rel), Op::Readdir, e))?;
+            .map_err(|(rel, e)| Error::sys(walk::full_path(self.path, &rel), Op::Readdir, e))?;
         let mut sum = Summary::default();
         for i in (0..shards.n).filter(|&i| Some(i) != skip) {
             let f = ShardFilter { index: i, count: shards.n, depth: shards.depth };
@@ -145,10 +142,6 @@ impl Recheck<'_, '_> {
             }
         }
         Ok(sum)
-    }
-
-    fn full(&self, rel: &Path) -> PathBuf {
-        if rel.as_os_str().is_empty() { self.path.to_path_buf() } else { self.path.join(rel) }
     }
 
     /// Walks the part of shard `f` again, its anchor directories verified against `bound`.
@@ -186,13 +179,9 @@ fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
     ] {
         x.add(y.get());
     }
-    crate::sync::lock(&into.errors).append(inner(from.errors));
-    crate::sync::lock(&into.skipped_mounts).extend(inner(from.skipped_mounts));
-    crate::sync::lock(&into.foreign).append(inner(from.foreign));
-}
-
-fn inner<T>(m: Mutex<T>) -> T {
-    m.into_inner().unwrap_or_else(|e| e.into_inner())
+    crate::sync::lock(&into.errors).append(crate::sync::into_inner(from.errors));
+    crate::sync::lock(&into.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
+    crate::sync::lock(&into.foreign).append(crate::sync::into_inner(from.foreign));
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ use crate::sys::Meta;
 use crate::verify::Stamp;
 
 pub use node::{Dir, Node, max_threads_for, with_fd_relief};
-pub use traverse::Walk;
+pub use traverse::{DIRENT_BUF, Walk};
 
 /// What to do with a subdirectory (see [`Visitor::enter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use crate::verify::{self, Stamp};
 const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs"];
 
 /// `getdents64` buffer per directory being read.
-const DIRENT_BUF: usize = 32 * 1024;
+pub const DIRENT_BUF: usize = 32 * 1024;
 
 /// Subdirectory jobs of one directory queued at most: past this, its reader runs queued jobs
 /// itself before reading on, so a directory of a million subdirectories never holds a million
