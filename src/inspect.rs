@@ -336,9 +336,7 @@ impl Visitor for Inspector<'_> {
 
     fn error(&self, at: At<'_>, op: Op, errno: Errno) {
         self.counters.errors.inc();
-        let rel = at.name().map_or_else(|| at.dir().rel_path(), |n| walk::rel_child(at.dir(), n));
-        let err = EntryError::new(EscapedPath::relative(&rel), op, errno);
-        lock(&self.errors).push(err);
+        lock(&self.errors).push_with(|| EntryError::new(EscapedPath::relative(&at.rel_path()), op, errno));
     }
 }
 

@@ -87,7 +87,7 @@ impl<'a> Fixer<'a> {
                 let change = fixed.change;
                 self.count(change.owner(), fixed.mode_changed());
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
-                    let path = self.path_of(at.dir(), at.name());
+                    let path = walk::full_path(self.root, &at.rel_path());
                     let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
                     let show = |v: Option<u32>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
                     debug!(path = %Escaped(path.as_os_str()), uid = show(change.uid).as_str(),
@@ -409,7 +409,7 @@ impl Visitor for Fixer<'_> {
             }
         }
         at.dir().taint();
-        self.error_at(&self.path_of(at.dir(), at.name()), op, errno);
+        self.error_at(&walk::full_path(self.root, &at.rel_path()), op, errno);
     }
 }
 

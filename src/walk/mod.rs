@@ -60,11 +60,11 @@ impl<'l> At<'l> {
         }
     }
 
-    /// The entry's name; `None` for the directory itself.
-    pub fn name(&self) -> Option<&'l CStr> {
+    /// The path of the directory, or of the entry, relative to the walk's root.
+    pub fn rel_path(&self) -> PathBuf {
         match *self {
-            At::Dir(_) => None,
-            At::Entry(_, name) => Some(name),
+            At::Dir(node) => node.rel_path(),
+            At::Entry(dir, name) => rel_child(dir.node(), name),
         }
     }
 }

@@ -102,7 +102,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     fn place(&self, node: &Node) -> Place {
         if node.parent.is_none() {
             Place::Root
-        } else if node.meta.mnt_id == self.root.mnt_id && node.meta.dev == self.root.dev {
+        } else if !node.meta.other_mount(&self.root) {
             Place::RootMount
         } else {
             Place::OtherMount
