@@ -72,6 +72,20 @@ impl<'a> Fixer<'a> {
         }
     }
 
+    /// Records `dir` as finished work for resume, counted with its entries (itself only when
+    /// `counted`) into its parent's.
+    fn finish_resumable(&self, dir: &Dir<'_>, counted: bool) {
+        if let Some(r) = &self.resume {
+            if counted {
+                dir.add_entries(1);
+            }
+            r.finished(dir);
+            if let Some(p) = dir.parent() {
+                p.add_entries(dir.entries());
+            }
+        }
+    }
+
     fn path_of(&self, dir: &Node, name: Option<&CStr>) -> PathBuf {
         let rel = match name {
             Some(n) => walk::rel_child(dir, n),
@@ -317,17 +331,9 @@ impl Visitor for Fixer<'_> {
         if owned {
             self.fix_dir(dir);
         }
-        if let Some(r) = &self.resume {
-            // A failure (or an entry left) marked `dir` and its ancestors: then it is not
-            // finished work. A shard's part of a directory it does not own is.
-            if owned {
-                dir.add_entries(1);
-            }
-            r.finished(dir);
-            if let Some(p) = dir.parent() {
-                p.add_entries(dir.entries());
-            }
-        }
+        // A failure (or an entry left) marked `dir` and its ancestors: then it is not finished
+        // work. A shard's part of a directory it does not own is.
+        self.finish_resumable(dir, owned);
     }
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
@@ -380,13 +386,7 @@ impl Visitor for Fixer<'_> {
     }
 
     fn dir_verified(&self, dir: &Dir<'_>) {
-        if let Some(r) = &self.resume {
-            dir.add_entries(1);
-            r.finished(dir);
-            if let Some(p) = dir.parent() {
-                p.add_entries(dir.entries());
-            }
-        }
+        self.finish_resumable(dir, true);
     }
 
     fn dir_read(&self, dir: &Dir<'_>) {
