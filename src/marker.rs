@@ -333,6 +333,15 @@ pub fn read(root: BorrowedFd<'_>) -> Found {
     }
 }
 
+/// The most per-shard checkpoints looked at or removed: the shard count on the root is
+/// app-writable, and a forged one must not cost a syscall per claimed shard.
+const MAX_SHARD_CHECKPOINTS: u32 = 1024;
+
+/// The indices of the per-shard checkpoints of a round of `n` shards that are looked at.
+pub fn shard_indices(n: u32) -> std::ops::Range<u32> {
+    0..n.min(MAX_SHARD_CHECKPOINTS)
+}
+
 /// Writes the marker. When it does not fit beside the checkpoints (a small filesystem), they are
 /// removed and the write is tried again: a missing checkpoint only makes a resume read again
 /// what it had recorded, and the special-bit records stay (they have their own xattr).
@@ -340,9 +349,8 @@ pub fn write(root: BorrowedFd<'_>, m: &Marker) -> Result<(), Errno> {
     let bytes = m.encode();
     match sys::set_xattr(root, MARKER_XATTR, &bytes) {
         Err(e) if no_room(e) => {
-            let shards = m.shards.as_ref().map_or(0, |s| s.n.min(1024));
             let _ = remove_checkpoint(root, CHECKPOINT_XATTR);
-            for i in 0..shards {
+            for i in shard_indices(m.shards.as_ref().map_or(0, |s| s.n)) {
                 let _ = remove_checkpoint(root, &checkpoint_xattr(Some(i)));
             }
             sys::set_xattr(root, MARKER_XATTR, &bytes)

@@ -395,7 +395,7 @@ impl Run<'_, '_> {
                 m.finished = Some(marker::now());
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
                 // No shard's checkpoint is needed any more.
-                for i in 0..f.count.min(1024) {
+                for i in marker::shard_indices(f.count) {
                     let _ = Place::new(root, Some((i, f.count))).remove();
                 }
                 info!(path = %self.pass.shown, "every shard is done: root fixed, volume marked done");

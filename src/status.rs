@@ -52,7 +52,7 @@ fn checkpoints(root: BorrowedFd<'_>, found: &Found) -> Vec<(Option<u32>, Checkpo
     };
     match shards {
         None => vec![None],
-        Some(n) => (0..n.min(1024)).map(Some).collect(),
+        Some(n) => marker::shard_indices(n).map(Some).collect(),
     }
     .into_iter()
     .filter_map(|i| marker::read_checkpoint(root, &marker::checkpoint_xattr(i)).map(|c| (i, c)))
