@@ -10,8 +10,9 @@
 //! A record's claim, "these subtrees were finished", holds from its clock on (the filesystem
 //! time read just before the checkpoint write that first carried it): a resumed walk verifies
 //! each such subtree against it (`walk::Descend::Verify`) instead of reading it. A record
-//! carried over from an older checkpoint keeps its older clock, so one directory may have two
-//! records: one carried, one of this run's.
+//! carried over from an older checkpoint keeps its older clock, so one directory may have a
+//! record of each run that recorded it; one whose every ordinal a newer one holds is not
+//! written.
 //!
 //! One record is one string: `INO:SEC.NSEC:NLINK:COVERED:CLOCK:FIRST[-LAST]@INO,...`, where
 //! COVERED counts the entries inside the finished subtrees (what a resume saves; the records
@@ -107,6 +108,11 @@ impl Record {
             }
         }
         Record { seal: self.seal, spans, covered: self.covered.max(other.covered) }
+    }
+
+    /// Whether every ordinal of this record is in one span of `other`.
+    pub fn within(&self, other: &Record) -> bool {
+        self.seal == other.seal && self.spans.iter().all(|s| other.span_of(s.first).is_some_and(|o| o.last >= s.last))
     }
 
     /// The record as one checkpoint string (see the module doc); `clock`: when its claim holds
@@ -215,12 +221,22 @@ impl Frontier {
         r.add(ord, ino, covered);
     }
 
+    /// Whether a record says nothing that the newer ones of its directory (this run's is the
+    /// newest) under its seal do not say too: it need not be written.
+    fn superseded(&self, (ino, clock): Key, r: &Record) -> bool {
+        let Some(clock) = clock else {
+            return false;
+        };
+        let newer = self.of(ino).filter(|(c, n)| c.is_none_or(|c| c > clock) && n.seal == r.seal);
+        newer.map(|(_, n)| n).cloned().reduce(|a, b| a.union(&b)).is_some_and(|u| r.within(&u))
+    }
+
     /// The records as checkpoint strings, those covering most first, as many as fit `budget`
     /// bytes where each costs its length plus `overhead` (JSON quotes and a comma). A record
     /// too long for what is left is dropped, and smaller ones still tried. This run's records
     /// get the clock `now`.
     pub fn encode(&self, now: Stamp, budget: usize, overhead: usize) -> Vec<String> {
-        let mut all: Vec<(&Key, &Record)> = self.records.iter().collect();
+        let mut all: Vec<(&Key, &Record)> = self.records.iter().filter(|(k, r)| !self.superseded(**k, r)).collect();
         all.sort_by(|a, b| b.1.covered.cmp(&a.1.covered).then(a.0.cmp(b.0)));
         let mut left = budget;
         let mut out = Vec::new();
@@ -314,6 +330,33 @@ mod tests {
         assert_eq!(f.of(3).count(), 0);
         f.remove_all(2);
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn a_record_a_newer_one_holds_in_full_is_not_written() {
+        let older = Stamp { sec: CLOCK.sec - 50, nsec: 0 };
+        let mut f = Frontier::default();
+        let mut old = Record::new(SEAL);
+        for ord in [0, 1, 2, 8] {
+            old.add(ord, 100 + u64::from(ord), 10);
+        }
+        f.insert((7, Some(older)), old.clone());
+        // A newer carried record holding ordinals 0..=9 supersedes it; one holding 0..=2 only would not.
+        let mut newer = Record::new(SEAL);
+        (0..=2).for_each(|ord| newer.add(ord, 100 + u64::from(ord), 10));
+        f.insert((7, Some(CLOCK)), newer.clone());
+        assert!(!old.within(&newer));
+        assert_eq!(f.encode(CLOCK, usize::MAX, 3).len(), 2, "each says something the other does not");
+        (3..=9).for_each(|ord| f.finish(7, SEAL, ord, 100 + u64::from(ord), 10));
+        assert!(!old.within(f.of(7).find(|(c, _)| c.is_none()).unwrap().1), "only both newer ones hold all of it");
+        let now = Stamp { sec: CLOCK.sec + 50, nsec: 0 };
+        let written = f.encode(now, usize::MAX, 3);
+        assert_eq!(written.len(), 2, "the oldest is held by this run's record: {written:?}");
+        assert!(written.iter().all(|w| Record::decode(w).unwrap().1 != older), "{written:?}");
+        // Under another seal, a record proves nothing for the other and is kept.
+        let mut other = Record::new(Seal { nlink: SEAL.nlink + 1, ..SEAL });
+        other.add(0, 100, 10);
+        assert!(!other.within(&old) && old.within(&old));
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! record's clock lists what it listed when it was finished; one changed since (an entry moved
 //! in, linked, exchanged) is read with everything below it. So a change between two runs inside
 //! a finished subtree is always seen. Each record's clock is the filesystem's time read just
-//! before the checkpoint write that first carried it; a record carried from an older checkpoint
+//! before the checkpoint write that first carried it, strictly after every change this run
+//! made before it (see [`verify::claim`]); a record carried from an older checkpoint
 //! keeps its clock, and a subtree verified by this run is recorded again under this run's.
 //! Unmatched records are carried into the new checkpoint until their directory is read or the
 //! pass ends. The checkpoint keeps the records that save most within [`CHECKPOINT_MAX_BYTES`],
@@ -89,6 +90,8 @@ pub struct Resume<'a> {
     every: Duration,
     /// A failed write was warned about.
     warned: AtomicBool,
+    /// Whether a claim's clock waits for the filesystem's clock to move (see [`verify::claim`]).
+    patient: AtomicBool,
 }
 
 struct Current {
@@ -179,6 +182,7 @@ impl<'a> Resume<'a> {
             current: Mutex::new(Current { checkpoint, frontier, written: Instant::now(), pending_written: None }),
             every,
             warned: AtomicBool::new(false),
+            patient: AtomicBool::new(true),
         }
     }
 
@@ -223,23 +227,18 @@ impl<'a> Resume<'a> {
     }
 
     /// `dir` is about to be read: the records of the interrupted run(s) that hold for it are
-    /// carried over as one (under the oldest clock: each claim holds from its own), to be kept
-    /// until `dir` finishes; one that does not hold is dropped, and so is this run's own.
+    /// carried over, each under its own clock (a claim holds from its own: merged under the
+    /// oldest, a subtree re-recorded by a later run would be read again), to be kept until `dir`
+    /// finishes; one that does not hold is dropped, and so is this run's own.
     pub fn begin(&self, dir: &Node) {
         if self.previous.is_empty() {
             return;
         }
         let ino = dir.meta.ino;
-        let mut carried: Option<(Stamp, Record)> = None;
-        for (clock, r) in self.holding(dir) {
-            carried = Some(match carried {
-                None => (clock, r.clone()),
-                Some((c, acc)) => (c.min(clock), acc.union(r)),
-            });
-        }
+        let carried: Vec<(Stamp, Record)> = self.holding(dir).map(|(clock, r)| (clock, r.clone())).collect();
         let mut cur = self.lock();
         cur.frontier.remove_all(ino);
-        if let Some((clock, r)) = carried {
+        for (clock, r) in carried {
             cur.frontier.insert((ino, Some(clock)), r);
         }
     }
@@ -343,7 +342,7 @@ impl<'a> Resume<'a> {
         cur.written = Instant::now();
         // The clock of this run's records: read after every one of them was made, so it is
         // later than anything this run did to the subtrees they name (see `verify`).
-        let now = verify::take(self.root).ok();
+        let now = verify::claim(self.root, &self.patient).ok();
         let pending = self.write_pending(&mut cur);
         let res = self.write_bounded(&cur, now).and(pending);
         if let Err(e) = res {
