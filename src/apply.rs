@@ -65,11 +65,14 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
     // the checkpoint, report and termination message are still written.
     sys::catch_termination();
-    if let Some((n, sig)) = progress::arm_kill_point().map_err(Error::Usage)? {
-        tracing::warn!("test hook {}: signal {sig} after {n} entries", progress::KILL_AFTER_ENV);
-    }
-    if let Some(n) = progress::arm_panic_point().map_err(Error::Usage)? {
-        tracing::warn!("test hook {}: a panic after {n} entries", progress::PANIC_AFTER_ENV);
+    match progress::arm_test_hook().map_err(Error::Usage)? {
+        Some(progress::Hook::Signal { after, signal }) => {
+            tracing::warn!("test hook {}: signal {signal} after {after} entries", progress::KILL_AFTER_ENV);
+        }
+        Some(progress::Hook::Panic { after }) => {
+            tracing::warn!("test hook {}: a panic after {after} entries", progress::PANIC_AFTER_ENV);
+        }
+        None => {}
     }
     // Started by the first volume that walks: a restart whose volumes all skip starts no thread.
     let pool = walk::Pool::new(opts.threads);

@@ -14,72 +14,84 @@ use crate::report::Counts;
 use crate::state::MarkerState;
 use crate::sys::{self, Kind, Meta};
 
-/// The environment variable of the test hook [`arm_kill_point`].
+/// The environment variable of the kill test hook (see [`arm_test_hook`]).
 pub const KILL_AFTER_ENV: &str = "VOLPREP_TEST_KILL_AFTER";
-
-/// Entries after which the pass signals itself (u64::MAX: never). See [`arm_kill_point`].
-static KILL_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
-static KILL_SIGNAL: AtomicI32 = AtomicI32::new(libc::SIGKILL);
-
-/// TEST HOOK, read once at the start of `apply`/`check`: `VOLPREP_TEST_KILL_AFTER=<entries>`
-/// (or `<entries>:kill`) makes the process SIGKILL itself when one volume's pass has counted
-/// that many entries; `<entries>:term` sends SIGTERM instead, which takes the graceful-stop path
-/// (checkpoint, report, exit 143). Tests use it to interrupt a pass at an exact point rather than
-/// racing a progress line. When unset, each entry costs one relaxed atomic load. It is in
-/// release builds because tests run the release binary; it gives nothing to anyone: only the
-/// process's own environment sets it (the operator's, for an init container; never the app's),
-/// and all it can do is end the process early, which that environment can do anyway.
-/// Returns the kill point armed, or an error text for a value that does not parse.
-pub fn arm_kill_point() -> Result<Option<(u64, i32)>, String> {
-    let Some(v) = std::env::var_os(KILL_AFTER_ENV) else {
-        return Ok(None);
-    };
-    let point = parse_kill_point(&v.to_string_lossy())
-        .ok_or_else(|| format!("{KILL_AFTER_ENV}={}: expected <entries>[:kill|:term]", v.to_string_lossy()))?;
-    KILL_SIGNAL.store(point.1, Relaxed);
-    KILL_AFTER.store(point.0, Relaxed);
-    Ok(Some(point))
-}
-
-/// The environment variable of the test hook [`arm_panic_point`].
+/// The environment variable of the panic test hook (see [`arm_test_hook`]).
 pub const PANIC_AFTER_ENV: &str = "VOLPREP_TEST_PANIC_AFTER";
 
-/// TEST HOOK, like [`arm_kill_point`]: `VOLPREP_TEST_PANIC_AFTER=<entries>` makes the walker
-/// thread that counts that many entries of one volume panic, as a bug would. Tests use it to see
-/// a panic end that volume with a failed report and the others go on. Returns the entries.
-pub fn arm_panic_point() -> Result<Option<u64>, String> {
-    let Some(v) = std::env::var_os(PANIC_AFTER_ENV) else {
-        return Ok(None);
-    };
-    let v = v.to_string_lossy();
-    let n = v.parse::<u64>().ok().filter(|&n| n > 0 && n < u64::MAX);
-    let n = n.ok_or_else(|| format!("{PANIC_AFTER_ENV}={v}: expected <entries>"))?;
-    KILL_SIGNAL.store(PANIC, Relaxed);
-    KILL_AFTER.store(n, Relaxed);
-    Ok(Some(n))
+/// What a test hook does when one volume's pass has counted `after` entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    /// The process sends itself `signal` (SIGKILL or SIGTERM).
+    Signal { after: u64, signal: i32 },
+    /// The walker thread that counts the entry panics, as a bug would.
+    Panic { after: u64 },
 }
 
+/// Entries after which the armed hook fires (u64::MAX: never). See [`arm_test_hook`].
+static HOOK_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The armed hook's signal, or [`PANIC`].
+static HOOK_ACTION: AtomicI32 = AtomicI32::new(libc::SIGKILL);
 /// The hook's action that stands for a panic rather than a signal.
 const PANIC: i32 = 0;
 
-/// What the test hook does once its point is reached (`n` entries): a signal, or a panic.
-fn fire(n: u64) {
-    match KILL_SIGNAL.load(Relaxed) {
-        PANIC => panic!("test hook {PANIC_AFTER_ENV}: a panic after {n} entries"),
-        sig => sys::signal_self(sig),
+/// TEST HOOKS, read once at the start of `apply`/`check`; at most one may be set.
+/// `VOLPREP_TEST_KILL_AFTER=<entries>` (or `<entries>:kill`) makes the process SIGKILL itself
+/// when one volume's pass has counted that many entries; `<entries>:term` sends SIGTERM instead,
+/// which takes the graceful-stop path (checkpoint, report, exit 143). Tests use it to interrupt a
+/// pass at an exact point rather than racing a progress line. `VOLPREP_TEST_PANIC_AFTER=<entries>`
+/// makes the walker thread that counts that many entries panic, as a bug would: tests see that
+/// volume end with a failed report and the others go on. When unset, each entry costs one
+/// relaxed atomic load. They are in release builds because tests run the release binary; they
+/// give nothing to anyone: only the process's own environment sets them (the operator's, for an
+/// init container; never the app's), and all they can do is end the process or a volume early,
+/// which that environment can do anyway. Returns the hook armed, or an error text for a value
+/// that does not parse or for both set.
+pub fn arm_test_hook() -> Result<Option<Hook>, String> {
+    let var = |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
+    let hook = parse_hook(var(KILL_AFTER_ENV).as_deref(), var(PANIC_AFTER_ENV).as_deref())?;
+    if let Some(h) = hook {
+        let (after, action) = match h {
+            Hook::Signal { after, signal } => (after, signal),
+            Hook::Panic { after } => (after, PANIC),
+        };
+        HOOK_ACTION.store(action, Relaxed);
+        HOOK_AFTER.store(after, Relaxed);
+    }
+    Ok(hook)
+}
+
+/// The hook the two variables' values ask for (see [`arm_test_hook`]).
+fn parse_hook(kill: Option<&str>, panic: Option<&str>) -> Result<Option<Hook>, String> {
+    let entries = |v: &str| v.parse::<u64>().ok().filter(|&n| n > 0 && n < u64::MAX);
+    match (kill, panic) {
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => Err(format!("{KILL_AFTER_ENV} and {PANIC_AFTER_ENV}: set one of them, not both")),
+        (Some(v), None) => {
+            let (n, sig) = v.split_once(':').unwrap_or((v, "kill"));
+            let signal = match sig {
+                "kill" => Some(libc::SIGKILL),
+                "term" => Some(libc::SIGTERM),
+                _ => None,
+            };
+            match (entries(n), signal) {
+                (Some(after), Some(signal)) => Ok(Some(Hook::Signal { after, signal })),
+                _ => Err(format!("{KILL_AFTER_ENV}={v}: expected <entries>[:kill|:term]")),
+            }
+        }
+        (None, Some(v)) => match entries(v) {
+            Some(after) => Ok(Some(Hook::Panic { after })),
+            None => Err(format!("{PANIC_AFTER_ENV}={v}: expected <entries>")),
+        },
     }
 }
 
-/// `123`, `123:kill` → (123, SIGKILL); `123:term` → (123, SIGTERM); anything else (0 included)
-/// → None.
-fn parse_kill_point(v: &str) -> Option<(u64, i32)> {
-    let (n, sig) = v.split_once(':').unwrap_or((v, "kill"));
-    let sig = match sig {
-        "kill" => libc::SIGKILL,
-        "term" => libc::SIGTERM,
-        _ => return None,
-    };
-    n.parse::<u64>().ok().filter(|&n| n > 0 && n < u64::MAX).map(|n| (n, sig))
+/// What the armed hook does once its point is reached (`n` entries): a signal, or a panic.
+fn fire(n: u64) {
+    match HOOK_ACTION.load(Relaxed) {
+        PANIC => panic!("test hook {PANIC_AFTER_ENV}: a panic after {n} entries"),
+        sig => sys::signal_self(sig),
+    }
 }
 
 /// One count, shared by every walker thread (relaxed atomic: it only grows).
@@ -133,7 +145,7 @@ impl Counters {
 
     pub fn seen(&self, kind: Kind) {
         let n = self.entries.inc();
-        if n == KILL_AFTER.load(Relaxed) {
+        if n == HOOK_AFTER.load(Relaxed) {
             fire(n);
         }
         let by_kind = match kind {
@@ -384,13 +396,19 @@ mod tests {
     }
 
     #[test]
-    fn kill_points_parse() {
-        assert_eq!(parse_kill_point("12"), Some((12, libc::SIGKILL)));
-        assert_eq!(parse_kill_point("12:kill"), Some((12, libc::SIGKILL)));
-        assert_eq!(parse_kill_point("7:term"), Some((7, libc::SIGTERM)));
-        for bad in ["", "0", "x", "12:int", "12:", ":term", "-1"] {
-            assert_eq!(parse_kill_point(bad), None, "{bad}");
+    fn test_hooks_parse_and_only_one_may_be_set() {
+        let kill = |v| parse_hook(Some(v), None);
+        assert_eq!(kill("12"), Ok(Some(Hook::Signal { after: 12, signal: libc::SIGKILL })));
+        assert_eq!(kill("12:kill"), Ok(Some(Hook::Signal { after: 12, signal: libc::SIGKILL })));
+        assert_eq!(kill("7:term"), Ok(Some(Hook::Signal { after: 7, signal: libc::SIGTERM })));
+        for bad in ["", "0", "x", "12:int", "12:", ":term", "-1", "18446744073709551615"] {
+            assert!(kill(bad).unwrap_err().starts_with(&format!("{KILL_AFTER_ENV}={bad}: expected")), "{bad}");
+            assert!(parse_hook(None, Some(bad)).is_err(), "{bad}");
         }
+        assert_eq!(parse_hook(None, Some("40")), Ok(Some(Hook::Panic { after: 40 })));
+        assert_eq!(parse_hook(None, None), Ok(None));
+        let both = parse_hook(Some("12"), Some("40")).unwrap_err();
+        assert!(both.contains("not both"), "{both}");
     }
 
     #[test]
