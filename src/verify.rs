@@ -71,6 +71,11 @@ pub fn take(root: BorrowedFd<'_>) -> Result<Stamp, Errno> {
     if me != 0 && sys::stat_fd(root)?.uid != me {
         return Err(Errno::PERM);
     }
+    stamp(root)
+}
+
+/// The no-op metadata write and the change time it gave (see [`take`]).
+fn stamp(root: BorrowedFd<'_>) -> Result<Stamp, Errno> {
     sys::chown_fd(root, None, None)?;
     let (_, times) = sys::stat_fd_times(root)?;
     Ok(times.ctime.into())
@@ -93,7 +98,7 @@ pub fn claim(root: BorrowedFd<'_>, patient: &AtomicBool) -> Result<Stamp, Errno>
     }
     let give_up = Instant::now() + CLAIM_PATIENCE;
     loop {
-        let now = take(root)?;
+        let now = stamp(root)?;
         if now > first {
             return Ok(now);
         }

@@ -15,7 +15,7 @@ use rustix::io::Errno;
 
 use crate::sync::lock;
 use crate::sys::{self, Meta, Times};
-use crate::verify::Stamp;
+use crate::verify::{self, Stamp};
 
 /// Descriptors kept aside for the process: stdio, the root and its marker and lock fds, logs.
 pub const FD_RESERVE: u64 = 16;
@@ -68,8 +68,9 @@ pub struct Node {
     tainted: AtomicBool,
     /// To be verified against this bound (`Descend::Verify`) rather than read.
     pub(super) bound: Option<Stamp>,
-    /// Its listing was trusted (`verify::unchanged`): only its subdirectories were looked at.
-    pub(super) verified: AtomicBool,
+    /// Its listing is trusted (unchanged since `bound`: `verify::unchanged`): only its
+    /// subdirectories are looked at.
+    verified: bool,
 }
 
 struct Slot {
@@ -78,13 +79,14 @@ struct Slot {
 }
 
 impl Node {
-    /// The node of a directory just opened, held by the caller.
+    /// The node of a directory just opened, held by the caller; `root`: the walk's root, whose
+    /// mount a directory must be on for its listing to be trusted.
     pub(super) fn opened(
         fd: OwnedFd,
         (meta, times): (Meta, Times),
-        parent: Option<Arc<Node>>,
-        name: &CStr,
+        (parent, name): (Option<Arc<Node>>, &CStr),
         (ord, bound): (Option<u32>, Option<Stamp>),
+        root: &Meta,
     ) -> Lease {
         OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
         let raw = fd.as_raw_fd();
@@ -102,7 +104,7 @@ impl Node {
             entries: AtomicU64::new(0),
             tainted: AtomicBool::new(false),
             bound,
-            verified: AtomicBool::new(false),
+            verified: bound.is_some_and(|b| verify::unchanged(&meta, &times, root, b)),
         });
         register(&node);
         Lease { node, raw }
@@ -143,7 +145,7 @@ impl Node {
     /// Whether the walk trusted this directory's listing (`Descend::Verify`): its entries other
     /// than subdirectories were not handed to the visitor.
     pub fn verified(&self) -> bool {
-        self.verified.load(Ordering::Relaxed)
+        self.verified
     }
 
     /// Whether [`Node::taint`] was called on this directory or one below it.

@@ -93,7 +93,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         self.reader = DirReader::new(fs.as_deref());
         self.nlink_counts_subdirs = fs.as_deref().is_some_and(|f| NLINK_COUNTS_SUBDIRS.contains(&f));
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let lease = Node::opened(root_fd, (root_meta, times), None, c"", (None, None));
+        let lease = Node::opened(root_fd, (root_meta, times), (None, c""), (None, None), &root_meta);
         let this = &self;
         rayon_core::in_place_scope(|s| this.read(s, lease));
     }
@@ -116,8 +116,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         if self.visitor.stopped() {
             return self.complete(node, Some(lease));
         }
-        let verified = node.bound.is_some_and(|b| verify::unchanged(&node.meta, &node.times, &self.root, b));
-        node.verified.store(verified, Ordering::Relaxed);
+        let verified = node.verified();
         if !verified {
             self.visitor.dir_read(&lease.dir());
         }
@@ -312,7 +311,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(&dir, name, &meta);
             return None;
         }
-        let lease = Node::opened(fd, (meta, times), Some(Arc::clone(parent.node())), name, ord);
+        let lease = Node::opened(fd, (meta, times), (Some(Arc::clone(parent.node())), name), ord, &self.root);
         self.budget().trim(lease.node());
         Some(lease)
     }
