@@ -116,6 +116,11 @@ impl Run<'_, '_> {
         self.pass.path
     }
 
+    /// Where this shard keeps its checkpoint on the root.
+    fn place(&self) -> Place<'_> {
+        Place::new(self.root, Some((self.f.index, self.f.count)))
+    }
+
     /// Waits for this shard's turn: registers under the root lock, or learns it skips, or that
     /// the volume only needs finishing. Also returns the state of the marker it found.
     fn turn(&self) -> Result<(Step, MarkerState), Error> {
@@ -228,7 +233,7 @@ impl Run<'_, '_> {
     /// belongs to this round and spec. Under `--force` it is not continued at all (as in an
     /// unsharded pass: a special-bit record is forgotten, as the message about it says).
     fn plan(&self, round: String) -> ResumePlan {
-        let place = Place::new(self.root, Some((self.f.index, self.f.count)));
+        let place = self.place();
         let previous = if self.pass.opts.force { None } else { place.read(&round, &self.pass.digest) };
         ResumePlan::apply(round, previous)
     }
@@ -269,7 +274,7 @@ impl Run<'_, '_> {
             }
         };
         if let Some(r) = &fixer.resume {
-            let place = Place::new(self.root, Some((self.f.index, self.f.count)));
+            let place = self.place();
             let res = if part_done { place.remove() } else { r.write() };
             if let Err(e) = res {
                 debug!("{}: shard {}: cannot write or remove its checkpoint: {e}", self.pass.shown, self.name());
