@@ -86,23 +86,27 @@ fn stamp(root: BorrowedFd<'_>) -> Result<Stamp, Errno> {
 /// change time equal to the first [`take`]) is still before the clock and need not be read
 /// again. It takes the clock again until it moves: at once where the filesystem stamps a
 /// change after a read of the time finer than its tick (Linux's multigrain timestamps), within
-/// a tick elsewhere. Where it has not moved within [`CLAIM_PATIENCE`] (timestamps of a second),
-/// the first stamp is the clock (still sound: such directories are read again) and `patient`
-/// is cleared, so that later claims do not wait. Changes made between the two takes are no
+/// a tick elsewhere. On timestamps of whole seconds, or where it has not moved within
+/// [`CLAIM_PATIENCE`], the first stamp is the clock (still sound: such directories are read
+/// again); in the second case `patient` is cleared, so that later claims do not wait. Changes made between the two takes are no
 /// more seen than ones made between a directory's read and the first take (see the module's
 /// assumptions).
 pub fn claim(root: BorrowedFd<'_>, patient: &AtomicBool) -> Result<Stamp, Errno> {
     let first = take(root)?;
-    if !patient.load(Ordering::Relaxed) {
+    // Whole seconds (ext4 with 128-byte inodes): the clock moves only with the next second.
+    if first.nsec == 0 || !patient.load(Ordering::Relaxed) {
         return Ok(first);
     }
     let give_up = Instant::now() + CLAIM_PATIENCE;
     loop {
+        // Read before the stamp: the clock has not moved only if a stamp taken after the
+        // patience ran out still is the first (a pause of this thread is no reason to stop).
+        let late = Instant::now() >= give_up;
         let now = stamp(root)?;
         if now > first {
             return Ok(now);
         }
-        if Instant::now() >= give_up {
+        if late {
             patient.store(false, Ordering::Relaxed);
             return Ok(first);
         }
