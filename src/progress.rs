@@ -22,7 +22,7 @@ pub const PANIC_AFTER_ENV: &str = "VOLPREP_TEST_PANIC_AFTER";
 /// What a test hook does when one volume's pass has counted `after` entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hook {
-    /// The process sends itself `signal` (SIGKILL or SIGTERM).
+    /// The process sends itself `signal` (SIGKILL, SIGTERM or SIGSTOP).
     Signal { after: u64, signal: i32 },
     /// The walker thread that counts the entry panics, as a bug would.
     Panic { after: u64 },
@@ -38,8 +38,9 @@ const PANIC: i32 = 0;
 /// TEST HOOKS, read once at the start of `apply`/`check`; at most one may be set.
 /// `VOLPREP_TEST_KILL_AFTER=<entries>` (or `<entries>:kill`) makes the process SIGKILL itself
 /// when one volume's pass has counted that many entries; `<entries>:term` sends SIGTERM instead,
-/// which takes the graceful-stop path (checkpoint, report, exit 143). Tests use it to interrupt a
-/// pass at an exact point rather than racing a progress line. `VOLPREP_TEST_PANIC_AFTER=<entries>`
+/// which takes the graceful-stop path (checkpoint, report, exit 143); `<entries>:stop` sends
+/// SIGSTOP, which holds the whole process there until a SIGCONT. Tests use it to interrupt (or
+/// hold) a pass at an exact point rather than racing a progress line. `VOLPREP_TEST_PANIC_AFTER=<entries>`
 /// makes the walker thread that counts that many entries panic, as a bug would: tests see that
 /// volume end with a failed report and the others go on. When unset, each entry costs one
 /// relaxed atomic load. They are in release builds because tests run the release binary; they
@@ -72,11 +73,12 @@ fn parse_hook(kill: Option<&str>, panic: Option<&str>) -> Result<Option<Hook>, S
             let signal = match sig {
                 "kill" => Some(libc::SIGKILL),
                 "term" => Some(libc::SIGTERM),
+                "stop" => Some(libc::SIGSTOP),
                 _ => None,
             };
             match (entries(n), signal) {
                 (Some(after), Some(signal)) => Ok(Some(Hook::Signal { after, signal })),
-                _ => Err(format!("{KILL_AFTER_ENV}={v}: expected <entries>[:kill|:term]")),
+                _ => Err(format!("{KILL_AFTER_ENV}={v}: expected <entries>[:kill|:term|:stop]")),
             }
         }
         (None, Some(v)) => match entries(v) {
@@ -401,6 +403,7 @@ mod tests {
         assert_eq!(kill("12"), Ok(Some(Hook::Signal { after: 12, signal: libc::SIGKILL })));
         assert_eq!(kill("12:kill"), Ok(Some(Hook::Signal { after: 12, signal: libc::SIGKILL })));
         assert_eq!(kill("7:term"), Ok(Some(Hook::Signal { after: 7, signal: libc::SIGTERM })));
+        assert_eq!(kill("9:stop"), Ok(Some(Hook::Signal { after: 9, signal: libc::SIGSTOP })));
         for bad in ["", "0", "x", "12:int", "12:", ":term", "-1", "18446744073709551615"] {
             assert!(kill(bad).unwrap_err().starts_with(&format!("{KILL_AFTER_ENV}={bad}: expected")), "{bad}");
             assert!(parse_hook(None, Some(bad)).is_err(), "{bad}");

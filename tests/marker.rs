@@ -855,18 +855,37 @@ fn concurrent_applies_walk_once() {
     t.build(&want);
     kubelet_reference(&want, GID, false, Mounts::Skip);
 
-    let barrier = std::sync::Barrier::new(2);
-    let runs: Vec<Run> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| {
-                    barrier.wait();
-                    apply(&vol, &["--fs-group", "2000", "--threads", "2"])
-                })
-            })
-            .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    // The first run holds itself in its walk (its lock taken); the second starts then, and the
+    // first goes on once the second says it waits for the lock.
+    let cmd = || {
+        let mut c = volprep();
+        c.args(["apply", "--fs-group", "2000", "--threads", "2", "--report", "-"]).arg(&vol);
+        c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        c
+    };
+    let (first, held) = kill::held_at(cmd(), 1000);
+    let mut second = cmd().spawn().unwrap();
+    let _second_held = kill::Held(second.id() as i32);
+    let mut err = std::io::BufReader::new(second.stderr.take().unwrap());
+    let mut waited = String::new();
+    while !waited.contains("waiting for its lock") {
+        let mut line = String::new();
+        assert_ne!(std::io::BufRead::read_line(&mut err, &mut line).unwrap(), 0, "the second run ended: {waited}");
+        waited.push_str(&line);
+    }
+    drop(held);
+    let rest = std::thread::spawn(move || std::io::read_to_string(err).unwrap());
+    let done = |o: std::process::Output, stderr: String| Run {
+        cmdline: "volprep apply".into(),
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr,
+    };
+    let o = first.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let walked = done(o, stderr);
+    let waiter = done(second.wait_with_output().unwrap(), waited + &rest.join().unwrap());
+    let runs = [walked, waiter];
     let both = format!("{}\n{}", runs[0].describe(), runs[1].describe());
     for r in &runs {
         assert_eq!(r.code, 0, "{both}");

@@ -8,7 +8,6 @@ use std::os::unix::fs::MetadataExt as _;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
 
 use common::snap::kubelet_reference;
 use common::tree::{self, GenOpts};
@@ -389,21 +388,15 @@ fn a_shard_overlapped_by_an_unsharded_run_of_the_same_spec_ends_well() {
     }
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 512, &["-N", "200000"]);
     let (vol, want, _) = setup(&fs, 40, 1000);
-    let shard = shard_cmd(&vol, 0, &["--threads", "1", "--lock-timeout", "120s"]).spawn().unwrap();
-    let t0 = Instant::now();
-    while status(&vol)["marker"]["shards"]["running"].as_array().is_none_or(|r| r.is_empty()) {
-        assert!(t0.elapsed() < Duration::from_secs(20), "the shard never registered");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    // Hold the shard while an unsharded run of the same spec prepares the whole volume.
-    unsafe { libc::kill(shard.id() as i32, libc::SIGSTOP) };
+    // The shard holds itself (SIGSTOP) after 100 entries of its walk: registered, not done.
+    let (shard, held) = kill::held_at(shard_cmd(&vol, 0, &["--threads", "1", "--lock-timeout", "120s"]), 100);
     let st = status(&vol);
     assert!(
         st["marker"]["shards"]["running"].as_array().is_some_and(|r| !r.is_empty()),
-        "the shard finished before it could be overlapped: {st}"
+        "the shard held in its walk is registered: {st}"
     );
     let whole = run(volprep().args(["apply", "--fs-group", "2000", "--lock-timeout", "60s"]).arg(&vol));
-    unsafe { libc::kill(shard.id() as i32, libc::SIGCONT) };
+    drop(held);
     assert_eq!(whole.code, 0, "{}", whole.describe());
     let (code, v, stderr) = report_of(shard);
     assert_eq!(code, 0, "{stderr}");

@@ -1,5 +1,5 @@
-//! A pass killed midway at an exact point: the binary's test hook `VOLPREP_TEST_KILL_AFTER`
-//! makes it SIGKILL (or SIGTERM) itself after N entries (tests/marker.rs, tests/shard.rs,
+//! A pass killed (or held) midway at an exact point: the binary's test hook
+//! `VOLPREP_TEST_KILL_AFTER` makes it SIGKILL (SIGTERM, SIGSTOP) itself after N entries (tests/marker.rs, tests/shard.rs,
 //! tests/unprivileged.rs, tests/fuzz.rs); reading text log fields.
 
 use std::os::unix::process::ExitStatusExt;
@@ -91,4 +91,35 @@ pub fn wait_within(mut child: KillOnDrop, limit: Duration, cmdline: &str) -> std
     };
     let stderr = reader.join().unwrap();
     std::process::Output { status, stdout: Vec::new(), stderr }
+}
+
+/// A process that stopped itself (SIGSTOP) at its hook's point (or any running one): continued
+/// when dropped, or killed if the test is failing, so that nothing keeps its mount busy.
+pub struct Held(pub i32);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let sig = if std::thread::panicking() { libc::SIGKILL } else { libc::SIGCONT };
+        unsafe { libc::kill(self.0, sig) };
+    }
+}
+
+/// Spawns `cmd` (a volprep pass) with the test hook set to stop it once its pass has counted
+/// exactly `at` entries, and waits until it is stopped there (holding whatever it holds at that
+/// point: its lock, its shard registration). Drop the [`Held`] to let it go on.
+pub fn held_at(mut cmd: Command, at: u64) -> (Child, Held) {
+    let cmdline = format!("{cmd:?}");
+    let child = cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:stop")).spawn().expect("spawn volprep");
+    let held = Held(child.id() as i32);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap_or_default();
+        match stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next()) {
+            Some(Some('T')) => return (child, held),
+            Some(Some('Z')) | None => panic!("volprep ended before its stop point at {at} entries: {cmdline}"),
+            _ => {}
+        }
+        assert!(Instant::now() < deadline, "volprep did not reach its stop point at {at} entries: {cmdline}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
