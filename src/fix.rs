@@ -307,28 +307,23 @@ mod tests {
         Meta { dev, ino, nlink: 2, ..meta(libc::S_IFREG, 0o6755, 5, 1) }
     }
 
-    /// Whether another thread takes the lock of `other` within a second while this one holds
-    /// `held`'s.
-    fn taken_meanwhile(held: &Meta, other: &Meta) -> bool {
-        let _held = one_at_a_time(held).expect("a multi-link inode is locked");
-        let (tx, rx) = std::sync::mpsc::channel();
-        let other = *other;
-        std::thread::spawn(move || {
-            let _g = one_at_a_time(&other);
-            let _ = tx.send(());
-        });
-        rx.recv_timeout(std::time::Duration::from_secs(1)).is_ok()
-    }
-
+    /// The locks are probed from this thread with `try_lock` (no waiting, no other thread) and
+    /// compared by stripe: parallel tests that lock stripes cannot change the outcome.
     #[test]
     fn different_multi_link_inodes_are_fixed_at_once_and_one_inode_one_at_a_time() {
         assert!(one_at_a_time(&meta(libc::S_IFREG, 0o644, 5, 1)).is_none(), "one link: no lock");
         let a = linked(7, 1000);
-        // Most other inodes do not wait for `a` (a few share its stripe).
-        let free = (1001..1033).filter(|&ino| taken_meanwhile(&a, &linked(7, ino))).count();
+        let mine = stripe(a.dev, a.ino);
+        let held = one_at_a_time(&a).expect("a multi-link inode is locked");
+        // The same inode (another name of it, seen by another thread) always waits: the lock
+        // held is its stripe's, the one every name of it meets on.
+        let probe = MULTI_LINK[mine].try_lock();
+        assert!(matches!(probe, Err(std::sync::TryLockError::WouldBlock)), "stripe {mine} is the one held");
+        drop(probe);
+        drop(held);
+        // Most other inodes do not wait for `a`: their stripes are others (a few share its).
+        let free = (1001..1033).filter(|&ino| stripe(7, ino) != mine).count();
         assert!(free >= 24, "{free} of 32 other inodes went ahead");
-        // The same inode (another name of it, seen by another thread) always waits.
-        assert!(!taken_meanwhile(&a, &linked(7, 1000)));
     }
 
     #[test]
