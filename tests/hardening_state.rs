@@ -6,15 +6,14 @@
 
 mod common;
 
-use std::io::BufRead as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::kill::{KillOnDrop, held_at, wait_within};
 use common::mounts::sh;
 use common::snap::{self, conforms};
 use common::tree::{self, GenOpts};
@@ -535,7 +534,7 @@ fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message
     let report = fs.path().join("report.json");
     let term = fs.path().join("termination-log");
     let mut cmd = volprep();
-    cmd.args(["apply", "--fs-group", "2000", "--threads", "1", "--progress-interval", "20ms"])
+    cmd.args(["apply", "--fs-group", "2000", "--threads", "1"])
         .args(["--checkpoint-interval", "0", "--log-format", "text", "--report"])
         .arg(&report)
         .arg("--termination-log")
@@ -543,47 +542,13 @@ fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message
         .arg(&vol)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    let mut log = String::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => {
-                log += &line;
-                log.push('\n');
-                if line.contains(" progress ") {
-                    break;
-                }
-            }
-            Err(e) => {
-                let _ = child.kill();
-                panic!("no progress line ({e:?}): the pass ended or hung before SIGTERM\n{log}");
-            }
-        }
-    }
-    let sent = Instant::now();
+    // Held (SIGSTOP) a quarter of the way through: the SIGTERM sent from here stays pending
+    // until the pass is continued, so it always comes in the middle of the walk.
+    let (child, held) = held_at(cmd, n / 4);
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if sent.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("still running 30 s after SIGTERM\n{log}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    log.extend(rx.iter().map(|l| l + "\n"));
+    drop(held);
+    let out = wait_within(KillOnDrop(child), Duration::from_secs(60), "volprep apply, SIGTERM at a quarter");
+    let (status, log) = (out.status, String::from_utf8_lossy(&out.stderr).into_owned());
     assert_eq!(status.signal(), None, "ended by the signal, not by volprep\n{log}");
     assert_eq!(status.code(), Some(143), "the documented code\n{log}");
     assert!(log.lines().any(|l| l.contains("SIGTERM")), "a log line says why\n{log}");
