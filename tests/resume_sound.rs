@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
+use common::clones::attach;
 use common::kill;
 use common::mounts::{sh, try_sh};
 use common::xattr::{CHECKPOINT, MARKER, xattr_json};
@@ -267,35 +268,38 @@ impl Clones {
         let mut mkfs: Vec<&OsStr> = ["-q", "-F", "-I", "256", "-b", "4096"].map(OsStr::new).to_vec();
         mkfs.push(imgs[0].as_os_str());
         sh("mkfs.ext4", &mkfs);
+        let mnts = [vol.join("a"), vol.join("b")];
+        // From here on, Drop detaches and unmounts whatever was set up. Devices are attached
+        // with a retry: a parallel test may take the free device `losetup --find` saw.
+        let mut c = Clones { imgs, devs: [String::new(), String::new()], mnts, mounted: false };
+        c.devs[0] = attach(&c.imgs[0], None);
         // One tree in the image, then the clone: same inodes, ctimes and link counts.
-        let tmp = dir.join("fill");
-        std::fs::create_dir(&tmp).unwrap();
-        sh("mount", &[imgs[0].as_os_str(), tmp.as_os_str()]);
+        std::fs::create_dir(&c.mnts[0]).unwrap();
+        sh("mount", &[OsStr::new(&c.devs[0]), c.mnts[0].as_os_str()]);
+        c.mounted = true;
         for t in 0..40 {
-            let sub = tmp.join(format!("e{t:02}/sub"));
+            let sub = c.mnts[0].join(format!("e{t:02}/sub"));
             std::fs::create_dir_all(&sub).unwrap();
             for f in 0..100 {
                 std::fs::write(sub.join(format!("g{f}")), b"").unwrap();
             }
         }
-        sh("umount", &[tmp.as_os_str()]);
-        sh("cp", &[OsStr::new("--sparse=always"), imgs[0].as_os_str(), imgs[1].as_os_str()]);
-        let mnts = [vol.join("a"), vol.join("b")];
-        let mut c = Clones { imgs, devs: [String::new(), String::new()], mnts, mounted: false };
-        for i in 0..2 {
-            std::fs::create_dir(&c.mnts[i]).unwrap();
-            let out = sh("losetup", &[OsStr::new("--find"), OsStr::new("--show"), c.imgs[i].as_os_str()]);
-            c.devs[i] = out.trim().to_string();
-        }
+        sh("umount", &[c.mnts[0].as_os_str()]);
+        c.mounted = false;
+        sh("blockdev", &[OsStr::new("--flushbufs"), OsStr::new(&c.devs[0])]);
+        sh("cp", &[OsStr::new("--sparse=always"), c.imgs[0].as_os_str(), c.imgs[1].as_os_str()]);
+        std::fs::create_dir(&c.mnts[1]).unwrap();
+        c.devs[1] = attach(&c.imgs[1], None);
         c.mount();
         c
     }
 
     fn mount(&mut self) {
+        // Set first: if the second mount fails, Drop still unmounts the first.
+        self.mounted = true;
         for i in 0..2 {
             sh("mount", &[OsStr::new(&self.devs[i]), self.mnts[i].as_os_str()]);
         }
-        self.mounted = true;
     }
 
     fn umount(&mut self) {

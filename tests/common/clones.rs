@@ -86,8 +86,8 @@ impl Drop for Clones {
 }
 
 /// Attaches `img` to the loop device `dev` (any free one if `None`, or if `dev` was taken in
-/// the meantime); returns the device.
-fn attach(img: &Path, dev: Option<&str>) -> String {
+/// the meantime); returns the device. Retried: another test may take the free device found.
+pub fn attach(img: &Path, dev: Option<&str>) -> String {
     if let Some(d) = dev {
         if try_sh("losetup", &[os(d), img.as_os_str()]).is_ok() {
             return d.to_string();
