@@ -137,13 +137,30 @@ pub fn run_as_init_container(image: &str, sc: &SecurityContext, mounts: &[(PathB
 pub struct Registry {
     pub addr: String,
     child: Child,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Registry {
+    /// Starts a registry on a free port and waits until it answers `GET /v2/` with 200. The
+    /// port is free when picked but another process may bind it before the registry does: the
+    /// registry then exits (or someone else listens there), and it is started again on
+    /// another port.
     pub fn start() -> Registry {
+        let mut tries = Vec::new();
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            match Registry::try_start(port) {
+                Ok(reg) => return reg,
+                Err(why) => tries.push(why),
+            }
+        }
+        panic!("docker-registry did not start:\n{}", tries.join("\n"));
+    }
+
+    /// One start on `port`; `Err` when the registry exited (its log) or the port is someone
+    /// else's.
+    fn try_start(port: u16) -> Result<Registry, String> {
         let dir = tempfile::tempdir().expect("tempdir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let addr = format!("127.0.0.1:{port}");
         let config = dir.path().join("config.yml");
         std::fs::write(
@@ -162,15 +179,65 @@ impl Registry {
             .stderr(log)
             .spawn()
             .expect("start docker-registry");
-        let reg = Registry { addr, child, _dir: dir };
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(&reg.addr).is_ok() {
-                return reg;
+        let mut reg = Registry { addr, child, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(status) = reg.child.try_wait().unwrap() {
+                return Err(format!("on {}: {status}: {}", reg.addr, reg.log()));
             }
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            if http_status(&reg.addr, "/v2/") == Some(200) {
+                // A 200 from a registry another test started on the same port must not count.
+                if listens(reg.child.id(), port) {
+                    return Ok(reg);
+                }
+                return Err(format!("{} answered, but not from this registry: {}", reg.addr, reg.log()));
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "docker-registry did not answer GET /v2/ on {} within 30 s: {}",
+                reg.addr,
+                reg.log()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        panic!("docker-registry did not listen on {}", reg.addr);
     }
+
+    /// What the registry logged.
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+}
+
+/// The status code of an HTTP/1.0 `GET path` to `addr`, if anything answered.
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    use std::io::{Read as _, Write as _};
+    let timeout = Some(std::time::Duration::from_secs(2));
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(timeout).ok()?;
+    s.set_write_timeout(timeout).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).ok()?;
+    let mut head = [0u8; 64];
+    let n = s.read(&mut head).ok()?;
+    let line = String::from_utf8_lossy(&head[..n]).into_owned();
+    line.strip_prefix("HTTP/1.")?.get(2..5)?.parse().ok()
+}
+
+/// Whether process `pid` holds a TCP socket listening on `port` (`/proc/net/tcp` names the
+/// socket's inode, `/proc/PID/fd` the process's sockets).
+fn listens(pid: u32, port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!(":{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.len() > 9 && f[1].ends_with(&local) && f[3] == "0A")
+        .map(|f| format!("socket:[{}]", f[9]))
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .any(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
 }
 
 impl Drop for Registry {
