@@ -346,18 +346,18 @@ impl Visitor for Fixer<'_> {
     }
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
-        if let Some(s) = self.shard {
-            let depth = parent.depth + 1;
-            if depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name)) {
-                return Descend::Skip;
-            }
-            if let (true, Some(bound)) = (depth == s.depth, self.verify_part) {
+        let depth = parent.depth + 1;
+        if self.shard.is_some_and(|s| depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name))) {
+            return Descend::Skip;
+        }
+        // Below a verified directory, whatever is not skipped is verified against the same bound.
+        if let Some(bound) = parent.verified_against() {
+            return Descend::Verify(bound);
+        }
+        if let (Some(s), Some(bound)) = (self.shard, self.verify_part) {
+            if depth == s.depth {
                 return Descend::Verify(bound);
             }
-        }
-        // Below a verified directory, the walk verifies whatever is not skipped.
-        if parent.verified() {
-            return Descend::Verify(Default::default());
         }
         let Some(clock) = self.resume.as_ref().and_then(|r| r.was_done(parent, ino, ord)) else {
             return Descend::Read;

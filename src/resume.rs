@@ -64,11 +64,8 @@ pub use restore::{Restored, restore_pending};
 
 /// Resume bookkeeping of an `apply` on a filesystem with xattrs.
 pub struct Resume<'a> {
-    root: BorrowedFd<'a>,
-    /// The xattr the checkpoint lives in (one per shard).
-    xattr: CString,
-    /// The xattr of the special-bit records (one per shard).
-    pending_xattr: CString,
+    /// Where the checkpoint and the special-bit records live (one pair of xattrs per shard).
+    place: Place<'a>,
     /// The checkpoint's byte bound: a share of [`CHECKPOINT_MAX_BYTES`] (shards share the root's
     /// xattr space), halved each time a write did not fit.
     budget: AtomicUsize,
@@ -170,9 +167,6 @@ impl<'a> Resume<'a> {
         }
         checkpoint.pending = pending.clone();
         Resume {
-            root: place.root,
-            xattr: place.xattr,
-            pending_xattr: place.pending_xattr,
             budget: AtomicUsize::new(place.max_bytes),
             root_meta: sys::stat_fd(place.root).ok(),
             start: verify::take(place.root).ok(),
@@ -183,6 +177,7 @@ impl<'a> Resume<'a> {
             every,
             warned: AtomicBool::new(false),
             patient: AtomicBool::new(true),
+            place,
         }
     }
 
@@ -342,14 +337,14 @@ impl<'a> Resume<'a> {
         cur.written = Instant::now();
         // The clock of this run's records: read after every one of them was made, so it is
         // later than anything this run did to the subtrees they name (see `verify`).
-        let now = verify::claim(self.root, &self.patient).ok();
+        let now = verify::claim(self.place.root, &self.patient).ok();
         let pending = self.write_pending(&mut cur);
         let res = self.write_bounded(&cur, now).and(pending);
         if let Err(e) = res {
             if !self.warned.swap(true, Ordering::Relaxed) {
                 warn!(
                     "cannot write the resume checkpoint ({}): {}; a resumed run may read again what it did not record",
-                    escape_bytes(self.xattr.as_bytes()),
+                    escape_bytes(self.place.xattr.as_bytes()),
                     errno_text(e.raw_os_error())
                 );
             }
@@ -365,11 +360,11 @@ impl<'a> Resume<'a> {
         }
         let c = &cur.checkpoint;
         let p = Pending { run: c.run.clone(), digest: c.digest.clone(), pending: c.pending.clone() };
-        let mut res = marker::write_pending(self.root, &self.pending_xattr, &p);
+        let mut res = marker::write_pending(self.place.root, &self.place.pending_xattr, &p);
         if res.is_err_and(marker::no_room) {
             self.budget.fetch_min((self.budget.load(Ordering::Relaxed) / 2).max(MIN_BUDGET), Ordering::Relaxed);
-            let _ = marker::remove_checkpoint(self.root, &self.xattr);
-            res = marker::write_pending(self.root, &self.pending_xattr, &p);
+            let _ = marker::remove_checkpoint(self.place.root, &self.place.xattr);
+            res = marker::write_pending(self.place.root, &self.place.pending_xattr, &p);
         }
         if res.is_ok() {
             cur.pending_written = Some(p.pending);
@@ -382,7 +377,7 @@ impl<'a> Resume<'a> {
     fn write_bounded(&self, cur: &Current, now: Option<Stamp>) -> Result<(), Errno> {
         loop {
             let budget = self.budget.load(Ordering::Relaxed);
-            match marker::write_checkpoint(self.root, &self.xattr, &Self::bounded(cur, budget, now)) {
+            match marker::write_checkpoint(self.place.root, &self.place.xattr, &Self::bounded(cur, budget, now)) {
                 Err(e) if marker::no_room(e) && budget > MIN_BUDGET => {
                     self.budget.store((budget / 2).max(MIN_BUDGET), Ordering::Relaxed);
                 }

@@ -90,8 +90,9 @@ pub trait Visitor: Sync {
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta);
     /// Whether and how to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see
     /// [`Node::ord`]) of `parent` (default: read it). A skipped subtree is neither read nor
-    /// reported. Called while `parent` is being read, in `getdents` order for the typed ones;
-    /// below a verified directory only `Skip` counts (anything else verifies).
+    /// reported. Called while `parent` is being read, in `getdents` order for the typed ones.
+    /// The walk does what it says: a subdirectory of a verified directory is verified only if
+    /// this returns `Verify` (see [`Node::verified_against`]).
     fn enter(&self, _parent: &Dir<'_>, _name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
         Descend::Read
     }

@@ -148,6 +148,12 @@ impl Node {
         self.verified
     }
 
+    /// The bound this directory's listing was trusted against, if it was (see
+    /// [`Node::verified`]): what its subdirectories are verified against in turn.
+    pub fn verified_against(&self) -> Option<Stamp> {
+        self.bound.filter(|_| self.verified)
+    }
+
     /// Whether [`Node::taint`] was called on this directory or one below it.
     pub fn tainted(&self) -> bool {
         self.tainted.load(Ordering::Relaxed)

@@ -228,11 +228,10 @@ impl<'v, V: Visitor> Walk<'v, V> {
             return;
         }
         let node = parent.node();
-        let bound = match (self.visitor.enter(&parent.dir(), name, ino, ord), node.bound) {
-            (Descend::Skip, _) => return,
-            (_, Some(b)) if node.verified() => Some(b),
-            (Descend::Verify(b), _) => Some(b),
-            (Descend::Read, _) => None,
+        let bound = match self.visitor.enter(&parent.dir(), name, ino, ord) {
+            Descend::Skip => return,
+            Descend::Verify(b) => Some(b),
+            Descend::Read => None,
         };
         node.pending.fetch_add(1, Ordering::Relaxed);
         node.queued.fetch_add(1, Ordering::Relaxed);
