@@ -88,9 +88,9 @@ fn stamp(root: BorrowedFd<'_>) -> Result<Stamp, Errno> {
 /// change after a read of the time finer than its tick (Linux's multigrain timestamps), within
 /// a tick elsewhere. On timestamps of whole seconds, or where it has not moved within
 /// [`CLAIM_PATIENCE`], the first stamp is the clock (still sound: such directories are read
-/// again); in the second case `patient` is cleared, so that later claims do not wait. Changes made between the two takes are no
-/// more seen than ones made between a directory's read and the first take (see the module's
-/// assumptions).
+/// again); in the second case `patient` is cleared, so that later claims do not wait. Changes
+/// made between the two takes are no more seen than ones made between a directory's read and
+/// the first take (see the module's assumptions).
 pub fn claim(root: BorrowedFd<'_>, patient: &AtomicBool) -> Result<Stamp, Errno> {
     let first = take(root)?;
     // Whole seconds (ext4 with 128-byte inodes): the clock moves only with the next second.
