@@ -94,23 +94,40 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
             Err(e) => return Err(Error::sys(&path, Op::Mkdir, e)),
             Ok(()) => {}
         }
-        // Pinned (`O_PATH|O_NOFOLLOW`: no permission needed, whatever the umask left), checked
-        // to be our directory, made exactly 0700, then opened: the same inode throughout.
-        let pin = sys::pin_at(fd(&parent), &cname).map_err(|e| Error::sys(&path, Op::Open, e))?;
-        let meta = sys::stat_fd(fd(&pin)).map_err(|e| Error::sys(&path, Op::Stat, e))?;
-        let replaced = || Error::Other { path: path.clone(), msg: "was replaced right after mkdir".into() };
-        if meta.uid != sys::euid() || meta.kind() != sys::Kind::Dir {
-            return Err(replaced());
-        }
-        sys::chmod_fd(fd(&pin), 0o700).map_err(|e| Error::sys(&path, Op::Chmod, e))?;
-        let dir = sys::open_subdir(fd(&parent), &cname).map_err(|e| Error::sys(&path, Op::Open, e))?;
-        let opened = sys::stat_fd(fd(&dir)).map_err(|e| Error::sys(&path, Op::Stat, e))?;
-        if (opened.dev, opened.ino) != (meta.dev, meta.ino) {
-            return Err(replaced());
-        }
-        return Ok((path, dir));
+        return match settle_dir(fd(&parent), &cname, 0o700, true) {
+            Ok(dir) => Ok((path, dir)),
+            Err(Settle::Replaced) => Err(Error::Other { path, msg: "was replaced right after mkdir".into() }),
+            Err(Settle::Sys(op, e)) => Err(Error::sys(&path, op, e)),
+        };
     }
     Err(Error::Other { path: tmp.to_path_buf(), msg: "64 random temp dir names were all taken".into() })
+}
+
+/// Why [`settle_dir`] failed.
+enum Settle {
+    Sys(Op, Errno),
+    /// Not a directory (or, with `own`, not this user's), or another inode by the time it was
+    /// opened.
+    Replaced,
+}
+
+/// Directory `name` below `dir`, just made (or made before): pinned (`O_PATH|O_NOFOLLOW`: no
+/// permission needed, whatever the umask left), checked to be a directory (this user's, with
+/// `own`), made exactly `mode` through the pin, then opened without following a symlink and
+/// checked to be the same inode.
+fn settle_dir(dir: BorrowedFd<'_>, name: &std::ffi::CStr, mode: u32, own: bool) -> Result<OwnedFd, Settle> {
+    let pin = sys::pin_at(dir, name).map_err(|e| Settle::Sys(Op::Open, e))?;
+    let meta = sys::stat_fd(fd(&pin)).map_err(|e| Settle::Sys(Op::Stat, e))?;
+    if meta.kind() != sys::Kind::Dir || (own && meta.uid != sys::euid()) {
+        return Err(Settle::Replaced);
+    }
+    sys::chmod_fd(fd(&pin), mode).map_err(|e| Settle::Sys(Op::Chmod, e))?;
+    let opened = sys::open_subdir(dir, name).map_err(|e| Settle::Sys(Op::Open, e))?;
+    let now = sys::stat_fd(fd(&opened)).map_err(|e| Settle::Sys(Op::Stat, e))?;
+    if (now.dev, now.ino) != (meta.dev, meta.ino) {
+        return Err(Settle::Replaced);
+    }
+    Ok(opened)
 }
 
 /// The directory `dir` the user named, made if missing, opened; refused unless empty (the
@@ -200,20 +217,17 @@ impl Maker<'_> {
     }
 
     /// `name` below `dir` with `mode`: made by `mkdirat`, or, when a fan-out name repeats, the
-    /// one made before; opened with `O_NOFOLLOW` either way.
+    /// one made before; settled (see [`settle_dir`]) either way.
     fn dir(&self, dir: BorrowedFd<'_>, name: &str, mode: u32, rel: &str) -> Result<OwnedFd, Error> {
         let c = CString::new(name).expect("no NUL");
         match sys::mkdir_at(dir, &c, mode) {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(self.err(rel, Op::Mkdir)(e)),
         }
-        // The mode is set through a pin first: whatever the umask took away, it can be opened.
-        let pin = sys::pin_at(dir, &c).map_err(self.err(rel, Op::Open))?;
-        if sys::stat_fd(fd(&pin)).map_err(self.err(rel, Op::Stat))?.kind() != sys::Kind::Dir {
-            return Err(self.err(rel, Op::Mkdir)(Errno::EXIST));
-        }
-        sys::chmod_fd(fd(&pin), mode).map_err(self.err(rel, Op::Chmod))?;
-        sys::open_subdir(dir, &c).map_err(self.err(rel, Op::Open))
+        settle_dir(dir, &c, mode, false).map_err(|s| match s {
+            Settle::Sys(op, e) => self.err(rel, op)(e),
+            Settle::Replaced => self.err(rel, Op::Mkdir)(Errno::EXIST),
+        })
     }
 
     /// A new file `name` below `dir` holding `data`, with `mode` and, given one, owner uid
