@@ -216,9 +216,15 @@ impl<'a> Resume<'a> {
     }
 
     /// The records of the interrupted run(s) that hold for `dir` as it is now, with their clocks.
+    /// A record whose clock is after this run's start (a clock stepped back, or a forged
+    /// checkpoint) holds for nothing.
     fn holding<'s>(&'s self, dir: &Node) -> impl Iterator<Item = (Stamp, &'s Record)> + 's {
-        let (seal, ok) = (Self::seal(dir), self.recordable(dir));
-        self.previous.of(dir.meta.ino).filter(move |(_, r)| ok && r.seal == seal).filter_map(|(c, r)| Some((c?, r)))
+        let (seal, ok, start) = (Self::seal(dir), self.recordable(dir), self.start);
+        let past = move |c: Stamp| start.is_some_and(|s| c <= s);
+        self.previous
+            .of(dir.meta.ino)
+            .filter(move |(_, r)| ok && r.seal == seal)
+            .filter_map(move |(c, r)| Some((c.filter(|&c| past(c))?, r)))
     }
 
     /// `dir` is about to be read: the records of the interrupted run(s) that hold for it are
@@ -255,15 +261,15 @@ impl<'a> Resume<'a> {
                 continue;
             }
             if ord == span.first && ino != span.first_ino {
-                dropped.insert(key);
+                // The directory does not list what its records say: none of them skips more of it.
+                dropped.extend(self.holding(dir).map(|(c, _)| (dir.meta.ino, Some(c))));
                 drop(dropped);
-                // Carried as one with any other of the interrupted runs' records of `dir`.
                 let mut cur = self.lock();
                 let carried: Vec<_> = cur.frontier.of(dir.meta.ino).filter_map(|(c, _)| c).collect();
                 carried.into_iter().for_each(|c| drop(cur.frontier.remove((dir.meta.ino, Some(c)))));
                 drop(cur);
                 warn!(dir = %Escaped(dir.rel_path().as_os_str()), "the checkpoint's record of this directory does not match it: reading all of it");
-                continue;
+                return None;
             }
             best = best.max(Some(clock));
         }

@@ -184,10 +184,10 @@ mod tests {
             same_tick += usize::from(changed >= take(root.as_fd()).unwrap());
             let changed = change();
             let clock = claim(root.as_fd(), &patient).unwrap();
-            if patient.load(Ordering::Relaxed) {
+            if patient.load(Ordering::Relaxed) && clock.nsec != 0 {
                 assert!(changed < clock, "{changed} changed before the claim, whose clock is {clock}");
             } else {
-                assert!(changed <= clock, "timestamps of a second: the clock did not move within the patience");
+                assert!(changed <= clock, "timestamps of a second: the clock is the first stamp");
             }
         }
         eprintln!("a change in the same tick as one take: {same_tick} of 200");

@@ -227,6 +227,43 @@ fn verify_full_ignores_a_forged_checkpoint() {
     assert_eq!(get_xattr(&vol, CHECKPOINT), None);
 }
 
+/// A forged checkpoint whose records claim from a clock after the run's start (a clock stepped
+/// back since, or a forgery) skips nothing; the same records claiming from now skip every
+/// subtree (the walk trusts a claim only as far as the documented assumptions go).
+#[test]
+fn a_checkpoint_clock_from_the_future_skips_nothing() {
+    if !privileged(&["mkfs.ext4"]) {
+        return;
+    }
+    let fs = ext4();
+    let (vol, n) = volume(fs.path(), "vol");
+    apply(&vol, &[]).expect_code(0);
+    let (digest, spec) = digest_and_spec(&vol);
+    let forge = |future: bool| {
+        snap::chgrp_all(&vol, 0);
+        let mut record: Vec<String> = dir_record(&vol, true, n, |_| true).split(':').map(String::from).collect();
+        if future {
+            record[4] = format!("{}.000000000", now() + 3600);
+        }
+        let dirs = [record.join(":")];
+        forge_in_progress(
+            &vol,
+            &digest,
+            &spec,
+            "r1",
+            Some(json!({"run": "r1", "digest": digest, "v": 3, "dirs": dirs, "pending": []})),
+        );
+    };
+    forge(false);
+    let trusted = apply(&vol, &[]).expect_code(0);
+    assert!(trusted.count("skipped_subtrees") > 0, "a claim from now is trusted\n{}", trusted.describe());
+    forge(true);
+    let r = apply(&vol, &[]).expect_code(0);
+    assert_eq!(r.count("skipped_subtrees"), 0, "nothing skipped on a claim from the future\n{}", r.describe());
+    assert_eq!(r.count("entries"), n, "every entry read\n{}", r.describe());
+    assert_all_conform(&vol, "after a checkpoint from the future");
+}
+
 fn shard(vol: &Path, i: u32, n: u32, extra: &[&str]) -> Run {
     let s = format!("{i}/{n}");
     pass(

@@ -77,7 +77,9 @@ pub fn dir_record(dir: &Path, is_root: bool, covered: u64, finished: impl Fn(&st
     }
     let spans: Vec<String> =
         spans.iter().map(|(a, b, ino)| if a == b { format!("{a}@{ino}") } else { format!("{a}-{b}@{ino}") }).collect();
-    // The claim holds from a clock after every change made so far (a second from now).
-    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1;
-    format!("{}:{sec}.{nsec:09}:{}:{covered}:{clock}.000000000:{}", m.ino(), m.nlink(), spans.join(","))
+    // The claim holds from now: after every change made so far, before the run that reads it
+    // starts (a clock later than that run's start holds for nothing).
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let clock = format!("{}.{:09}", now.as_secs(), now.subsec_nanos());
+    format!("{}:{sec}.{nsec:09}:{}:{covered}:{clock}:{}", m.ino(), m.nlink(), spans.join(","))
 }
