@@ -101,6 +101,21 @@ fn forge_in_progress(vol: &Path, digest: &str, spec: &str, run: &str, checkpoint
     }
 }
 
+/// Regroups the whole volume to 0 (nothing conforms), then forges an in-progress marker of run
+/// `r1` and its checkpoint recording every top-level subtree of the root finished, claiming
+/// from now or, with `ahead`, that many seconds in the future.
+fn forge_all_finished(vol: &Path, n: u64, ahead: Option<u64>) {
+    snap::chgrp_all(vol, 0);
+    let (digest, spec) = digest_and_spec(vol);
+    let mut record: Vec<String> = dir_record(vol, true, n, |_| true).split(':').map(String::from).collect();
+    if let Some(secs) = ahead {
+        record[4] = format!("{}.000000000", now() + secs);
+    }
+    let dirs = [record.join(":")];
+    let checkpoint = json!({"run": "r1", "digest": digest, "v": 3, "dirs": dirs, "pending": []});
+    forge_in_progress(vol, &digest, &spec, "r1", Some(checkpoint));
+}
+
 fn reason(r: &Run) -> String {
     r.volume()["reason"].as_str().unwrap_or("").to_string()
 }
@@ -208,16 +223,7 @@ fn verify_full_ignores_a_forged_checkpoint() {
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
-    snap::chgrp_all(&vol, 0);
-    let (digest, spec) = digest_and_spec(&vol);
-    let dirs = [dir_record(&vol, true, n, |_| true)];
-    forge_in_progress(
-        &vol,
-        &digest,
-        &spec,
-        "r1",
-        Some(json!({"run": "r1", "digest": digest, "v": 3, "dirs": dirs, "pending": []})),
-    );
+    forge_all_finished(&vol, n, None);
     let r = apply(&vol, &["--verify", "full"]).expect_code(0);
     assert_eq!(r.count("skipped_subtrees"), 0, "nothing skipped on the word of a checkpoint\n{}", r.describe());
     assert_eq!(r.count("entries"), n, "every entry read\n{}", r.describe());
@@ -238,26 +244,10 @@ fn a_checkpoint_clock_from_the_future_skips_nothing() {
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
-    let (digest, spec) = digest_and_spec(&vol);
-    let forge = |future: bool| {
-        snap::chgrp_all(&vol, 0);
-        let mut record: Vec<String> = dir_record(&vol, true, n, |_| true).split(':').map(String::from).collect();
-        if future {
-            record[4] = format!("{}.000000000", now() + 3600);
-        }
-        let dirs = [record.join(":")];
-        forge_in_progress(
-            &vol,
-            &digest,
-            &spec,
-            "r1",
-            Some(json!({"run": "r1", "digest": digest, "v": 3, "dirs": dirs, "pending": []})),
-        );
-    };
-    forge(false);
+    forge_all_finished(&vol, n, None);
     let trusted = apply(&vol, &[]).expect_code(0);
     assert!(trusted.count("skipped_subtrees") > 0, "a claim from now is trusted\n{}", trusted.describe());
-    forge(true);
+    forge_all_finished(&vol, n, Some(3600));
     let r = apply(&vol, &[]).expect_code(0);
     assert_eq!(r.count("skipped_subtrees"), 0, "nothing skipped on a claim from the future\n{}", r.describe());
     assert_eq!(r.count("entries"), n, "every entry read\n{}", r.describe());
