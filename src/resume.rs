@@ -79,8 +79,8 @@ pub struct Resume<'a> {
     previous: Frontier,
     /// Special-bit records of the interrupted run.
     pub previous_pending: Vec<SpecialRecord>,
-    /// Records of `previous` found not to hold while their directory was read.
-    dropped: Mutex<HashSet<(u64, Option<Stamp>)>>,
+    /// Directories whose records in `previous` were found not to hold while they were read.
+    dropped: Mutex<HashSet<u64>>,
     /// What this run has finished so far, written to the root now and then.
     current: Mutex<Current>,
     /// How often `current` is written to the root, at most.
@@ -246,8 +246,8 @@ impl<'a> Resume<'a> {
 
     /// Whether the subdirectory at ordinal `ord` (inode `ino`) of `dir` was finished by an
     /// interrupted run, and if so the clock to verify it against (the latest of the records
-    /// that say so). At the first ordinal of a range the inode must be the recorded one, or that
-    /// record is dropped and skips nothing more of `dir`.
+    /// that say so). At the first ordinal of a range the inode must be the recorded one, or
+    /// every record of `dir` is dropped and skips nothing more of it.
     pub fn was_done(&self, dir: &Node, ino: u64, ord: Option<u32>) -> Option<Stamp> {
         let ord = ord?;
         let mut best: Option<Stamp> = None;
@@ -255,14 +255,13 @@ impl<'a> Resume<'a> {
             let Some(span) = r.span_of(ord) else {
                 continue;
             };
-            let key = (dir.meta.ino, Some(clock));
             let mut dropped = crate::sync::lock(&self.dropped);
-            if dropped.contains(&key) {
-                continue;
+            if dropped.contains(&dir.meta.ino) {
+                return None;
             }
             if ord == span.first && ino != span.first_ino {
                 // The directory does not list what its records say: none of them skips more of it.
-                dropped.extend(self.holding(dir).map(|(c, _)| (dir.meta.ino, Some(c))));
+                dropped.insert(dir.meta.ino);
                 drop(dropped);
                 let mut cur = self.lock();
                 let carried: Vec<_> = cur.frontier.of(dir.meta.ino).filter_map(|(c, _)| c).collect();
