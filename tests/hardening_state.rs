@@ -107,7 +107,7 @@ fn forge_in_progress(vol: &Path, digest: &str, spec: &str, run: &str, checkpoint
 fn forge_all_finished(vol: &Path, n: u64, ahead: Option<u64>) {
     snap::chgrp_all(vol, 0);
     let (digest, spec) = digest_and_spec(vol);
-    let mut record: Vec<String> = dir_record(vol, true, n, |_| true).split(':').map(String::from).collect();
+    let mut record: Vec<String> = dir_record(vol, n, |_| true).split(':').map(String::from).collect();
     if let Some(secs) = ahead {
         record[4] = format!("{}.000000000", now() + secs);
     }

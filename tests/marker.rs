@@ -378,7 +378,7 @@ fn a_checkpoint_skips_nothing_for_another_spec_run_or_after_done() {
         let marker = serde_json::json!({"v": 1, "state": state, "digest": mdigest, "spec": mspec,
             "run": "r1", "started": 1, "finished": 2, "entries": 5});
         set_xattr(&vol, MARKER, marker.to_string().as_bytes());
-        let dirs = [dir_record(&vol, true, n - 1, |_| true)];
+        let dirs = [dir_record(&vol, n - 1, |_| true)];
         let cp = serde_json::json!({"run": crun, "digest": cdigest, "v": 3, "dirs": dirs, "pending": []});
         set_xattr(&vol, CHECKPOINT, cp.to_string().as_bytes());
     };

@@ -51,15 +51,19 @@ pub fn set_json(path: &Path, name: &str, v: &Value) {
     set_xattr(path, name, v.to_string().as_bytes());
 }
 
-/// The checkpoint record (format 3) that says which subdirectories of `dir` are finished, as
-/// volprep writes it: `dir`'s inode, its change time (the root's modification time: `is_root`),
-/// link count, the entries covered (`covered`), its clock (a second from now), and the ordinals, among `dir`'s directory
-/// entries in `getdents` order, of those `finished` picks, each range with the inode of its
-/// first. What a forged or hand-made checkpoint looks like.
-pub fn dir_record(dir: &Path, is_root: bool, covered: u64, finished: impl Fn(&std::ffi::OsStr) -> bool) -> String {
+/// The checkpoint record (format 3) that says which subdirectories of the volume root `root`
+/// are finished, as volprep writes it: the root's inode, its modification time (the root's
+/// seal), link count, the entries covered (`covered`), its clock, and the ordinals, among the
+/// root's directory entries in `getdents` order, of those `finished` picks, each range with the
+/// inode of its first. What a forged or hand-made checkpoint looks like. The clock is the
+/// filesystem's own, as volprep takes it: the change time a no-op `lchown` of the root gets a
+/// tick after every change made so far, so before the start of the run that reads it (a clock
+/// after that start holds for nothing).
+pub fn dir_record(root: &Path, covered: u64, finished: impl Fn(&std::ffi::OsStr) -> bool) -> String {
     use std::os::unix::fs::{DirEntryExt, MetadataExt};
+    let dir = root;
     let m = std::fs::symlink_metadata(dir).expect("stat dir");
-    let (sec, nsec) = if is_root { (m.mtime(), m.mtime_nsec()) } else { (m.ctime(), m.ctime_nsec()) };
+    let (sec, nsec) = (m.mtime(), m.mtime_nsec());
     let mut spans: Vec<(u64, u64, u64)> = Vec::new();
     let subdirs = std::fs::read_dir(dir).expect("read dir").map(|e| e.expect("entry")).filter(|e| {
         // d_type as getdents gave it (volprep numbers only these).
@@ -77,9 +81,10 @@ pub fn dir_record(dir: &Path, is_root: bool, covered: u64, finished: impl Fn(&st
     }
     let spans: Vec<String> =
         spans.iter().map(|(a, b, ino)| if a == b { format!("{a}@{ino}") } else { format!("{a}-{b}@{ino}") }).collect();
-    // The claim holds from now: after every change made so far, before the run that reads it
-    // starts (a clock later than that run's start holds for nothing).
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
-    let clock = format!("{}.{:09}", now.as_secs(), now.subsec_nanos());
+    super::tick();
+    let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::lchown(c.as_ptr(), u32::MAX, u32::MAX) }, 0, "no-op lchown of {}", dir.display());
+    let t = std::fs::symlink_metadata(dir).expect("stat dir");
+    let clock = format!("{}.{:09}", t.ctime(), t.ctime_nsec());
     format!("{}:{sec}.{nsec:09}:{}:{covered}:{clock}:{}", m.ino(), m.nlink(), spans.join(","))
 }
