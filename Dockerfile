@@ -46,8 +46,8 @@ RUN set -eu; \
       arm64) triple=aarch64-unknown-linux-gnu ;; \
       *) echo "unsupported TARGETARCH: ${TARGETARCH}" >&2; exit 1 ;; \
     esac; \
-    cargo auditable build --release --locked --target "$triple"; \
-    install -D -m 0755 "target/$triple/release/volprep" /out/volprep; \
+    cargo auditable build --profile dist --locked --target "$triple"; \
+    install -D -m 0755 "target/$triple/dist/volprep" /out/volprep; \
     /out/volprep --version
 
 FROM ${BINARY} AS binary

@@ -5,7 +5,7 @@
 # is the Dockerfile builder's, for x86_64: glibc linked statically by
 # `-C target-feature=+crt-static`, `cargo auditable` (the dependency list inside the binary),
 # build paths remapped to the Dockerfile's (/build/volprep, /cargo) so no path of this machine
-# lands in the binary; release profile (LTO, stripped). A separate target dir keeps these
+# lands in the binary; the dist profile (LTO, one codegen unit, stripped). A separate target dir keeps these
 # RUSTFLAGS from invalidating the normal build; cargo makes the rebuild incremental.
 # cargo-auditable is installed (pinned, the Dockerfile's version) into the CI cache when missing.
 #
@@ -28,8 +28,8 @@ volprep_static_build() {
   PATH="$tools/bin:$PATH" \
     RUSTFLAGS="-C target-feature=+crt-static --remap-path-prefix=$root=/build/volprep --remap-path-prefix=$cargo_home=/cargo" \
     CARGO_TARGET_DIR="$target_dir" \
-    cargo auditable build --release --locked --target "$triple" --manifest-path "$root/Cargo.toml"
-  export VOLPREP_STATIC_BIN="$target_dir/$triple/release/volprep"
+    cargo auditable build --profile dist --locked --target "$triple" --manifest-path "$root/Cargo.toml"
+  export VOLPREP_STATIC_BIN="$target_dir/$triple/dist/volprep"
   echo "static volprep: $VOLPREP_STATIC_BIN ($(stat -c %s "$VOLPREP_STATIC_BIN") bytes)"
 }
 

@@ -782,17 +782,21 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
     let arms_ref: Vec<(&str, &str)> = arms.iter().map(|(a, t)| (a.as_str(), t.as_str())).collect();
     assert_eq!(arms_ref, [("amd64", "x86_64-unknown-linux-gnu"), ("arm64", "aarch64-unknown-linux-gnu")]);
 
-    // cargo auditable build --release --target "$triple", then install target/$triple/release/volprep.
+    // cargo auditable build --profile dist --target "$triple", then install target/$triple/dist/volprep.
     let build = steps.iter().find(|s| s.starts_with("cargo auditable build")).expect("cargo auditable build step");
     let build_words = words(build);
     let target_at = build_words.iter().position(|w| w == "--target").expect("--target");
     assert_eq!(build_words[target_at + 1], "$triple");
-    assert!(build_words.contains(&"--release".to_owned()) && !build.contains("--profile"), "release profile: {build}");
+    let profile_at = build_words.iter().position(|w| w == "--profile").expect("--profile");
+    assert_eq!(build_words[profile_at + 1], "dist", "the shipping profile: {build}");
+    assert!(!build_words.contains(&"--release".to_owned()), "one profile: {build}");
+    assert_eq!(cargo_toml_value("profile.dist", "lto").as_deref(), Some("true"), "dist: whole-program LTO");
+    assert_eq!(cargo_toml_value("profile.dist", "codegen-units").as_deref(), Some("1"), "dist: one codegen unit");
     assert!(!build.contains("--target-dir") && !script.contains("CARGO_TARGET_DIR"), "default target dir");
     let install = words(steps.iter().find(|s| s.starts_with("install ")).expect("install step"));
     let bin = cargo_toml_value("package", "name").expect("package name");
     assert!(!read("Cargo.toml").contains("[[bin]]"), "a [[bin]] section may rename the binary: update this test");
-    let produced = format!("target/$triple/release/{bin}");
+    let produced = format!("target/$triple/dist/{bin}");
     assert_eq!(
         install[install.len() - 2],
         produced,
