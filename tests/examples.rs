@@ -856,8 +856,8 @@ fn dockerfile_builds_the_static_binary_into_scratch() {
         "ARG VERSION default"
     );
 
-    // The release profile exists and strips; .dockerignore keeps target/ and .git out.
-    assert_eq!(cargo_toml_value("profile.release", "strip").as_deref(), Some("true"), "[profile.release] strip = true");
+    // The shipping profile strips; .dockerignore keeps target/ and .git out.
+    assert_eq!(cargo_toml_value("profile.dist", "strip").as_deref(), Some("true"), "[profile.dist] strip = true");
     let ignore = read(".dockerignore");
     for entry in ["target", ".git"] {
         assert!(ignore.lines().any(|l| l.trim().trim_end_matches('/') == entry), ".dockerignore: {entry}");
