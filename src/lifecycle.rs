@@ -20,12 +20,13 @@ use crate::marker::{self, Checkpoint, Decision, Found};
 use crate::options::{RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::progress;
-use crate::report::{Action, VolumeReport};
+use crate::report::{Action, Load, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::spec::Spec;
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys::{self, Meta};
+use crate::throttle;
 use crate::walk::Walk;
 
 /// What a pass takes over from an interrupted run, and the checkpoint it keeps for the next.
@@ -226,6 +227,10 @@ impl<'a> Pass<'a> {
         r.estimated_entries = self.estimate;
         r.marker_before = before;
         r.marker_after = after.unwrap_or(before);
+        r.load = Load {
+            figures: (action != Action::Skipped).then(|| throttle::GATE.figures()).flatten(),
+            ..Load::of(&self.opts.load)
+        };
         fixer.fill(&mut r, self.started.elapsed());
         r
     }

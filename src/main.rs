@@ -46,6 +46,8 @@ mod special;
 mod state;
 mod sync;
 mod sys;
+// Below the syscalls: the gate every metadata syscall of a walk passes (load on the storage):
+mod throttle;
 
 use clap::Parser;
 

@@ -11,6 +11,7 @@ use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
 use crate::escape::EscapedPath;
 use crate::state::{MarkerState, Stop};
+use crate::throttle::{Concurrency, Figures, Policy};
 
 mod wire;
 
@@ -155,6 +156,29 @@ pub struct VolumeReport {
     pub fatal: Option<String>,
     /// The signal that stopped the walk early.
     pub interrupted: Option<Stop>,
+    /// The load on the storage: the run's policy and what the gate saw.
+    pub load: Load,
+}
+
+/// The load a run put on its storage (`--load`, `--max-ops`): the report's `load` object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Load {
+    /// `adaptive` or `full` (operations in flight).
+    pub policy: Concurrency,
+    /// The ceiling on operations per second, if any.
+    pub max_ops: Option<u32>,
+    /// What the gate measured during the walk (absent when it had nothing to do: `full` without
+    /// a ceiling, or no walk). One gate serves every volume of a run: the figures are the run's.
+    #[serde(flatten)]
+    pub figures: Option<Figures>,
+}
+
+impl Load {
+    /// The run's policy, no figures yet.
+    pub fn of(p: &Policy) -> Load {
+        Load { policy: p.concurrency, max_ops: p.max_ops, figures: None }
+    }
 }
 
 impl VolumeReport {

@@ -86,7 +86,7 @@ pub fn run(
         Step::Walk { why, round } => (Some(round), why),
         Step::Wait(_) => unreachable!("handled by turn"),
     };
-    info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {}", pass.shown);
+    info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, load = opts.load.concurrency.name(), max_ops = opts.load.max_ops, decision = "walk", reason = %reason, "walk {}", pass.shown);
     let walk_needed = round.is_some();
     let plan = match round {
         Some(round) if opts.mode == Mode::Apply => run.plan(round),

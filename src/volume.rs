@@ -71,6 +71,7 @@ fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
         spec: &pass.spec_text,
         digest: &pass.digest,
         threads: pass.opts.threads,
+        load: &pass.opts.load,
         estimate: pass.estimate,
         marker: found.state(),
         decision: verb,

@@ -20,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["report"],
     &["verify"],
     &["error", "logsink", "options", "runid", "spec", "special", "sys"],
+    &["throttle"],
     &["bounded", "escape", "state", "sync"],
 ];
 

@@ -112,6 +112,7 @@ impl Serialize for VolumeReport {
         numbers(&mut m, rest)?;
         m.serialize_entry("elapsed_ms", &v.timing.elapsed_ms)?;
         m.serialize_entry("entries_per_s", &v.timing.entries_per_s)?;
+        m.serialize_entry("load", &v.load)?;
         optional(&mut m, "shard", &v.shard)?;
         optional(&mut m, "sticky", &v.sticky)?;
         optional(&mut m, "fatal", &v.fatal)?;
@@ -134,11 +135,12 @@ fn optional<M: SerializeMap, T: Serialize>(m: &mut M, key: &str, v: &Option<T>) 
 mod tests {
     use super::super::*;
 
-    /// The keys of a report of the version before `Counts`, in their order.
+    /// The keys of a report, in their order: those of the version before `Counts`, and `load`
+    /// (added before the optional keys).
     const KEYS: &str = "path action spec spec_digest threads fs_type estimated_entries reason marker_before \
         marker_after entries dirs files symlinks others changed_owner changed_mode errors error_list skipped_mounts \
         unprivileged foreign_owned foreign_owned_list foreign_unread_dirs dirs_read skipped_subtrees verified_dirs \
-        hardlinked elapsed_ms entries_per_s shard sticky fatal interrupted";
+        hardlinked elapsed_ms entries_per_s load shard sticky fatal interrupted";
 
     #[test]
     fn keys_keep_their_order_and_every_value_comes_back() {

@@ -50,6 +50,8 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--read-only",
     "--sticky",
     "--threads",
+    "--load",
+    "--max-ops",
     "--max-errors",
     "--report",
     "--log-format",
