@@ -255,7 +255,7 @@ fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
         };
     }
     let code = v.exit_code(max_errors, allow_foreign);
-    if code == ExitCode::Failure {
+    if matches!(code, ExitCode::Failure | ExitCode::OwnershipIgnored) {
         summary!(tracing::Level::ERROR)
     } else if v.counts.errors > 0 || v.counts.foreign_owned > 0 {
         summary!(tracing::Level::WARN)

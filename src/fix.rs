@@ -97,18 +97,56 @@ pub fn judge(meta: &Meta, spec: &Spec, privilege: Privilege) -> Verdict {
     }
 }
 
-/// A fix that failed: the operation and its errno, and what had changed on disk before it
-/// failed (a chown that worked before its chmod was refused), so reports count what was done.
+/// Why a fix failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The system call failed.
+    Errno(Errno),
+    /// Every call succeeded, but the entry, read back, does not have the change: the storage
+    /// ignores it (see `honour`).
+    Ignored,
+}
+
+/// A fix that failed: the operation and why, and what had changed on disk before it failed (a
+/// chown that worked before its chmod was refused), so reports count what was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure {
     pub op: Op,
-    pub errno: Errno,
+    pub cause: Cause,
     pub done: Change,
 }
 
 impl Failure {
     fn new(op: Op, errno: Errno) -> Failure {
-        Failure { op, errno, done: Change::default() }
+        Failure { op, cause: Cause::Errno(errno), done: Change::default() }
+    }
+
+    /// The failed call's errno (none when the change was ignored).
+    pub fn errno(&self) -> Option<Errno> {
+        match self.cause {
+            Cause::Errno(e) => Some(e),
+            Cause::Ignored => None,
+        }
+    }
+}
+
+/// Whether a fix reads the entry back after its change reported success (to tell a storage
+/// that ignores ownership changes, while the pass does not know yet: see `honour`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readback {
+    Yes,
+    No,
+}
+
+/// The part of `change` that the entry, read back as `after`, does not have: the chown, else
+/// the chmod.
+pub fn unapplied(change: &Change, after: &Meta) -> Option<Op> {
+    if change.uid.is_some_and(|u| u != after.uid) || change.gid.is_some_and(|g| g != after.gid) {
+        Some(Op::Chown)
+    } else if change.mode.is_some_and(|m| m != after.perm()) {
+        Some(Op::Chmod)
+    } else {
+        None
     }
 }
 
@@ -120,7 +158,7 @@ pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), Failure> {
     }
     if let Some(mode) = change.mode {
         let done = Change { mode: None, ..*change };
-        sys::chmod_fd(fd, mode).map_err(|errno| Failure { op: Op::Chmod, errno, done })?;
+        sys::chmod_fd(fd, mode).map_err(|errno| Failure { op: Op::Chmod, cause: Cause::Errno(errno), done })?;
     }
     Ok(())
 }
@@ -151,6 +189,7 @@ pub fn fix_entry(
     seen: &Meta,
     spec: &Spec,
     pin: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<OwnedFd, Errno>,
+    readback: Readback,
 ) -> Result<Fixed, Failure> {
     if decide(seen, spec).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
@@ -175,7 +214,7 @@ pub fn fix_entry(
         // Another mount took the name's place: not the inode that was looked at.
         return Err(Failure::new(Op::Stat, Errno::XDEV));
     }
-    fix_inode(sys::fd(&pinned), &now, spec)
+    fix_inode(sys::fd(&pinned), &now, spec, readback)
 }
 
 /// Fixes a non-directory entry through `pin`, an O_PATH|O_NOFOLLOW fd of it whose own `fstat`
@@ -190,13 +229,13 @@ pub fn fix_entry(
 /// go stale is the metadata itself, as with any `lstat`-then-change (the kubelet's too): an
 /// inode with several names may be fixed by several threads at once, so such inodes are
 /// re-read under a lock (see [`fix_entry`]).
-pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
+pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec, readback: Readback) -> Result<Fixed, Failure> {
     if decide(seen, spec).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let _one_at_a_time = one_at_a_time(seen);
     let now = if seen.nlink > 1 { sys::stat_fd(pin).map_err(|e| Failure::new(Op::Stat, e))? } else { *seen };
-    fix_inode(pin, &now, spec)
+    fix_inode(pin, &now, spec, readback)
 }
 
 /// An inode with several names may be fixed by several threads: each re-reads and changes it
@@ -206,8 +245,9 @@ fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
     (seen.nlink > 1).then(|| crate::sync::lock(&MULTI_LINK[stripe(seen.dev, seen.ino)]))
 }
 
-/// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`.
-fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec) -> Result<Fixed, Failure> {
+/// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`;
+/// with `Readback::Yes`, reads it back: a change that did not hold is `Cause::Ignored`.
+fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec, readback: Readback) -> Result<Fixed, Failure> {
     let change = decide(now, spec);
     apply(pin, &change).map_err(|mut f| {
         // A chown that worked may have cleared setuid/setgid before the chmod was refused.
@@ -217,6 +257,12 @@ fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec) -> Result<Fixed, Fail
         }
         f
     })?;
+    if readback == Readback::Yes && !change.is_none() {
+        let after = sys::stat_fd(pin).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
+        if let Some(op) = unapplied(&change, &after) {
+            return Err(Failure { op, cause: Cause::Ignored, done: Change::default() });
+        }
+    }
     Ok(Fixed { change, old_perm: now.perm() })
 }
 
@@ -263,22 +309,35 @@ impl SetgidRule {
 /// Without CAP_FSETID the kernel silently drops a directory's setgid bit on chmod when its group
 /// is not the caller's; unless `setgid` says the bit is kept, the result is read back so that
 /// shows as an EPERM error, not a quiet half-prepared volume (the other mode bits that did change
-/// are counted as changed).
-pub fn fix_dir(fd: BorrowedFd<'_>, seen: &Meta, spec: &Spec, setgid: &SetgidRule) -> Result<Fixed, Failure> {
+/// are counted as changed). Read back (then, or with `Readback::Yes`), a directory that has
+/// neither its group nor the rest of its mode was ignored by the storage (`Cause::Ignored`).
+pub fn fix_dir(
+    fd: BorrowedFd<'_>,
+    seen: &Meta,
+    spec: &Spec,
+    setgid: &SetgidRule,
+    readback: Readback,
+) -> Result<Fixed, Failure> {
     let change = decide(seen, spec);
     if change.is_none() {
         return Ok(Fixed { change, old_perm: seen.perm() });
     }
     apply(fd, &change)?;
     let (uid, gid) = (change.uid.unwrap_or(seen.uid), change.gid.unwrap_or(seen.gid));
-    if change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid) {
-        let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
-        if after.perm() & libc::S_ISGID == 0 {
-            let mode = (after.perm() != seen.perm()).then_some(after.perm());
-            return Err(Failure { op: Op::Chmod, errno: Errno::PERM, done: Change { mode, ..change } });
-        }
+    let setgid_unsure = change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid);
+    if readback == Readback::No && !setgid_unsure {
+        return Ok(Fixed { change, old_perm: seen.perm() });
     }
-    Ok(Fixed { change, old_perm: seen.perm() })
+    let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
+    match unapplied(&change, &after) {
+        None => Ok(Fixed { change, old_perm: seen.perm() }),
+        // Everything but the setgid bit held: the kernel dropped it (see above).
+        Some(Op::Chmod) if change.mode.is_some_and(|m| m & !libc::S_ISGID == after.perm()) => {
+            let mode = (after.perm() != seen.perm()).then_some(after.perm());
+            Err(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::PERM), done: Change { mode, ..change } })
+        }
+        Some(op) => Err(Failure { op, cause: Cause::Ignored, done: Change::default() }),
+    }
 }
 
 #[cfg(test)]
@@ -324,6 +383,20 @@ mod tests {
         // Most other inodes do not wait for `a`: their stripes are others (a few share its).
         let free = (1001..1033).filter(|&ino| stripe(7, ino) != mine).count();
         assert!(free >= 24, "{free} of 32 other inodes went ahead");
+    }
+
+    #[test]
+    fn a_change_read_back_without_it_was_not_applied() {
+        let before = meta(libc::S_IFREG, 0o600, 5, 1);
+        let change = decide(&before, &fs(2000));
+        assert_eq!(unapplied(&change, &before), Some(Op::Chown), "nothing held");
+        let grouped = Meta { gid: 2000, ..before };
+        assert_eq!(unapplied(&change, &grouped), Some(Op::Chmod), "only the chown held");
+        let both = Meta { mode: libc::S_IFREG | 0o660, ..grouped };
+        assert_eq!(unapplied(&change, &both), None);
+        assert_eq!(Failure::new(Op::Chmod, Errno::PERM).errno(), Some(Errno::PERM));
+        let ignored = Failure { op: Op::Chown, cause: Cause::Ignored, done: Change::default() };
+        assert_eq!(ignored.errno(), None);
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub struct Pass<'a> {
     /// progress display and the report.
     pub fs: String,
     pub estimate: Option<u64>,
+    /// The filesystem as the verdict on ownership names it: the mount's type and source
+    /// (`nfs from fileserver:/exports/data`), else `fs`.
+    fs_named: String,
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
     pub digest: String,
     pub spec_text: String,
@@ -111,6 +114,8 @@ impl<'a> Pass<'a> {
         shard: Option<ShardFilter>,
     ) -> Self {
         let (fs, estimate) = sys::fs_info(root);
+        let mounted = sys::stat_fd(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_name(m.mnt_id));
+        let fs_named = mounted.unwrap_or_else(|| fs.clone());
         Pass {
             path,
             spec,
@@ -121,6 +126,7 @@ impl<'a> Pass<'a> {
             reason: String::new(),
             fs,
             estimate,
+            fs_named,
             digest: spec.coverage_digest(opts.cross_devices),
             spec_text: spec.coverage_text(opts.cross_devices),
         }
@@ -164,6 +170,7 @@ impl<'a> Pass<'a> {
         };
         let mut fixer = Fixer::new(self.path, self.spec, self.opts.mode, resume);
         fixer.privilege = self.opts.privilege;
+        fixer.may_change = crate::pass::may_change(self.opts.privilege);
         fixer.shard = self.shard;
         fixer
     }
@@ -227,6 +234,11 @@ impl<'a> Pass<'a> {
         r.estimated_entries = self.estimate;
         r.marker_before = before;
         r.marker_after = after.unwrap_or(before);
+        let verdict = fixer.probe.final_verdict();
+        if let Some(line) = fixer.probe.explain(verdict, &self.fs_named) {
+            r.ownership = verdict.word().map(str::to_string);
+            r.fatal = Some(line);
+        }
         r.load = Load {
             figures: (action != Action::Skipped).then(|| throttle::GATE.figures()).flatten(),
             ..Load::of(&self.opts.load)

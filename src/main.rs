@@ -32,7 +32,9 @@ mod progress;
 mod walk;
 // The report's data and rendering:
 mod report;
-// Whether a finished subtree changed since (the filesystem's clock):
+// Whether a finished subtree changed since (the filesystem's clock); whether the storage
+// honours ownership changes:
+mod honour;
 mod verify;
 // Ground: syscalls, the spec, option values, errors, run ids, escaping, the log sink, state words:
 mod bounded;

@@ -158,6 +158,9 @@ pub struct VolumeReport {
     pub interrupted: Option<Stop>,
     /// The load on the storage: the run's policy and what the gate saw.
     pub load: Load,
+    /// `ignored` or `refused` when the storage did not take ownership changes (see `honour`):
+    /// the pass stopped, `fatal` says what to do.
+    pub ownership: Option<String>,
 }
 
 /// The load a run put on its storage (`--load`, `--max-ops`): the report's `load` object.
@@ -216,6 +219,7 @@ impl VolumeReport {
     /// other users left too when `allow_foreign`.
     pub fn exit_code(&self, max_errors: u64, allow_foreign: bool) -> ExitCode {
         ExitCode::for_volume(VolumeOutcome {
+            ownership_ignored: self.ownership.is_some(),
             fatal: self.fatal.is_some(),
             errors: self.counts.errors,
             max_errors,

@@ -393,7 +393,7 @@ impl Run<'_, '_> {
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
-        match fix::fix_dir(root, &root_meta, self.pass.spec, &fixer.setgid) {
+        match fix::fix_dir(root, &root_meta, self.pass.spec, &fixer.setgid, fix::Readback::No) {
             Ok(fixed) => {
                 fixer.count(fixed.change.owner(), fixed.mode_changed());
                 m.state = State::Done;
@@ -407,7 +407,14 @@ impl Run<'_, '_> {
             }
             Err(e) => {
                 fixer.count_change(&e.done);
-                fixer.error_at(path, e.op, e.errno);
+                match e.errno() {
+                    Some(errno) => fixer.error_at(path, e.op, errno),
+                    None => fixer.error_note(
+                        path,
+                        e.op,
+                        format!("{} reported success, but did not change the root (the storage ignores it)", e.op),
+                    ),
+                }
                 return Ok(MarkerState::InProgress);
             }
         }

@@ -18,7 +18,7 @@ const LAYERS: &[&[&str]] = &[
     &["resume"],
     &["caps", "fix", "frontier", "guard", "marker", "progress", "walk"],
     &["report"],
-    &["verify"],
+    &["honour", "verify"],
     &["error", "logsink", "options", "runid", "spec", "special", "sys"],
     &["throttle"],
     &["bounded", "escape", "state", "sync"],

@@ -117,6 +117,7 @@ impl Serialize for VolumeReport {
         optional(&mut m, "sticky", &v.sticky)?;
         optional(&mut m, "fatal", &v.fatal)?;
         optional(&mut m, "interrupted", &v.interrupted)?;
+        optional(&mut m, "ownership", &v.ownership)?;
         m.end()
     }
 }
@@ -140,7 +141,7 @@ mod tests {
     const KEYS: &str = "path action spec spec_digest threads fs_type estimated_entries reason marker_before \
         marker_after entries dirs files symlinks others changed_owner changed_mode errors error_list skipped_mounts \
         unprivileged foreign_owned foreign_owned_list foreign_unread_dirs dirs_read skipped_subtrees verified_dirs \
-        hardlinked elapsed_ms entries_per_s load shard sticky fatal interrupted";
+        hardlinked elapsed_ms entries_per_s load shard sticky fatal interrupted ownership";
 
     #[test]
     fn keys_keep_their_order_and_every_value_comes_back() {
@@ -169,6 +170,7 @@ mod tests {
             sticky: Some(StickyOutcome { created: true, mode_before: None, mode_after: "1777".into() }),
             fatal: Some("x".into()),
             interrupted: Some(Stop::Term),
+            ownership: Some("ignored".into()),
             error_list: [EntryError::new(EscapedPath::new("/a"), Op::Chown, Errno::PERM)].into_iter().collect(),
             ..VolumeReport::default()
         };
@@ -189,6 +191,6 @@ mod tests {
         assert!(json.contains(r#""errno":"EPERM""#), "{json}");
         assert_eq!(back.error_list[0].errno, Some(Errno::PERM));
         let plain = serde_json::to_value(VolumeReport::default()).unwrap();
-        assert_eq!(plain.as_object().unwrap().len(), keys.len() - 4, "the optional keys are absent when unset");
+        assert_eq!(plain.as_object().unwrap().len(), keys.len() - 5, "the optional keys are absent when unset");
     }
 }
