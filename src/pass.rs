@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 use crate::caps;
 use crate::error::Op;
 use crate::escape::{Escaped, EscapedPath, escape_bytes};
-use crate::fix::{self, Cause, Change, Failure, Fixed, Readback, SetgidRule, Verdict};
+use crate::fix::{self, Cause, Change, Failure, Fixed, How, Readback, SetgidRule, Through, Verdict};
 use crate::honour::{Outcome, Probe};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
@@ -54,6 +54,8 @@ pub struct Fixer<'a> {
     pub setgid: SetgidRule,
     /// Whether the storage honours ownership changes, from the first ones (`apply`).
     pub probe: Probe,
+    /// What a regular file's change goes through (a file opened for reading on ceph-fuse).
+    pub through: Through,
     /// EPERM on a chown or chmod is the storage's refusal, not a missing capability: this
     /// process may make every change it attempts (root with CAP_CHOWN and CAP_FOWNER, or
     /// unprivileged, which changes only its own entries).
@@ -77,6 +79,7 @@ impl<'a> Fixer<'a> {
             foreign: Mutex::default(),
             setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
             probe: Probe::default(),
+            through: if mode == Mode::Apply { through(root) } else { Through::Pin },
             may_change: false,
         }
     }
@@ -368,16 +371,12 @@ impl<'a> Fixer<'a> {
     /// Fixes one non-directory entry (reading it back while the probe wants it).
     fn fix_one(&self, dir: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Result<Fixed, Failure> {
         let readback = self.readback();
+        let how = How { readback, through: self.through };
         let outcome = match pin {
-            Some(pin) => fix::fix_pinned(pin, meta, self.spec, readback),
-            None => fix::fix_entry(
-                dir.fd(),
-                name,
-                meta,
-                self.spec,
-                |d, n| walk::with_fd_relief(|| sys::pin_at(d, n)),
-                readback,
-            ),
+            Some(pin) => fix::fix_pinned(pin, meta, self.spec, how),
+            None => {
+                fix::fix_entry(dir.fd(), name, meta, self.spec, |d, n| walk::with_fd_relief(|| sys::pin_at(d, n)), how)
+            }
         };
         self.probe(At::Entry(*dir, name), readback, &outcome);
         outcome
@@ -490,6 +489,16 @@ fn setgid_rule(root: &Path) -> SetgidRule {
         fsetid: caps::effective().is_some_and(|e| e & (1 << caps::FSETID.bit) != 0),
         overflow_uid: sys::overflow_uid(),
     }
+}
+
+/// The filesystem (as mountinfo names it) whose client keeps an open file's capabilities: a
+/// file's chown and chmod through an open fd make no permission `getattr` round trip.
+const OPEN_FILES_KEEP_CAPS: &str = "fuse.ceph-fuse";
+
+/// What regular files' changes go through on the volume at `root`.
+fn through(root: &Path) -> Through {
+    let fs = sys::stat_path(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_fs_type(m.mnt_id));
+    if fs.as_deref() == Some(OPEN_FILES_KEEP_CAPS) { Through::OpenFile } else { Through::Pin }
 }
 
 /// Whether this process may make every change a pass with `privilege` attempts: unprivileged,

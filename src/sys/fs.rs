@@ -65,6 +65,16 @@ pub fn pin_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
     GATE.op(OpKind::Open, || retry(|| rustix::fs::openat(dir, name, flags, Mode::empty())))
 }
 
+/// `open("/proc/self/fd/N", O_RDONLY)`: opens the regular file `pin` (an `O_PATH` fd whose
+/// `fstat` said so) for reading, through its magic link, which leads to the pinned inode itself,
+/// never to whatever its name leads to now. Nothing is read. The caller must have checked the
+/// kind: this never opens a device, FIFO or socket only because `pin` is none.
+pub fn reopen_file(pin: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
+    let proc_path = format!("/proc/self/fd/{}", pin.as_raw_fd());
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
+    GATE.op(OpKind::Open, || retry(|| rustix::fs::open(proc_path.as_str(), flags, Mode::empty())))
+}
+
 /// `readlinkat(dir, name)`: the target of the symlink `name` in `dir`, as stored (never
 /// resolved). EINVAL when `name` is not (or no longer) a symlink.
 pub fn readlink_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
