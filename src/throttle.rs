@@ -206,6 +206,9 @@ impl Gate {
             let Some(s) = g.as_mut() else { return 0 };
             if s.in_flight < s.limit || self.stopping() {
                 s.in_flight += 1;
+                if s.in_flight >= s.limit {
+                    s.window.reached_limit();
+                }
                 return s.epoch;
             }
             g = self.wait(g);

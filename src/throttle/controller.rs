@@ -43,6 +43,9 @@ pub struct Window {
     n: [u64; KINDS],
     /// Sums of latencies, in microseconds.
     sum_us: [f64; KINDS],
+    /// The operations in flight reached the limit during the window: a window that never did
+    /// (the walk had fewer to send) says nothing about a higher limit.
+    at_limit: bool,
 }
 
 impl Window {
@@ -50,6 +53,11 @@ impl Window {
         let k = kind.index();
         self.n[k] += 1;
         self.sum_us[k] += latency.as_secs_f64() * 1e6;
+    }
+
+    /// The operations in flight reached the limit.
+    pub fn reached_limit(&mut self) {
+        self.at_limit = true;
     }
 
     /// Operations in the window.
@@ -184,11 +192,13 @@ impl Controller {
                     }
                 }
                 if r < SLOW_START_EXIT && self.limit < self.max {
-                    self.limit = (self.limit * 2.0).min(self.max);
+                    if w.at_limit {
+                        self.limit = (self.limit * 2.0).min(self.max);
+                    }
                 } else {
                     self.phase = Phase::Steady;
                     self.last_probe = now;
-                    self.steer(r);
+                    self.steer(r, w.at_limit);
                 }
             }
             Phase::Steady => {
@@ -197,17 +207,17 @@ impl Controller {
                     self.phase = Phase::Probe { resume: self.limit };
                     self.limit = (self.limit / 4.0).max(1.0);
                 } else {
-                    self.steer(r);
+                    self.steer(r, w.at_limit);
                 }
             }
         }
     }
 
-    /// Grows, holds or shrinks the limit for ratio `r`.
-    fn steer(&mut self, r: f64) {
+    /// Grows (when the window used the whole limit), holds or shrinks the limit for ratio `r`.
+    fn steer(&mut self, r: f64, at_limit: bool) {
         if r > HIGH {
             self.limit = (self.limit * (TARGET / r).clamp(0.5, 1.0)).max(1.0);
-        } else if r < LOW {
+        } else if r < LOW && at_limit {
             self.limit = (self.limit + (self.limit / 8.0).max(1.0)).min(self.max);
         }
     }
@@ -229,7 +239,7 @@ mod tests {
             let n = c.limit() as f64;
             let latency = service_us * (n / slots).max(1.0);
             let size = c.window_size();
-            let mut w = Window::default();
+            let mut w = Window { at_limit: true, ..Window::default() };
             // A mix: lookups and changes at the server's latency, cached fstats at 3 µs.
             for i in 0..size {
                 let (kind, us) = match i % 4 {
@@ -265,10 +275,19 @@ mod tests {
     }
 
     #[test]
-    fn an_unsaturated_server_gets_every_thread() {
+    fn an_unsaturated_server_gets_every_thread_the_walk_uses() {
         let mut c = Controller::new(64);
+        // A walk with only 3 operations to send at once: the limit goes no further than 4.
         for i in 0..40 {
-            let mut w = Window::default();
+            let mut w = Window { at_limit: c.limit() <= 3, ..Window::default() };
+            for _ in 0..c.window_size() {
+                w.add(OpKind::Lookup, Duration::from_micros(500));
+            }
+            c.update(&w, Duration::from_millis(i * 10));
+        }
+        assert_eq!(c.limit(), 4);
+        for i in 40..80 {
+            let mut w = Window { at_limit: true, ..Window::default() };
             for _ in 0..c.window_size() {
                 w.add(OpKind::Lookup, Duration::from_micros(500));
             }
@@ -282,7 +301,7 @@ mod tests {
         let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
         c.base[OpKind::Change.index()] = Some(1000.0);
         let window = |us: u64| {
-            let mut w = Window::default();
+            let mut w = Window { at_limit: true, ..Window::default() };
             for _ in 0..20 {
                 w.add(OpKind::Change, Duration::from_micros(us));
             }
@@ -305,7 +324,7 @@ mod tests {
         let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
         c.base[OpKind::Lookup.index()] = Some(1000.0);
         let window = |us: u64| {
-            let mut w = Window::default();
+            let mut w = Window { at_limit: true, ..Window::default() };
             for _ in 0..20 {
                 w.add(OpKind::Lookup, Duration::from_micros(us));
             }
