@@ -128,21 +128,98 @@ pub fn exchange_at(dirfd: RawFd, a: &[u8], b: &[u8]) -> io::Result<()> {
     if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
 }
 
-/// Opens the directory at `rel` (components separated by `/`) below `dirfd`, one component at a
-/// time, so `rel` may be longer than PATH_MAX. Missing components are created (0755) if `create`.
-pub fn open_rel_dir(dirfd: RawFd, rel: &[u8], create: bool) -> io::Result<OwnedFd> {
-    let mut cur = open_dir_at(dirfd, b".")?;
-    for comp in rel.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-        let next = match open_dir_at(cur.as_raw_fd(), comp) {
-            Err(e) if create && e.raw_os_error() == Some(libc::ENOENT) => {
-                mkdir_at(cur.as_raw_fd(), comp, 0o755)?;
-                open_dir_at(cur.as_raw_fd(), comp)?
+/// The open directories from a root down to the current one, for building and walking trees
+/// far deeper than the open-file limit: a step down opens one name below the current directory
+/// (never a path), and at most `2 * KEEP` descriptors stay open whatever the depth (every
+/// `KEEP`-th level and the last `KEEP`). A closed level is re-opened by name from its nearest
+/// open ancestor and must be the directory it was (device and inode).
+pub struct DirStack {
+    /// The root first. Level 0 (the root) is never closed.
+    levels: Vec<Level>,
+}
+
+struct Level {
+    name: Vec<u8>,
+    id: (u64, u64),
+    fd: Option<OwnedFd>,
+}
+
+/// Whether a step down may create the directory it enters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Missing {
+    Fail,
+    Create,
+}
+
+impl DirStack {
+    const KEEP: usize = 64;
+
+    /// The stack at the directory `root` (opened not following a final symlink).
+    pub fn open(root: &Path) -> io::Result<DirStack> {
+        let fd = open_dir(root)?;
+        let id = dev_ino(&stat_at(fd.as_raw_fd(), b"")?);
+        Ok(DirStack { levels: vec![Level { name: Vec::new(), id, fd: Some(fd) }] })
+    }
+
+    /// Levels below the root.
+    pub fn depth(&self) -> usize {
+        self.levels.len() - 1
+    }
+
+    /// The current directory's fd, re-opening it (and the closed levels above it) if needed.
+    pub fn top(&mut self) -> io::Result<RawFd> {
+        let open = self.levels.iter().rposition(|l| l.fd.is_some()).expect("the root stays open");
+        for i in open + 1..self.levels.len() {
+            let parent = self.levels[i - 1].fd.as_ref().unwrap().as_raw_fd();
+            let fd = open_dir_at(parent, &self.levels[i].name)?;
+            if dev_ino(&stat_at(fd.as_raw_fd(), b"")?) != self.levels[i].id {
+                return Err(io::Error::other("directory replaced while walking"));
+            }
+            self.levels[i].fd = Some(fd);
+        }
+        Ok(self.levels.last().unwrap().fd.as_ref().unwrap().as_raw_fd())
+    }
+
+    /// Enters the directory `name` of the current one.
+    pub fn push(&mut self, name: &[u8], missing: Missing) -> io::Result<RawFd> {
+        let parent = self.top()?;
+        let fd = match open_dir_at(parent, name) {
+            Err(e) if missing == Missing::Create && e.raw_os_error() == Some(libc::ENOENT) => {
+                mkdir_at(parent, name, 0o755)?;
+                open_dir_at(parent, name)?
             }
             other => other?,
         };
-        cur = next;
+        let (id, raw) = (dev_ino(&stat_at(fd.as_raw_fd(), b"")?), fd.as_raw_fd());
+        self.levels.push(Level { name: name.to_vec(), id, fd: Some(fd) });
+        let far = self.levels.len().saturating_sub(Self::KEEP + 1);
+        if far % Self::KEEP != 0 {
+            self.levels[far].fd = None;
+        }
+        Ok(raw)
     }
-    Ok(cur)
+
+    /// Back to the parent directory (the root stays).
+    pub fn pop(&mut self) {
+        assert!(self.levels.len() > 1, "pop at the root");
+        self.levels.pop();
+    }
+
+    /// Moves to the root-relative directory `rel` (components separated by `/`, `""` the root),
+    /// keeping the levels it shares with the current one: siblings and children cost one open.
+    pub fn cd(&mut self, rel: &[u8], missing: Missing) -> io::Result<RawFd> {
+        let comps: Vec<&[u8]> = rel.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
+        let shared = comps.iter().zip(&self.levels[1..]).take_while(|(c, l)| **c == l.name.as_slice()).count();
+        self.levels.truncate(shared + 1);
+        for comp in &comps[shared..] {
+            self.push(comp, missing)?;
+        }
+        self.top()
+    }
+}
+
+fn dev_ino(st: &libc::stat) -> (u64, u64) {
+    (st.st_dev, st.st_ino)
 }
 
 /// Splits `a/b/c` into (`a/b`, `c`); a single component has parent `""`.
