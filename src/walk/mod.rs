@@ -72,9 +72,10 @@ impl<'l> At<'l> {
 /// What the walk tells its user. Called from many threads at once; each call about a directory
 /// or one of its entries gets that directory as a [`Dir`], held open for the call.
 pub trait Visitor: Sync {
-    /// A non-directory entry (or any entry at all below a skipped mount is never seen), as an
-    /// `lstat` of its name saw it. Returns whether it needed a change: while entries do, the walk
-    /// pins the next ones of the same directory before reading them ([`Visitor::pinned_entry`]).
+    /// A non-directory entry, as an `lstat` of its name saw it (one on a mount the walk does not
+    /// enter goes to [`Visitor::mount_skipped`] instead). Returns whether it needed a change:
+    /// while entries do, the walk pins the next ones of the same directory before reading them
+    /// ([`Visitor::pinned_entry`]).
     fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool;
     /// A non-directory entry read through `pin`, an `O_PATH|O_NOFOLLOW` fd of it (nothing was
     /// opened: no device, FIFO or socket; a symlink is the link itself), whose own `fstat` is
