@@ -18,7 +18,9 @@ use serde_json::json;
 /// A pipe whose read end is already closed: every write to the other end fails with EPIPE.
 fn closed_pipe() -> OwnedFd {
     let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created by pipe2 and are owned by nothing else; the read end is closed once.
     unsafe {
         libc::close(fds[0]);
         OwnedFd::from_raw_fd(fds[1])
@@ -137,8 +139,9 @@ fn a_fifo_or_device_as_an_output_file_is_refused_at_once() {
     std::fs::write(vol.join("f"), b"x").unwrap();
     let fifo = t.path().join("out.fifo");
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a valid C string alive across the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     for flag in ["--report", "--termination-log"] {
         for dest in [fifo.as_path(), Path::new("/dev/null")] {
             let what = format!("{flag} {}", dest.display());

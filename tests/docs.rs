@@ -110,7 +110,7 @@ fn reference_report_keys_match_a_real_report() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("vol")).unwrap();
     std::fs::write(dir.path().join("vol/f"), b"x").unwrap();
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     let out = volprep()
         .args(["check", "--fs-group", &gid, "--report", "-", "--termination-log"])
         .arg(dir.path().join("termination-log"))

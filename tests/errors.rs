@@ -36,7 +36,7 @@ fn missing_path_is_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-volume");
     // A group this process is in, so a non-root run gets as far as the path too.
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     for cmd in ["apply", "check"] {
         let run = run(volprep().args([cmd, "--fs-group", &gid]).arg(&missing)).expect_code(1);
         assert_one_line_naming(&run, &missing, None);
@@ -49,7 +49,7 @@ fn regular_file_path_is_not_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     for cmd in ["apply", "check"] {
         let run = run(volprep().args([cmd, "--fs-group", &gid]).arg(&file)).expect_code(1);
         assert_one_line_naming(&run, &file, Some("not a directory"));

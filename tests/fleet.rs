@@ -224,8 +224,8 @@ fn indexed_job_exit_codes_match_its_pod_failure_policy() {
     let mut args = localize(&volprep_args(&job), &[("/data", &missing)], &tlog);
     // Not root: the example's group is not one of this process's (exit 2 before anything else);
     // use its own, so the exit codes of the index and the missing volume are what is tested.
-    if unsafe { libc::geteuid() } != 0 {
-        let own = format!("--fs-group={}", unsafe { libc::getegid() });
+    if rustix::process::geteuid().as_raw() != 0 {
+        let own = format!("--fs-group={}", rustix::process::getegid().as_raw());
         args.iter_mut()
             .filter(|a| a.to_string_lossy().starts_with("--fs-group="))
             .for_each(|a| *a = own.clone().into());

@@ -407,7 +407,7 @@ fn system_directories_are_refused() {
         assert_eq!(r.code, 2, "--sticky {}\n{}", p.display(), r.describe());
     }
     // A plain directory is fine (with a group this process is in, root or not).
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     let ok = run(volprep().args(["check", "--fs-group", &gid]).arg(dir.path()));
     assert_ne!(ok.code, 2, "{}", ok.describe());
 }

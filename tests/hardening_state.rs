@@ -532,6 +532,7 @@ fn a_lock_held_by_another_process_names_it() {
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let dir = std::fs::File::open(&vol).unwrap();
+    // SAFETY: flock on a descriptor this test owns: no pointer involved.
     assert_eq!(unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) }, 0);
     let r = apply(&vol, &["--lock-timeout", "1s"]).expect_code(1);
     let line = r.stderr_lines().into_iter().find(|l| l.contains("ERROR")).unwrap_or_else(|| panic!("{}", r.describe()));
@@ -572,6 +573,7 @@ fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message
     // Held (SIGSTOP) a quarter of the way through: the SIGTERM sent from here stays pending
     // until the pass is continued, so it always comes in the middle of the walk.
     let (child, held) = held_at(cmd, n / 4);
+    // SAFETY: kill takes plain integers: no memory is involved.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     drop(held);
     let out = wait_within(KillOnDrop(child), Duration::from_secs(60), "volprep apply, SIGTERM at a quarter");
@@ -662,7 +664,9 @@ fn status_into_a_closed_pipe_exits_quietly() {
     apply(&vol, &[]).expect_code(0);
     for json in [true, false] {
         let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors were just created by pipe2 and are owned by nothing else.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         drop(rd);
         let mut c = volprep();

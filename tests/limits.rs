@@ -28,6 +28,7 @@ fn exit_and_max_rss(mut cmd: Command) -> (i32, i64) {
     let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn volprep");
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waits for our own child; `status` and `usage` are valid out-pointers.
     let got = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };

@@ -25,7 +25,7 @@ fn is_root() -> bool {
 /// (then only modes change).
 fn target_gid() -> u32 {
     // SAFETY: getegid has no preconditions.
-    if is_root() { 2000 } else { unsafe { libc::getegid() } }
+    if is_root() { 2000 } else { rustix::process::getegid().as_raw() }
 }
 
 /// `dirs` directories of `files` empty files each below `root` (0755 and 0644: every entry

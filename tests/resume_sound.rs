@@ -82,6 +82,7 @@ fn mv(from: &Path, to: &Path) {
 /// `renameat2(a, b, RENAME_EXCHANGE)` across two directories.
 fn exchange(a: &Path, b: &Path) {
     let (ca, cb) = (common::fd::cstr(a.as_os_str().as_bytes()), common::fd::cstr(b.as_os_str().as_bytes()));
+    // SAFETY: `ca` and `cb` are valid C strings alive across the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_renameat2,

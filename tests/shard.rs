@@ -161,8 +161,8 @@ fn shards_of_an_atlantis_shaped_tree_are_balanced() {
     let vol = dir.path().join("atlantis");
     run(volprep().args(["demo", "--entries", "40000", "--keep"]).arg(&vol)).expect_code(0);
     // Reset the group so each shard has work, as root; otherwise use the user's own group.
-    let gid = unsafe { libc::getegid() };
-    let uid = unsafe { libc::geteuid() };
+    let gid = rustix::process::getegid().as_raw();
+    let uid = rustix::process::geteuid().as_raw();
     // --owner needs root; a non-root run gives its own group.
     let spec =
         if uid == 0 { ["--owner".to_string(), format!("{uid}:{gid}")] } else { ["--fs-group".into(), gid.to_string()] };

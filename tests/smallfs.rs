@@ -30,6 +30,7 @@ fn now() -> u64 {
 /// `lsetxattr`, returning the errno on failure.
 fn try_set_xattr(path: &Path, name: &str, value: &[u8]) -> Result<(), i32> {
     let (p, n) = (CString::new(path.as_os_str().as_bytes()).unwrap(), CString::new(name).unwrap());
+    // SAFETY: `p` and `n` are valid C strings; `value` is readable for `value.len()` bytes.
     let ret = unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
     if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) }
 }

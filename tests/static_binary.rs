@@ -49,7 +49,7 @@ fn static_bin(test: &str) -> Option<PathBuf> {
 }
 
 fn is_root(test: &str) -> bool {
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = rustix::process::geteuid().as_raw() == 0;
     if !root {
         skip_or_fail(test, "needs root (chroot, mount)");
     }
@@ -203,6 +203,9 @@ impl Root {
         };
         let mut cmd = Command::new("/volprep");
         cmd.args(args).env_clear();
+        // SAFETY: the closure runs in the child between fork and exec and makes only
+        // async-signal-safe calls (unshare, mount, chroot, chdir, prctl) on data allocated before
+        // the fork.
         unsafe {
             cmd.pre_exec(move || {
                 let check = |ret: libc::c_int| {
@@ -318,6 +321,7 @@ fn static_binary_needs_only_the_manifest_capabilities() {
 fn marker_done(vol: &Path) -> bool {
     let path = CString::new(vol.as_os_str().as_encoded_bytes()).unwrap();
     let mut buf = vec![0u8; 65536];
+    // SAFETY: `path` and the name are valid C strings; `buf` has room for `buf.len()` bytes.
     let n = unsafe { libc::lgetxattr(path.as_ptr(), c"user.volprep".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     n > 0 && String::from_utf8_lossy(&buf[..n as usize]).contains(r#""state":"done""#)
 }

@@ -4,6 +4,8 @@ use std::os::fd::BorrowedFd;
 
 use rustix::io::Errno;
 
+use super::retry;
+
 /// The filesystem type of the mount with id `mnt_id` (`statx` `STATX_MNT_ID`) as
 /// `/proc/self/mountinfo` names it (`ext4`, `fuse.ceph-fuse`, …); `None` when not listed.
 pub fn mount_fs_type(mnt_id: u64) -> Option<String> {
@@ -62,15 +64,7 @@ pub fn random_u64() -> Result<u64, Errno> {
     let mut buf = [0u8; 8];
     let mut got = 0;
     while got < buf.len() {
-        // SAFETY: writes at most `len - got` bytes into the rest of `buf`.
-        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
-        match n {
-            n if n > 0 => got += n as usize,
-            _ => match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                e => return Err(Errno::from_raw_os_error(e.unwrap_or(libc::EIO))),
-            },
-        }
+        got += retry(|| rustix::rand::getrandom(&mut buf[got..], rustix::rand::GetRandomFlags::empty()))?;
     }
     Ok(u64::from_ne_bytes(buf))
 }

@@ -100,6 +100,7 @@ pub struct Held(pub i32);
 impl Drop for Held {
     fn drop(&mut self) {
         let sig = if std::thread::panicking() { libc::SIGKILL } else { libc::SIGCONT };
+        // SAFETY: kill takes plain integers: no memory is involved.
         unsafe { libc::kill(self.0, sig) };
     }
 }

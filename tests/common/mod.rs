@@ -36,7 +36,7 @@ pub const PRIVILEGED_ENV: &str = "VOLPREP_PRIVILEGED_TESTS";
 /// under `VOLPREP_PRIVILEGED_TESTS=1`, panics: there a skipped test is a failed test.
 pub fn privileged(tools: &[&str]) -> bool {
     let mut missing = Vec::new();
-    if unsafe { libc::geteuid() } != 0 {
+    if rustix::process::geteuid().as_raw() != 0 {
         missing.push("not running as root".to_string());
     }
     if !Path::new("/dev/loop-control").exists() {
