@@ -94,7 +94,8 @@ pub struct PassArgs {
     pub spec: SpecArgs,
 
     /// Worker threads (0: automatic: 4 per core, 32 to 64, and 4 times that on a network or FUSE
-    /// filesystem; at most 1024).
+    /// filesystem; at most 1024). More than the cores, even on 2: each stat or chown mostly waits
+    /// on the storage, so requests in flight, not cores, set the pace of a cold pass.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
@@ -286,7 +287,8 @@ pub struct InspectArgs {
     pub json: bool,
 
     /// Worker threads (0: automatic: 4 per core, 32 to 64, and 4 times that on a network or FUSE
-    /// filesystem; at most 1024).
+    /// filesystem; at most 1024). More than the cores, even on 2: each stat or chown mostly waits
+    /// on the storage, so requests in flight, not cores, set the pace of a cold pass.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
@@ -314,6 +316,10 @@ pub struct DemoArgs {
     /// Keep the demo volume afterwards.
     #[arg(long)]
     pub keep: bool,
+
+    /// Also write the JSON report of its three passes to FILE ('-': stdout).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 impl SpecArgs {
@@ -457,7 +463,9 @@ impl Cli {
                 cross_devices: a.cross_devices,
                 path: a.path,
             }),
-            Command::Demo(a) => Job::Demo(demo::Options { dir: a.dir, entries: a.entries, keep: a.keep }),
+            Command::Demo(a) => {
+                Job::Demo(demo::Options { dir: a.dir, entries: a.entries, keep: a.keep, report: a.report })
+            }
             Command::Inject(a) => Job::Inject(a.to_options()?),
         })
     }

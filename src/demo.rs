@@ -33,9 +33,16 @@ pub struct Options {
     pub entries: u64,
     /// Keep the demo volume afterwards.
     pub keep: bool,
+    /// Where the JSON report of the three passes goes ('-': stdout); none by default, the
+    /// summary lines say what they did.
+    pub report: Option<PathBuf>,
 }
 
 pub fn run(args: &Options) -> Result<ExitCode, Error> {
+    if let Some(dest) = &args.report {
+        let areas: Vec<&Path> = args.dir.iter().map(PathBuf::as_path).collect();
+        crate::guard::output_file("--report", dest, &areas)?;
+    }
     let (dir, root, made_temp) = match &args.dir {
         Some(d) => (d.clone(), empty_dir(d)?, false),
         None => {
@@ -67,10 +74,14 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     }
     let last = volumes.last().expect("three steps");
     let ok = last.counts.changed_owner + last.counts.changed_mode == 0 && volumes.iter().all(|v| v.counts.errors == 0);
-    report::write(&Report::new(volumes), Path::new("-"))?;
+    let entries = last.counts.entries;
+    if let Some(dest) = &args.report {
+        report::write(&Report::new(volumes), dest)?;
+    }
     if args.keep || !made_temp {
         info!("demo volume kept at {}", Escaped(dir.as_os_str()));
     } else {
+        info!("removing the demo volume ({entries} entries; --keep keeps it)");
         // `remove_dir_all` works by dir fds and never follows a symlink.
         std::fs::remove_dir_all(&dir)
             .map_err(|e| Error::sys(&dir, Op::Open, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;

@@ -21,7 +21,7 @@ use crate::fix;
 use crate::options::resolve_threads;
 use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList};
-use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
+use crate::spec::{EXEC_MASK, Ownership, RO_MASK, RW_MASK, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
 use crate::walk::{self, At, Dir, Pool, Visitor, Walk};
@@ -269,6 +269,7 @@ impl<'a> Inspector<'a> {
             changed: would_change.count,
             changed_owner: c.changed_owner,
             changed_mode: c.changed_mode,
+            ownership: self.apply_spec.map_or(Ownership::Group, Spec::ownership),
         };
         let owner = self.apply_spec.and_then(|spec| {
             let uid = spec.owner_uid?;

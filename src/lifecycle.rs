@@ -199,7 +199,8 @@ impl<'a> Pass<'a> {
         then: &str,
     ) {
         let visitor: &Fixer<'_> = fixer;
-        progress::watch(&visitor.counters, self.estimate, self.opts.progress, &self.shown, || {
+        let shown = progress::Shown { path: &self.shown, estimate: self.estimate, ownership: self.spec.ownership() };
+        progress::watch(&visitor.counters, &shown, self.opts.progress, || {
             threads.install(|| Walk::new(visitor, &root_meta, self.opts.cross_devices).run(root_fd, root_meta))
         });
         fixer.interrupted = sys::termination();

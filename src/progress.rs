@@ -11,6 +11,7 @@ use tracing::info;
 use crate::escape::EscapedPath;
 use crate::options::ProgressStyle as Style;
 use crate::report::Counts;
+use crate::spec::Ownership;
 use crate::state::MarkerState;
 use crate::sys::{self, Kind, Meta};
 
@@ -182,27 +183,32 @@ impl Counters {
 
 /// Runs `work` while a side thread shows the progress of `counters`; returns `work`'s result.
 /// The side thread only reads the atomics: it costs the walk nothing.
-pub fn watch<T>(
-    counters: &Counters,
-    estimate: Option<u64>,
-    style: Style,
-    path: &EscapedPath,
-    work: impl FnOnce() -> T,
-) -> T {
+pub fn watch<T>(counters: &Counters, shown: &Shown<'_>, style: Style, work: impl FnOnce() -> T) -> T {
     if style == Style::Off {
         return work();
     }
     std::thread::scope(|s| {
         let (stop, stopped) = mpsc::channel::<()>();
-        s.spawn(move || show(counters, estimate, style, path, &stopped));
+        s.spawn(move || show(counters, shown, style, &stopped));
         let out = work();
         drop(stop);
         out
     })
 }
 
+/// What a progress line names besides the counts.
+pub struct Shown<'a> {
+    /// The volume's path, escaped.
+    pub path: &'a EscapedPath,
+    /// The entries expected, when known.
+    pub estimate: Option<u64>,
+    /// What `changed_owner` counts changes of.
+    pub ownership: Ownership,
+}
+
 /// Shows the progress of `counters` until `stopped` fires: a bar, or a log line every interval.
-fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &EscapedPath, stopped: &mpsc::Receiver<()>) {
+fn show(counters: &Counters, shown: &Shown<'_>, style: Style, stopped: &mpsc::Receiver<()>) {
+    let Shown { path, estimate, ownership } = *shown;
     let start = Instant::now();
     let bar = (style == Style::Bar).then(|| new_bar(estimate));
     let tick = match style {
@@ -211,7 +217,7 @@ fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &Escaped
     };
     while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
         // One read of the counters: the line and its fields show the same figures.
-        let snap = Snapshot::take(counters, start.elapsed(), estimate);
+        let snap = Snapshot::take(counters, start.elapsed(), estimate, ownership);
         let line = snap.line();
         match &bar {
             Some(b) => {
@@ -311,10 +317,12 @@ pub struct Snapshot {
     pub errors: u64,
     pub elapsed: Duration,
     pub estimate: Option<u64>,
+    /// What `changed_owner` counts changes of.
+    pub ownership: Ownership,
 }
 
 impl Snapshot {
-    fn take(c: &Counters, elapsed: Duration, estimate: Option<u64>) -> Snapshot {
+    fn take(c: &Counters, elapsed: Duration, estimate: Option<u64>, ownership: Ownership) -> Snapshot {
         Snapshot {
             entries: c.entries.get(),
             changed_owner: c.changed_owner.get(),
@@ -322,6 +330,7 @@ impl Snapshot {
             errors: c.errors.get(),
             elapsed,
             estimate,
+            ownership,
         }
     }
 
@@ -335,12 +344,12 @@ impl Snapshot {
         self.estimate.filter(|&t| t > 0).map(|t| (self.entries as f64 * 100.0 / t as f64).min(100.0))
     }
 
-    /// `12000 entries, changed owner 9000 mode 100, 0 errors, 4000/s, 40%, ETA 4.5s`.
+    /// `12000 entries, changed group 9000 mode 100, 0 errors, 4000/s, 40%, ETA 4.5s`.
     pub fn line(&self) -> String {
         let rate = self.rate();
         let mut s = format!(
-            "{} entries, changed owner {} mode {}, {} errors, {:.0}/s",
-            self.entries, self.changed_owner, self.changed_mode, self.errors, rate
+            "{} entries, changed {} {} mode {}, {} errors, {:.0}/s",
+            self.entries, self.ownership, self.changed_owner, self.changed_mode, self.errors, rate
         );
         if let Some(pct) = self.percent() {
             s += &format!(", {pct:.0}%");
@@ -385,15 +394,17 @@ mod tests {
             errors: 1,
             elapsed: Duration::from_secs(2),
             estimate: Some(4000),
+            ownership: Ownership::Group,
         };
-        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6.0s");
+        assert_eq!(s.line(), "1000 entries, changed group 10 mode 5, 1 errors, 500/s, 25%, ETA 6.0s");
         assert_eq!((s.rate(), s.percent()), (500.0, Some(25.0)));
         let s = Snapshot { estimate: None, ..s };
-        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s");
+        let s = Snapshot { ownership: Ownership::OwnerAndGroup, ..s };
+        assert_eq!(s.line(), "1000 entries, changed owner and group 10 mode 5, 1 errors, 500/s");
         assert_eq!(s.percent(), None);
         // More entries than estimated (the estimate counts inodes, not names): capped, no ETA.
         let s = Snapshot { entries: 5000, estimate: Some(4000), ..s };
-        assert_eq!(s.line(), "5000 entries, changed owner 10 mode 5, 1 errors, 2500/s, 100%");
+        assert_eq!(s.line(), "5000 entries, changed owner and group 10 mode 5, 1 errors, 2500/s, 100%");
         assert_eq!(s.eta(), None);
     }
 

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
 use crate::escape::EscapedPath;
+use crate::spec::Ownership;
 use crate::state::{MarkerState, Stop};
 
 mod wire;
@@ -240,7 +241,8 @@ impl VolumeReport {
         s
     }
 
-    /// `PATH: prepared N entries in 1.00s (N/s): changed owner N, mode N`.
+    /// `PATH: prepared N entries in 1.00s (N/s): changed group N, mode N` (`owner`, `owner and
+    /// group`: what the spec sets).
     fn headline(&self) -> String {
         let c = &self.counts;
         // "prepared" only when every entry conforms: with any error (tolerated or not) some may not.
@@ -251,8 +253,9 @@ impl VolumeReport {
             _ if c.errors > 0 || c.foreign_owned > 0 => ("walked".into(), "changed"),
             _ => ("prepared".into(), "changed"),
         };
+        let ownership = Ownership::of_words(&self.spec).map_or("owner or group".into(), |o| o.to_string());
         format!(
-            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} owner {}, mode {}",
+            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} {ownership} {}, mode {}",
             self.path,
             c.entries,
             self.timing.elapsed_ms as f64 / 1000.0,
@@ -412,6 +415,24 @@ mod tests {
         assert!(s.contains("left 3 entries of other users"), "{s}");
         v.action = Action::Skipped;
         assert!(!v.left_foreign(), "a skip walked nothing");
+    }
+
+    #[test]
+    fn the_summary_names_what_the_spec_changes() {
+        let mut v = VolumeReport::sample("/a", 0);
+        v.action = Action::Checked;
+        (v.counts.changed_owner, v.counts.changed_mode) = (11, 10);
+        for (spec, said) in [
+            ("fs-group=2000", "would change group 11, mode 10"),
+            ("fs-group=2000 read-only cross-devices", "would change group 11, mode 10"),
+            ("owner=1000", "would change owner 11, mode 10"),
+            ("owner=1000:2000", "would change owner and group 11, mode 10"),
+            ("fs-group=2000 owner=1000", "would change owner and group 11, mode 10"),
+            ("edited by hand", "would change owner or group 11, mode 10"),
+        ] {
+            v.spec = spec.into();
+            assert!(v.summary().contains(said), "{spec}: {}", v.summary());
+        }
     }
 
     #[test]

@@ -45,6 +45,15 @@ impl Spec {
         self.owner_uid
     }
 
+    /// Which of an entry's owner and group this spec sets: what a summary says it changed.
+    pub fn ownership(&self) -> Ownership {
+        match (self.uid(), self.gid()) {
+            (Some(_), Some(_)) => Ownership::OwnerAndGroup,
+            (Some(_), None) => Ownership::Owner,
+            (None, _) => Ownership::Group,
+        }
+    }
+
     /// The permission bits a non-symlink entry must have (ORed into its mode),
     /// or `None` when the spec does not touch modes (`--owner` alone).
     pub fn mode_mask(&self, is_dir: bool) -> Option<u32> {
@@ -106,6 +115,50 @@ impl fmt::Display for Spec {
             parts.push("read-only".into());
         }
         f.write_str(&parts.join(" "))
+    }
+}
+
+/// Which of an entry's owner and group a spec sets (`changed_owner` counts an entry whose owner or
+/// group changed): the word a summary uses for that count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// `--fs-group` alone: the group only.
+    Group,
+    /// `--owner UID` alone: the owner only.
+    Owner,
+    /// `--owner UID:GID`, or `--owner UID` with `--fs-group`.
+    OwnerAndGroup,
+}
+
+impl Ownership {
+    /// What the spec words a report keeps (`Spec`'s `Display`, maybe with ` cross-devices`)
+    /// set; `None` for words no spec writes (a report edited by hand, `sticky`).
+    pub fn of_words(words: &str) -> Option<Ownership> {
+        let (mut group, mut owner) = (false, None);
+        for word in words.split(' ') {
+            match word.split_once('=') {
+                Some(("fs-group", _)) => group = true,
+                Some(("owner", id)) => owner = Some(id.contains(':')),
+                None if matches!(word, "read-only" | "cross-devices") => {}
+                _ => return None,
+            }
+        }
+        match owner {
+            Some(with_gid) if with_gid || group => Some(Ownership::OwnerAndGroup),
+            Some(_) => Some(Ownership::Owner),
+            None if group => Some(Ownership::Group),
+            None => None,
+        }
+    }
+}
+
+impl fmt::Display for Ownership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ownership::Group => "group",
+            Ownership::Owner => "owner",
+            Ownership::OwnerAndGroup => "owner and group",
+        })
     }
 }
 
@@ -186,6 +239,30 @@ mod tests {
         assert_ne!(Spec::group(2000).coverage_digest(true), Spec::group(2000).digest());
         assert_ne!(Spec::group(2000).coverage_digest(true), Spec::group(1000).coverage_digest(true));
         assert_eq!(Spec::group(2000).coverage_text(true), "fs-group=2000 cross-devices");
+    }
+
+    #[test]
+    fn ownership_names_what_the_spec_sets_and_reads_back_from_its_words() {
+        let specs = [
+            (Spec::group(2000), Ownership::Group),
+            (Spec { read_only: true, ..Spec::group(2000) }, Ownership::Group),
+            (Spec::owner(1000, None), Ownership::Owner),
+            (Spec::owner(1000, Some(2000)), Ownership::OwnerAndGroup),
+            (Spec { owner_uid: Some(1000), ..Spec::group(2000) }, Ownership::OwnerAndGroup),
+            (
+                Spec { owner_uid: Some(1000), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
+                Ownership::OwnerAndGroup,
+            ),
+        ];
+        for (spec, want) in specs {
+            assert_eq!(spec.ownership(), want, "{spec}");
+            assert_eq!(Ownership::of_words(&spec.to_string()), Some(want), "{spec}");
+            assert_eq!(Ownership::of_words(&spec.coverage_text(true)), Some(want), "{spec}");
+        }
+        for words in ["sticky", "", "read-only", "fs-group=1 colour=red"] {
+            assert_eq!(Ownership::of_words(words), None, "{words:?}");
+        }
+        assert_eq!(Ownership::OwnerAndGroup.to_string(), "owner and group");
     }
 
     #[test]

@@ -205,11 +205,12 @@ fn demo_in_a_shared_temp_dir_never_follows_a_planted_link() {
     // TMPDIR itself gets the demo's directory and loses it again: its times change.
     let below = |s: Snapshot| s.into_iter().filter(|(k, _)| k != common::snap::ROOT).collect::<Snapshot>();
     let before_tmp = below(snapshot(&tmp));
-    let r = run(volprep().args(["demo", "--entries", "500"]).env("TMPDIR", &tmp));
+    let r = run(volprep().args(["demo", "--entries", "500", "--report", "-"]).env("TMPDIR", &tmp));
     assert_same(&before_victim, &snapshot(&victim), Meta::attrs_ctime, "the victim directory");
     assert_same(&before_tmp, &below(snapshot(&tmp)), Meta::attrs_ctime, "the planted names, and nothing left behind");
     let r = r.expect_code(0);
     assert_eq!(r.report()["volumes"].as_array().unwrap().len(), 3, "{}", r.describe());
+    assert!(r.stderr.contains("removing the demo volume"), "the pause before the end is named\n{}", r.describe());
 }
 
 /// `demo DIR` on a directory with entries is refused (exit 2, one line naming it and an entry)
@@ -234,8 +235,12 @@ fn demo_refuses_a_directory_that_is_not_empty() {
     assert_same(&before, &snapshot(&dir), Meta::attrs_ctime, "the non-empty DIR");
     let empty = t.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    run(volprep().args(["demo", "--entries", "100"]).arg(&empty)).expect_code(0);
+    let r = run(volprep().args(["demo", "--entries", "100"]).arg(&empty)).expect_code(0);
     assert!(std::fs::read_dir(&empty).unwrap().count() > 0, "an empty DIR holds the demo volume");
+    // Its three summary lines say what it did; the JSON report only with --report.
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert_eq!(r.stderr.matches("/s): ").count(), 3, "{}", r.describe());
+    assert!(r.stderr.contains("demo volume kept at"), "{}", r.describe());
 }
 
 /// Names with line and paragraph separators, zero-width, tag and no-break space characters,

@@ -100,6 +100,7 @@ fn reference_flag_tables_match_help() {
         assert!(help.contains(fact), "apply --help: threads: {fact}");
         assert!(threads.contains(fact), "docs/reference.md: threads: {fact}");
     }
+    assert!(help.contains("requests in flight, not cores"), "apply --help says why threads outnumber cores");
 }
 
 /// The report sample and the report key table of docs/reference.md have exactly the keys of a

@@ -380,6 +380,13 @@ fn owner_preview_lists_the_entries_apply_would_change() {
     assert_eq!(code, 0);
     assert!(human.contains("WITH --owner 4243") && human.contains("entries it would change"), "{human}");
     assert!(human.contains("only what differs: owner 16, mode 0, untouched 0"), "{human}");
+    // --owner changes no mode: the kubelet's mode findings are not listed (the JSON keeps them).
+    assert!(!human.contains("lacking mode bits") && !human.contains("directories without setgid"), "{human}");
+    assert!(human.contains("not listed: --owner changes no mode"), "{human}");
+    let (_, human, _) = inspect(&["--owner", "4243:4243"], &root);
+    assert!(human.contains("only what differs: owner and group 16, mode 0"), "{human}");
+    let (_, human, _) = inspect(&["--owner", "4243", "--fs-group", &g], &root);
+    assert!(human.contains("lacking mode bits") && human.contains("directories without setgid"), "{human}");
 
     if is_root() {
         // `check --owner` (root only) counts the same.

@@ -117,7 +117,7 @@ fn progress_lines_count_up_to_the_report() {
     assert!(counts.first() < counts.last(), "progress counts grow: {counts:?}");
     assert!(*counts.last().unwrap() <= run.count("entries"), "last progress {counts:?} > final\n{}", run.describe());
     for l in &lines {
-        assert!(l.contains(" entries, changed owner ") && l.contains(" errors, ") && l.contains("/s"), "figures: {l}");
+        assert!(l.contains(" entries, changed group ") && l.contains(" errors, ") && l.contains("/s"), "figures: {l}");
         // The message and the fields come from one read of the counters.
         let field = text_field(l, "entries").and_then(|n| n.parse().ok());
         assert_eq!(field, Some(text_progress_entries(l)), "message and field agree: {l}");

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::escape::EscapedPath;
 use crate::report::EntryError;
+use crate::spec::Ownership;
 
 /// The JSON document `inspect --json` prints. Paths inside the volume are relative to its root
 /// (the root itself is "."), escaped like every path volprep prints.
@@ -141,6 +142,9 @@ pub struct ApplyView {
     pub changed: u64,
     pub changed_owner: u64,
     pub changed_mode: u64,
+    /// What `changed_owner` counts changes of (the tables say it; the JSON key stays).
+    #[serde(skip)]
+    pub ownership: Ownership,
 }
 
 pub fn json(r: &Inspection) -> String {
@@ -181,9 +185,13 @@ fn owners_table(r: &Inspection) -> String {
 fn findings_table(r: &Inspection) -> String {
     let mut t = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
     let path = EscapedPath::to_string;
-    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
-    t.finding(&bits, &r.lacking_group_bits, path);
-    t.finding("directories without setgid", &r.dirs_without_setgid, path);
+    if r.owner.is_some() && r.fs_group.is_none() {
+        t.row(vec!["mode bits and setgid".into(), "-".into(), "not listed: --owner changes no mode".into()]);
+    } else {
+        let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
+        t.finding(&bits, &r.lacking_group_bits, path);
+        t.finding("directories without setgid", &r.dirs_without_setgid, path);
+    }
     t.finding("world-writable directories without sticky bit", &r.world_writable_dirs_without_sticky, path);
     t.finding("nested mounts (not entered)", &r.nested_mounts, path);
     t.finding("files with more than one link", &r.hardlinked, path);
@@ -220,7 +228,8 @@ fn apply_row(a: &ApplyView, entries: u64) -> Vec<String> {
         "volprep apply".into(),
         a.changed.to_string(),
         format!(
-            "only what differs: owner {}, mode {}, untouched {}",
+            "only what differs: {} {}, mode {}, untouched {}",
+            a.ownership,
             a.changed_owner,
             a.changed_mode,
             entries - a.changed
