@@ -501,7 +501,12 @@ fn migrate_chart_rejects_bad_jobs() {
         ("args-string", "{pvc: a, args: --threads=8}", "volumePermissions.jobs[0].args: a list"),
         ("same-name", "{pvc: a, name: x}, {pvc: b, name: x}", "two Jobs named x"),
         ("no-spec", "{pvc: a, fsGroup: null}", "volumePermissions.jobs[0] (pvc a): set fsGroup and/or owner"),
-        ("bad-owner", "{pvc: a, owner: app}", "\"app\" is not a numeric id"),
+        (
+            "bad-owner",
+            "{pvc: a, owner: app}",
+            "volumePermissions.jobs[0].owner: \"app\" is not a numeric UID or UID:GID",
+        ),
+        ("bad-group", "{pvc: a, fsGroup: www}", "volumePermissions.jobs[0].fsGroup: \"www\" is not a numeric GID"),
     ];
     for (name, jobs, message) in cases {
         let values = format!("volumePermissions:\n  jobs: [{jobs}]\n");

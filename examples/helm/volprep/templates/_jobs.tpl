@@ -71,6 +71,11 @@ A PVC listed twice fails the render: two Jobs on one volume would only wait on e
 {{- range $k := list "fsGroup" "owner" "readOnly" -}}
 {{- if hasKey $job $k -}}{{- $_ := set $jv $k (get $job $k) -}}{{- end -}}
 {{- end -}}
+{{- range $k, $kind := dict "fsGroup" "GID" "owner" "UID or UID:GID" -}}
+{{- if include "volprep.isSet" (get $job $k) -}}
+{{- $_ := include "volprep.id" (dict "key" (printf "jobs[%d].%s" $i $k) "value" (get $job $k) "kind" $kind) -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $jv "sticky" list -}}
 {{- $mountPath := printf "%s/%s" ($v.job.mountDir | trimSuffix "/") $pvc -}}
 {{- $_ := set $jv "paths" (list $mountPath) -}}

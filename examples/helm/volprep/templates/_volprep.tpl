@@ -85,13 +85,18 @@ job:
 {{- end -}}
 
 {{/*
-A numeric id, or "UID:GID", as written on the command line (values may hold a number as a
-float or a string). Anything else fails the render.
+A numeric id as written on the command line, from a value that may hold a number as a float or
+a string: (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID"), where kind is GID, UID or
+"UID or UID:GID". Anything else fails the render, naming the key and what it takes.
 */}}
 {{- define "volprep.id" -}}
-{{- $s := ternary . (printf "%d" (. | int64)) (kindIs "string" .) -}}
-{{- if not (regexMatch "^[0-9]+(:[0-9]+)?$" $s) -}}
-{{- fail (printf "volumePermissions: %q is not a numeric id (UID or UID:GID)" $s) -}}
+{{- $s := ternary .value (printf "%d" (.value | int64)) (kindIs "string" .value) -}}
+{{- $pattern := ternary "^[0-9]+(:[0-9]+)?$" "^[0-9]+$" (eq .kind "UID or UID:GID") -}}
+{{- if not (regexMatch $pattern $s) -}}
+{{- if and (eq .kind "GID") (regexMatch "^[0-9]+:[0-9]+$" $s) -}}
+{{- fail (printf "volumePermissions.%s: %q: a group is one GID" .key $s) -}}
+{{- end -}}
+{{- fail (printf "volumePermissions.%s: %q is not a numeric %s" .key $s .kind) -}}
 {{- end -}}
 {{- $s -}}
 {{- end -}}
@@ -163,14 +168,11 @@ float or a string). Anything else fails the render.
 {{- fail "volumePermissions.allowForeign is for mode unprivileged: a root run leaves nothing" -}}
 {{- end -}}
 {{- if $fsGroup -}}
-{{- $gid := include "volprep.id" $v.fsGroup -}}
-{{- if contains ":" $gid -}}
-{{- fail (printf "volumePermissions.fsGroup: %q: a group is one GID" $gid) -}}
-{{- end -}}
+{{- $gid := include "volprep.id" (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID") -}}
 {{- $args = append $args (printf "--fs-group=%s" $gid) -}}
 {{- end -}}
 {{- if $owner -}}
-{{- $args = append $args (printf "--owner=%s" (include "volprep.id" $v.owner)) -}}
+{{- $args = append $args (printf "--owner=%s" (include "volprep.id" (dict "key" "owner" "value" $v.owner "kind" "UID or UID:GID"))) -}}
 {{- end -}}
 {{- if $v.readOnly -}}
 {{- $args = append $args "--read-only" -}}
@@ -226,14 +228,14 @@ seccomp RuntimeDefault.
 {{- if include "volprep.unprivileged" . -}}
 {{- $uid := "" -}}
 {{- if hasKey $own "runAsUser" -}}
-{{- $uid = include "volprep.id" $own.runAsUser -}}
+{{- $uid = include "volprep.id" (dict "key" "containerSecurityContext.runAsUser" "value" $own.runAsUser "kind" "UID") -}}
 {{- else if include "volprep.isSet" $v.runAsUser -}}
-{{- $uid = include "volprep.id" $v.runAsUser -}}
+{{- $uid = include "volprep.id" (dict "key" "runAsUser" "value" $v.runAsUser "kind" "UID") -}}
 {{- else -}}
 {{- fail "volumePermissions.mode unprivileged: set runAsUser (the app's uid)" -}}
 {{- end -}}
 {{- $gid := $uid -}}
-{{- if include "volprep.isSet" $v.runAsGroup -}}{{- $gid = include "volprep.id" $v.runAsGroup -}}{{- end -}}
+{{- if include "volprep.isSet" $v.runAsGroup -}}{{- $gid = include "volprep.id" (dict "key" "runAsGroup" "value" $v.runAsGroup "kind" "GID") -}}{{- end -}}
 {{- if or (contains ":" $uid) (contains ":" $gid) (eq $uid "0") -}}
 {{- fail (printf "volumePermissions.runAsUser/runAsGroup: %s/%s: one non-root uid and one gid" $uid $gid) -}}
 {{- end -}}
@@ -274,10 +276,12 @@ The container's resources: values.resources when set, else the values.resourcesP
 {{/*
 The pod's imagePullSecrets (a YAML list of {name: ...}, empty when none): global.imagePullSecrets
 then image.pullSecrets, each a name or {name: ...}, without repeats. The init container cannot
-carry them: put the list in the pod spec:
+carry them: put the list in the pod spec, and no key at all when it is empty:
 
+  {{- with include "volprep.imagePullSecrets" (dict "values" .Values.volumePermissions "context" $) | fromYamlArray }}
   imagePullSecrets:
-    {{- include "volprep.imagePullSecrets" (dict "values" .Values.volumePermissions "context" $) | nindent 4 }}
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 */}}
 {{- define "volprep.imagePullSecrets" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
@@ -295,13 +299,9 @@ carry them: put the list in the pod spec:
 {{- end -}}
 {{- if not (has $name $names) -}}{{- $names = append $names $name -}}{{- end -}}
 {{- end -}}
-{{- if $names -}}
-{{- range $names }}
-- name: {{ . }}
-{{- end -}}
-{{- else -}}
-[]
-{{- end -}}
+{{- $secrets := list -}}
+{{- range $names -}}{{- $secrets = append $secrets (dict "name" .) -}}{{- end -}}
+{{- toYaml $secrets -}}
 {{- end -}}
 
 {{/*
@@ -312,7 +312,7 @@ the kubelet walks the whole volume itself at mount time, before any init contain
 {{- define "volprep.supplementalGroups" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
 {{- if and $v.enabled (include "volprep.isSet" $v.fsGroup) -}}
-- {{ include "volprep.id" $v.fsGroup }}
+- {{ include "volprep.id" (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID") }}
 {{- else -}}
 []
 {{- end -}}
