@@ -109,7 +109,7 @@ impl<'a> Pass<'a> {
         started: Instant,
         shard: Option<ShardFilter>,
     ) -> Self {
-        let (fs, estimate) = sys::fs_info(root);
+        let sys::FsInfo { name: fs, estimate } = sys::fs_info(root);
         Pass {
             path,
             spec,

@@ -127,7 +127,8 @@ pub struct VolumeReport {
     pub threads: usize,
     /// The filesystem type (from `statfs`).
     pub fs_type: String,
-    /// Inodes in use when PATH is a filesystem root (the walk's expected size), else null.
+    /// Inodes in use when PATH is a whole filesystem (the walk's expected size), else null: a
+    /// directory of a larger filesystem has no estimate.
     pub estimated_entries: Option<u64>,
     /// Why the volume was walked or skipped.
     pub reason: String,

@@ -241,8 +241,9 @@ fn a_misspelt_log_level_is_a_usage_error_and_a_bad_rust_log_a_warning() {
     assert!(typo.stderr.contains(" INFO check "), "--log-level info applies\n{}", typo.describe());
 }
 
-/// The startup line names the filesystem and, at a mount root, estimates the entries from the
-/// inodes in use (close to what the walk then counts); below the root the estimate is unknown.
+/// The startup line names the filesystem and, at the root of a whole filesystem, estimates the
+/// entries from the inodes in use (close to what the walk then counts); below the root, or at a
+/// bind mount of a directory, the estimate is unknown.
 /// The report carries both.
 #[test]
 fn startup_line_names_fs_and_estimate() {
@@ -274,6 +275,14 @@ fn startup_line_names_fs_and_estimate() {
         // In JSON at the mount root, the estimate is a count.
         let json = pass("check", &["--fs-group", "2000", "--log-format", "json"], mnt).expect_code(3);
         assert_eq!(count_of(&json_lines(&json)[0]["estimated_entries"]), Some(est), "{}", json.describe());
+
+        // A directory bind-mounted (a subPath, a local-path volume) is a mount root too, but the
+        // filesystem's inode count is not its size: no estimate.
+        let at = tempfile::tempdir().unwrap();
+        let bind = Bind::new(&mnt.join("sub"), at.path());
+        let bound = pass("check", &["--fs-group", "2000", "--log-format", "json"], bind.path()).expect_code(3);
+        assert_eq!(json_lines(&bound)[0]["estimated_entries"], "unknown", "{}", bound.describe());
+        assert!(bound.volume()["estimated_entries"].is_null(), "{}", bound.describe());
     }
 
     // With an estimate, progress says how far along the pass is.

@@ -13,13 +13,22 @@ pub fn mount_fs_type(mnt_id: u64) -> Option<String> {
     mountinfo_fs_type(&text, mnt_id)
 }
 
-/// The filesystem type of mount `mnt_id` in the text of a mountinfo file ("ID PARENT MAJ:MIN
-/// ROOT POINT OPTIONS [TAGS…] - TYPE SOURCE SUPER-OPTIONS").
+/// Whether the mount with id `mnt_id` mounts its filesystem's root (mountinfo's ROOT is `/`),
+/// not one of its directories (a bind mount, a subPath, a subvolume); `None` when not listed.
+pub fn mounts_whole_fs(mnt_id: u64) -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(mountinfo_line(&text, mnt_id)?.split(' ').nth(3)? == "/")
+}
+
+/// The filesystem type of mount `mnt_id` in the text of a mountinfo file.
 fn mountinfo_fs_type(text: &str, mnt_id: u64) -> Option<String> {
-    text.lines().find_map(|line| {
-        let id: u64 = line.split(' ').next()?.parse().ok()?;
-        (id == mnt_id).then(|| line.split_once(" - ")?.1.split(' ').next().map(str::to_string)).flatten()
-    })
+    mountinfo_line(text, mnt_id)?.split_once(" - ")?.1.split(' ').next().map(str::to_string)
+}
+
+/// The line of mount `mnt_id` in the text of a mountinfo file ("ID PARENT MAJ:MIN ROOT POINT
+/// OPTIONS [TAGS…] - TYPE SOURCE SUPER-OPTIONS").
+fn mountinfo_line(text: &str, mnt_id: u64) -> Option<&str> {
+    text.lines().find(|line| line.split(' ').next().and_then(|id| id.parse::<u64>().ok()) == Some(mnt_id))
 }
 
 /// Raises the soft open-file limit to the hard limit: a deep tree keeps one fd per directory
@@ -119,6 +128,10 @@ mod tests {
         assert_eq!(mountinfo_fs_type(text, 27).as_deref(), Some("ext4"));
         assert_eq!(mountinfo_fs_type(text, 470).as_deref(), Some("tmpfs"));
         assert_eq!(mountinfo_fs_type(text, 4), None);
+        let bind = "81 27 253:0 /var/lib/kubelet/pods/x/volumes/v /data rw - ext4 /dev/vda rw\n";
+        let root_of = |text: &str, id| mountinfo_line(text, id).and_then(|l| l.split(' ').nth(3));
+        assert_eq!(root_of(text, 27), Some("/"));
+        assert_eq!(root_of(bind, 81), Some("/var/lib/kubelet/pods/x/volumes/v"));
     }
 
     #[test]
