@@ -129,7 +129,9 @@ mod tests {
         assert_eq!(mountinfo_fs_type(text, 470).as_deref(), Some("tmpfs"));
         assert_eq!(mountinfo_fs_type(text, 4), None);
         let bind = "81 27 253:0 /var/lib/kubelet/pods/x/volumes/v /data rw - ext4 /dev/vda rw\n";
-        let root_of = |text: &str, id| mountinfo_line(text, id).and_then(|l| l.split(' ').nth(3));
+        fn root_of(text: &str, id: u64) -> Option<&str> {
+            mountinfo_line(text, id)?.split(' ').nth(3)
+        }
         assert_eq!(root_of(text, 27), Some("/"));
         assert_eq!(root_of(bind, 81), Some("/var/lib/kubelet/pods/x/volumes/v"));
     }
