@@ -95,9 +95,7 @@ fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeR
             .into_iter()
             .map(|(path, spec, t)| {
                 t.join().unwrap_or_else(|payload| {
-                    let msg = format!("internal error: {}", crate::error::panic_text(&*payload));
-                    let e = Error::Other { path: path.clone(), msg };
-                    VolumeReport::failed(path, spec, opts.threads, &e)
+                    VolumeReport::failed(path, spec, opts.threads, &Error::internal(path, &*payload))
                 })
             })
             .collect()

@@ -95,7 +95,8 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
 /// drawn. Returns its path and fd, opened without following a symlink and checked to be ours.
 fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
     let parent = sys::open_root(tmp).map_err(|e| Error::sys(tmp, Op::Open, e))?;
-    for _ in 0..64 {
+    const TRIES: u32 = 64;
+    for _ in 0..TRIES {
         let n = sys::random_u64().map_err(|e| Error::sys(tmp, Op::Open, e))?;
         let name = format!("volprep-demo-{n:016x}");
         let path = tmp.join(&name);
@@ -107,11 +108,11 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
         }
         return match settle_dir(fd(&parent), &cname, 0o700, true) {
             Ok(dir) => Ok((path, dir)),
-            Err(Settle::Replaced) => Err(Error::Other { path, msg: "was replaced right after mkdir".into() }),
+            Err(Settle::Replaced) => Err(Error::TempDirReplaced { path }),
             Err(Settle::Sys(op, e)) => Err(Error::sys(&path, op, e)),
         };
     }
-    Err(Error::Other { path: tmp.to_path_buf(), msg: "64 random temp dir names were all taken".into() })
+    Err(Error::TempNamesTaken { path: tmp.to_path_buf(), tries: TRIES })
 }
 
 /// Why [`settle_dir`] failed.

@@ -13,7 +13,7 @@ use std::time::Instant;
 use rustix::io::Errno;
 use tracing::{info, warn};
 
-use crate::error::{Error, Op, panic_text};
+use crate::error::{Error, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::marker::{self, Checkpoint, Decision, Found};
@@ -72,9 +72,8 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, Error> {
 /// Runs one volume's pass `f`. A panic anywhere in it (in a walker thread too) becomes that
 /// volume's error, "internal error: …": its report says so, and the other volumes go on.
 pub fn contained(path: &Path, f: impl FnOnce() -> Result<VolumeReport, Error>) -> Result<VolumeReport, Error> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(Error::Other { path: path.to_path_buf(), msg: format!("internal error: {}", panic_text(&*payload)) })
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|payload| Err(Error::internal(path, &*payload)))
 }
 
 /// One pass (of a volume, or of one shard of it) once its root is open.

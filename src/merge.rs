@@ -20,9 +20,9 @@ pub struct Options {
 pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     let mut merged: Vec<(VolumeReport, Vec<String>)> = Vec::new();
     for f in &opts.files {
-        let text = std::fs::read(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("cannot read: {e}") })?;
-        let report: Report = serde_json::from_slice(&text)
-            .map_err(|e| Error::Other { path: f.clone(), msg: format!("not a volprep report: {e}") })?;
+        let text = std::fs::read(f).map_err(|e| Error::ReportUnreadable { path: f.clone(), why: e.to_string() })?;
+        let report: Report =
+            serde_json::from_slice(&text).map_err(|e| Error::NotAReport { path: f.clone(), why: e.to_string() })?;
         for v in report.volumes {
             let label = v.shard.clone().unwrap_or_else(|| f.display().to_string());
             match merged.iter_mut().find(|(m, _)| m.path == v.path) {

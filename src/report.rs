@@ -341,8 +341,7 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     if crate::options::is_stdout(dest) {
         return print(&json);
     }
-    write_file(dest, &json)
-        .map_err(|why| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {why}") })
+    write_file(dest, &json).map_err(|why| Error::ReportUnwritable { path: dest.to_path_buf(), why })
 }
 
 /// Writes `bytes` to stdout. A reader that went away (`volprep status --json | grep -q ...`,
@@ -350,9 +349,7 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
 pub fn print(bytes: &[u8]) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Error::Other { path: "-".into(), msg: format!("cannot write to stdout: {e}") })
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Stdout { why: e.to_string() }),
         _ => Ok(()),
     }
 }

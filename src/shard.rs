@@ -128,8 +128,7 @@ impl Run<'_, '_> {
         let mut waited_log = Duration::ZERO;
         loop {
             if let Some(sig) = sys::termination() {
-                let msg = format!("shard {name}: {sig} before walking");
-                return Err(Error::Other { path: self.path().to_path_buf(), msg });
+                return Err(Error::ShardStopped { path: self.path().to_path_buf(), shard: name, sig });
             }
             match self.locked(|root| self.register(root))? {
                 (Step::Wait(why), _) if pass.started.elapsed() < pass.opts.lock_timeout => {
@@ -140,8 +139,7 @@ impl Run<'_, '_> {
                     std::thread::sleep(Duration::from_millis(500));
                 }
                 (Step::Wait(why), _) => {
-                    let msg = format!("shard {name}: {why}; gave up (--lock-timeout)");
-                    return Err(Error::Other { path: self.path().to_path_buf(), msg });
+                    return Err(Error::ShardTimeout { path: self.path().to_path_buf(), shard: name, why });
                 }
                 done => return Ok(done),
             }
@@ -155,10 +153,7 @@ impl Run<'_, '_> {
         let found = marker::read(root);
         let before = found.state();
         if found == Found::Unsupported {
-            return Err(Error::Other {
-                path: self.path().to_path_buf(),
-                msg: "a sharded pass needs extended attributes: the root marker is where shards meet".into(),
-            });
+            return Err(Error::ShardsNeedXattrs { path: self.path().to_path_buf() });
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(self.path(), Op::Stat, e))?;
         if let Decision::Skip(why) = self.pass.decide(&found, &root_meta) {
@@ -357,10 +352,7 @@ impl Run<'_, '_> {
     fn ours(&self, root: BorrowedFd<'_>) -> Result<Result<Marker, MarkerState>, Error> {
         let (path, shown) = (self.path(), &self.pass.shown);
         let Found::Marker(m) = marker::read(root) else {
-            return Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: "the shard marker vanished during the walk".into(),
-            });
+            return Err(Error::ShardMarkerVanished { path: path.to_path_buf() });
         };
         match (m.digest == self.pass.digest, m.shards.is_some(), m.state) {
             (true, true, _) => Ok(Ok(m)),
@@ -372,10 +364,7 @@ impl Run<'_, '_> {
                 info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
                 Ok(Err(MarkerState::InProgress))
             }
-            (false, ..) => Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: "another spec took over the volume during the walk".into(),
-            }),
+            (false, ..) => Err(Error::SpecTookOver { path: path.to_path_buf() }),
         }
     }
 

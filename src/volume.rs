@@ -267,15 +267,13 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
         }
         let waited = start.elapsed();
         if let Some(sig) = sys::termination() {
-            return Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: format!("{sig} while waiting for the volume lock ({})", lock_holder(root)),
-            });
+            return Err(Error::StoppedWaitingForLock { path: path.to_path_buf(), sig, holder: lock_holder(root) });
         }
         if waited >= timeout {
-            return Err(Error::Other {
+            return Err(Error::LockTimeout {
                 path: path.to_path_buf(),
-                msg: format!("{}; gave up after {}s (--lock-timeout)", lock_holder(root), waited.as_secs()),
+                holder: lock_holder(root),
+                waited_s: waited.as_secs(),
             });
         }
         if waited >= next_log {
