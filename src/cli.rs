@@ -9,7 +9,9 @@ use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::inject_args::InjectArgs;
-use crate::options::{self, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
+use crate::options::{
+    self, Foreign, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify, parse_duration,
+};
 use crate::spec::{self, Spec};
 use crate::{apply, demo, inject, inspect, merge, status};
 
@@ -383,7 +385,7 @@ impl PassArgs {
         Ok(Some(ShardFilter { index, count, depth: self.shard_depth }))
     }
 
-    pub fn run_options(&self, mode: Mode, text_logs: bool, privilege: Privilege) -> RunOptions {
+    pub fn run_options(&self, mode: Mode, stderr: Stderr, privilege: Privilege) -> RunOptions {
         RunOptions {
             mode,
             // 0 (automatic) is resolved by `apply`, which knows the volumes' filesystems.
@@ -396,15 +398,15 @@ impl PassArgs {
             },
             reverify_after: self.reverify_after,
             lock_timeout: self.lock_timeout,
-            progress: ProgressStyle::pick(self.progress_interval, text_logs, std::io::stderr().is_terminal()),
+            progress: ProgressStyle::pick(self.progress_interval, stderr),
             checkpoint_interval: self.checkpoint_interval,
             privilege,
         }
     }
 
     /// The plain options of `apply` (`mode` Apply) or `check`, for a process whose effective
-    /// uid is `euid`.
-    pub fn to_options(&self, mode: Mode, text_logs: bool, euid: u32) -> Result<apply::Options, String> {
+    /// uid is `euid` and whose stderr is `stderr`.
+    pub fn to_options(&self, mode: Mode, stderr: Stderr, euid: u32) -> Result<apply::Options, String> {
         let targets = self.targets()?;
         let shard = self.shard_filter()?;
         let privilege = Privilege::pick(self.unprivileged, euid);
@@ -425,9 +427,11 @@ impl PassArgs {
             targets,
             sticky: self.sticky.clone(),
             shard,
-            run: self.run_options(mode, text_logs, privilege),
-            max_errors: self.max_errors,
-            allow_foreign: self.allow_foreign,
+            run: self.run_options(mode, stderr, privilege),
+            tolerates: Tolerance {
+                max_errors: self.max_errors,
+                foreign: if self.allow_foreign { Foreign::Allowed } else { Foreign::Partial },
+            },
             report: self.report.clone(),
             termination_log: self.termination_log.clone(),
             allow_system_path: self.allow_system_path,
@@ -450,10 +454,13 @@ pub enum Job {
 impl Cli {
     /// The command as plain values, or a usage error (flag combinations clap can't see).
     pub fn job(self) -> Result<Job, String> {
-        let text_logs = self.log_format == LogFormat::Text;
+        let stderr = match self.log_format {
+            LogFormat::Text if std::io::stderr().is_terminal() => Stderr::TextTerminal,
+            _ => Stderr::Log,
+        };
         Ok(match self.command {
-            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, text_logs, crate::sys::euid())?),
-            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, text_logs, crate::sys::euid())?),
+            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, stderr, crate::sys::euid())?),
+            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, stderr, crate::sys::euid())?),
             Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
             Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
             Command::Inspect(a) => Job::Inspect(inspect::Options {
@@ -558,7 +565,7 @@ mod tests {
     fn owner_is_refused_when_unprivileged() {
         let opts = |args: &[&str], euid: u32| {
             let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
-            a.to_options(Mode::Apply, true, euid)
+            a.to_options(Mode::Apply, Stderr::Log, euid)
         };
         let o = opts(&["apply", "--fs-group", "2000", "/v"], 1000).unwrap();
         assert_eq!(o.run.privilege, Privilege::Unprivileged { uid: 1000 });

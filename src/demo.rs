@@ -106,7 +106,7 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
             Err(e) => return Err(Error::sys(&path, Op::Mkdir, e)),
             Ok(()) => {}
         }
-        return match settle_dir(fd(&parent), &cname, 0o700, true) {
+        return match settle_dir(fd(&parent), &cname, 0o700, Owner::Me) {
             Ok(dir) => Ok((path, dir)),
             Err(Settle::Replaced) => Err(Error::TempDirReplaced { path }),
             Err(Settle::Sys(op, e)) => Err(Error::sys(&path, op, e)),
@@ -118,19 +118,28 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
 /// Why [`settle_dir`] failed.
 enum Settle {
     Sys(Op, Errno),
-    /// Not a directory (or, with `own`, not this user's), or another inode by the time it was
-    /// opened.
+    /// Not a directory (or, with [`Owner::Me`], not this user's), or another inode by the time
+    /// it was opened.
     Replaced,
 }
 
+/// Whose directory [`settle_dir`] accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Only this user's: a temp dir in a shared directory, which anyone could have made first.
+    Me,
+    /// Anyone's: a directory of the demo tree (as root, made for other users).
+    Anyone,
+}
+
 /// Directory `name` below `dir`, just made (or made before): pinned (`O_PATH|O_NOFOLLOW`: no
-/// permission needed, whatever the umask left), checked to be a directory (this user's, with
-/// `own`), made exactly `mode` through the pin, then opened without following a symlink and
-/// checked to be the same inode.
-fn settle_dir(dir: BorrowedFd<'_>, name: &std::ffi::CStr, mode: u32, own: bool) -> Result<OwnedFd, Settle> {
+/// permission needed, whatever the umask left), checked to be a directory (of `owner`), made
+/// exactly `mode` through the pin, then opened without following a symlink and checked to be
+/// the same inode.
+fn settle_dir(dir: BorrowedFd<'_>, name: &std::ffi::CStr, mode: u32, owner: Owner) -> Result<OwnedFd, Settle> {
     let pin = sys::pin_at(dir, name).map_err(|e| Settle::Sys(Op::Open, e))?;
     let meta = sys::stat_fd(fd(&pin)).map_err(|e| Settle::Sys(Op::Stat, e))?;
-    if meta.kind() != sys::Kind::Dir || (own && meta.uid != sys::euid()) {
+    if meta.kind() != sys::Kind::Dir || (owner == Owner::Me && meta.uid != sys::euid()) {
         return Err(Settle::Replaced);
     }
     sys::chmod_fd(fd(&pin), mode).map_err(|e| Settle::Sys(Op::Chmod, e))?;
@@ -236,7 +245,7 @@ impl Maker<'_> {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(self.err(rel, Op::Mkdir)(e)),
         }
-        settle_dir(dir, &c, mode, false).map_err(|s| match s {
+        settle_dir(dir, &c, mode, Owner::Anyone).map_err(|s| match s {
             Settle::Sys(op, e) => self.err(rel, op)(e),
             Settle::Replaced => self.err(rel, Op::Mkdir)(Errno::EXIST),
         })

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, ExitCode};
+use crate::options::Tolerance;
 use crate::report::{self, Report, Timing, VolumeReport};
 
 /// What `report merge` was asked.
@@ -39,7 +40,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     for (mut v, parts) in merged {
         v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
         v.timing = Timing::of(Duration::from_millis(v.timing.elapsed_ms), v.counts.entries);
-        codes.push(v.exit_code(0, false));
+        codes.push(v.exit_code(Tolerance::NONE));
         if !opts.json {
             let line = format!("{} [{}, marker {}]\n", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
             report::print(line.as_bytes())?;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
 use crate::escape::EscapedPath;
+use crate::options::{Foreign, Tolerance};
 use crate::spec::Ownership;
 use crate::state::{MarkerState, Stop};
 
@@ -190,14 +191,13 @@ impl VolumeReport {
         matches!(self.action, Action::Walked | Action::Checked) && self.counts.foreign_owned > 0
     }
 
-    /// The exit code this volume alone asks for, with `max_errors` tolerated, and entries of
-    /// other users left too when `allow_foreign`.
-    pub fn exit_code(&self, max_errors: u64, allow_foreign: bool) -> ExitCode {
+    /// The exit code this volume alone asks for, with what the run `tolerates`.
+    pub fn exit_code(&self, tolerates: Tolerance) -> ExitCode {
         ExitCode::for_volume(VolumeOutcome {
             fatal: self.fatal.is_some(),
             errors: self.counts.errors,
-            max_errors,
-            left_foreign: self.left_foreign() && !allow_foreign,
+            max_errors: tolerates.max_errors,
+            left_foreign: self.left_foreign() && tolerates.foreign == Foreign::Partial,
             would_change: self.would_change(),
         })
     }

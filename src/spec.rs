@@ -82,6 +82,25 @@ impl Spec {
         )
     }
 
+    /// The spec as `apply` flags (`--fs-group=2000 --owner=1001:2000 --read-only`): what a log
+    /// line tells an operator to run.
+    pub fn to_args(&self) -> Vec<String> {
+        let Spec { fs_group, owner_uid, owner_gid, read_only } = self;
+        let mut args = Vec::new();
+        if let Some(g) = fs_group {
+            args.push(format!("--fs-group={g}"));
+        }
+        match (owner_uid, owner_gid) {
+            (Some(u), Some(g)) => args.push(format!("--owner={u}:{g}")),
+            (Some(u), None) => args.push(format!("--owner={u}")),
+            _ => {}
+        }
+        if *read_only {
+            args.push("--read-only".into());
+        }
+        args
+    }
+
     /// A stable digest of the desired state: 16 hex digits of SHA-256 over [`Spec::canonical`].
     pub fn digest(&self) -> String {
         hex16(&self.canonical())
@@ -263,6 +282,21 @@ mod tests {
             assert_eq!(Ownership::of_words(words), None, "{words:?}");
         }
         assert_eq!(Ownership::OwnerAndGroup.to_string(), "owner and group");
+    }
+
+    #[test]
+    fn to_args_are_the_words_as_flags() {
+        for spec in [
+            Spec::group(2000),
+            Spec { read_only: true, ..Spec::group(2000) },
+            Spec::owner(1001, None),
+            Spec::owner(1001, Some(2000)),
+            Spec { owner_uid: Some(1), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
+        ] {
+            let words: Vec<String> = spec.to_string().split(' ').map(|w| format!("--{w}")).collect();
+            assert_eq!(spec.to_args(), words, "{spec}");
+        }
+        assert_eq!(Spec::owner(1, Some(2)).to_args(), ["--owner=1:2"]);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
 use crate::spec::Spec;
 use crate::state::MarkerState;
-use crate::sys::{self, Meta};
+use crate::sys::{self, LockHolder, Meta};
 use crate::walk::Pool;
 
 /// Prepares (or checks) the volume at `path`, walking on `pool` (started here if this volume is
@@ -207,7 +207,7 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
         first.join(" "),
         spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
         spec,
-        spec.to_string().split(' ').map(|w| format!("--{w}")).collect::<Vec<_>>().join(" "),
+        spec.to_args().join(" "),
         r.path,
     );
 }
@@ -288,16 +288,18 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
 fn lock_holder(root: BorrowedFd<'_>) -> String {
     let holders = sys::lock_holders(root);
     let me = std::process::id();
-    match holders.iter().find(|(pid, _)| *pid != me).or(holders.first()) {
+    match holders.iter().find(|h| h.pid != me).or(holders.first()) {
         None => "a process not visible from here holds a lock on the volume root (another container's, or another \
                  node's on a network filesystem; maybe another volprep)"
             .into(),
-        Some((0, _)) => "a process in another pid namespace holds a lock on the volume root".into(),
-        Some((pid, Some(name))) if name == "volprep" => format!("another volprep (pid {pid}) is preparing this volume"),
-        Some((pid, Some(name))) => {
+        Some(LockHolder { pid: 0, .. }) => "a process in another pid namespace holds a lock on the volume root".into(),
+        Some(LockHolder { pid, command: Some(name) }) if name == "volprep" => {
+            format!("another volprep (pid {pid}) is preparing this volume")
+        }
+        Some(LockHolder { pid, command: Some(name) }) => {
             format!("a process (pid {pid}, {}) holds a lock on the volume root", escape_bytes(name.as_bytes()))
         }
-        Some((pid, None)) => format!("a process (pid {pid}) holds a lock on the volume root"),
+        Some(LockHolder { pid, command: None }) => format!("a process (pid {pid}) holds a lock on the volume root"),
     }
 }
 

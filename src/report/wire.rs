@@ -48,7 +48,7 @@ impl Counts {
     }
 
     /// Every count with its report key, in the report's order.
-    fn fields(&mut self) -> [(&'static str, &mut u64); 14] {
+    fn fields(&mut self) -> [Field<'_>; 14] {
         let Counts {
             entries,
             dirs,
@@ -89,9 +89,9 @@ impl Serialize for VolumeReport {
         let v = self;
         let mut counts = v.counts;
         let counts = counts.fields();
-        // entries .. errors, foreign_owned, foreign_unread_dirs .. hardlinked
-        let (by_kind, rest) = counts.split_at(8);
-        let (foreign, rest) = rest.split_at(1);
+        // entries .. errors, then the lists and foreign_owned, then foreign_unread_dirs .. hardlinked
+        let (by_kind, rest) = through(&counts, "errors");
+        let (foreign, rest) = through(rest, "foreign_owned");
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("path", &v.path)?;
         m.serialize_entry("action", &v.action)?;
@@ -120,8 +120,17 @@ impl Serialize for VolumeReport {
     }
 }
 
+/// A count with its report key.
+type Field<'n> = (&'static str, &'n mut u64);
+
+/// The counts up to and including `key`, and the rest.
+fn through<'c, 'n>(counts: &'c [Field<'n>], key: &str) -> (&'c [Field<'n>], &'c [Field<'n>]) {
+    let at = counts.iter().position(|(k, _)| *k == key).expect("a count of that name");
+    counts.split_at(at + 1)
+}
+
 /// Counts, each under its key.
-fn numbers<M: SerializeMap>(m: &mut M, counts: &[(&str, &mut u64)]) -> Result<(), M::Error> {
+fn numbers<M: SerializeMap>(m: &mut M, counts: &[Field<'_>]) -> Result<(), M::Error> {
     counts.iter().try_for_each(|(k, n)| m.serialize_entry(k, &**n))
 }
 

@@ -81,21 +81,30 @@ pub fn random_u64() -> Result<u64, Errno> {
 /// Processes holding a lock on the inode `fd` refers to, from `/proc/locks`: their pid (0 when
 /// the holder is not visible from this pid namespace) and command name, when known. Empty when
 /// no holder is listed (on a network filesystem, a holder on another node never is).
-pub fn lock_holders(fd: BorrowedFd<'_>) -> Vec<(u32, Option<String>)> {
+pub fn lock_holders(fd: BorrowedFd<'_>) -> Vec<LockHolder> {
     let Ok(st) = rustix::fs::fstat(fd) else { return Vec::new() };
     let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
     let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-    let mut out: Vec<(u32, Option<String>)> = Vec::new();
+    let mut out: Vec<LockHolder> = Vec::new();
     for pid in locks.lines().filter_map(|l| lock_line_holder(l, major, minor, st.st_ino)) {
-        if !out.iter().any(|(p, _)| *p == pid) {
-            let name = (pid != 0)
+        if !out.iter().any(|h| h.pid == pid) {
+            let command = (pid != 0)
                 .then(|| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
                 .flatten()
                 .map(|c| c.trim().to_string());
-            out.push((pid, name));
+            out.push(LockHolder { pid, command });
         }
     }
     out
+}
+
+/// A process holding a lock, as `/proc/locks` and `/proc/PID/comm` tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// 0 when the holder is not visible from this pid namespace.
+    pub pid: u32,
+    /// Its command name, when known.
+    pub command: Option<String>,
 }
 
 /// The pid of a `/proc/locks` line (`1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`) when it
