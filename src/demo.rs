@@ -18,7 +18,7 @@ use tracing::info;
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::{Escaped, escape_bytes};
 use crate::options::{Mode, RunOptions, resolve_threads};
-use crate::report::{self, Report};
+use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::sys::{self, fd};
 use crate::volume;
@@ -57,21 +57,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     Maker { top: &dir, is_root, seed: 0x9e37_79b9_7f4a_7c15 }.tree(fd(&root), args.entries)?;
     drop(root);
 
-    let spec = Spec::group(gid);
-    let threads = resolve_threads(0, false);
-    let pool = Pool::new(threads);
-    let mut volumes = Vec::new();
-    for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {
-        let opts = RunOptions::new(mode, threads);
-        info!(
-            "step {step}: volprep {} --fs-group {gid} {}",
-            if mode == Mode::Apply { "apply" } else { "check" },
-            Escaped(dir.as_os_str())
-        );
-        let vol = volume::run(&dir, &spec, &opts, &pool)?;
-        info!("{}", vol.summary());
-        volumes.push(vol);
-    }
+    let volumes = check_apply_check(&dir, gid)?;
     let last = volumes.last().expect("three steps");
     let ok = last.counts.changed_owner + last.counts.changed_mode == 0 && volumes.iter().all(|v| v.counts.errors == 0);
     let entries = last.counts.entries;
@@ -88,6 +74,27 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     }
     info!("demo {}", if ok { "done: the volume conforms" } else { "found a problem (see above)" });
     Ok(if ok { ExitCode::Success } else { ExitCode::Failure })
+}
+
+/// The demo's three passes over `dir` with `--fs-group gid`: check, apply, check, each with its
+/// summary line.
+fn check_apply_check(dir: &Path, gid: u32) -> Result<Vec<VolumeReport>, Error> {
+    let spec = Spec::group(gid);
+    let threads = resolve_threads(0, false);
+    let pool = Pool::new(threads);
+    let mut volumes = Vec::new();
+    for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {
+        let opts = RunOptions::new(mode, threads);
+        info!(
+            "step {step}: volprep {} --fs-group {gid} {}",
+            if mode == Mode::Apply { "apply" } else { "check" },
+            Escaped(dir.as_os_str())
+        );
+        let vol = volume::run(dir, &spec, &opts, &pool)?;
+        info!("{}", vol.summary());
+        volumes.push(vol);
+    }
+    Ok(volumes)
 }
 
 /// Makes `volprep-demo-<16 random hex digits>` in `tmp`, mode 0700: `mkdirat` fails on any
