@@ -38,7 +38,8 @@ pub enum AppPath {
     GnupgKeys,
     /// A directory holding etcd's `member/`: its data directory (owner only).
     EtcdData,
-    /// `member/` holding `wal/` or `snap/`: etcd's member directory (owner only).
+    /// `member/` holding `wal/` or `snap/`, and `member/wal/`, `member/snap/`: etcd's member
+    /// directories (owner only).
     EtcdMember,
 }
 
@@ -134,8 +135,10 @@ impl AppPath {
             AppPath::SshKey => Stance::Refuses("ssh: UNPROTECTED PRIVATE KEY FILE"),
             AppPath::ErlangCookie => Stance::Refuses("Cookie file must be accessible by owner only"),
             AppPath::GnupgHome => Stance::Warns("gpg: WARNING: unsafe permissions on homedir"),
-            AppPath::EtcdData => Stance::Warns("etcd: check file permission: the recommended permission is -rwx------"),
-            AppPath::GnupgKeys | AppPath::EtcdMember => Stance::Exposes,
+            AppPath::EtcdData | AppPath::EtcdMember => {
+                Stance::Warns("etcd: check file permission: the recommended permission is -rwx------")
+            }
+            AppPath::GnupgKeys => Stance::Exposes,
         }
     }
 
@@ -265,6 +268,8 @@ impl Signs {
 pub struct DirFacts<'n> {
     /// Its name in its parent (empty for the volume root).
     pub name: &'n [u8],
+    /// Its parent's name (empty for the volume root and its entries).
+    pub parent_name: &'n [u8],
     /// The signs of its entries.
     pub signs: Signs,
     /// Its parent's owner after `--owner` (`None` for the volume root).
@@ -286,6 +291,7 @@ pub fn classify_dir(d: &DirFacts<'_>, etcd_member: impl FnOnce() -> bool) -> Opt
         b"member" if d.parent_owner.is_some() && d.signs.has(Signs::ETCD_LOG) => {
             return by_parent(AppPath::EtcdMember);
         }
+        b"wal" | b"snap" if d.parent_name == b"member" => return by_parent(AppPath::EtcdMember),
         _ => {}
     }
     if d.signs.has(Signs::GNUPG) {
@@ -353,7 +359,7 @@ mod tests {
     const APP: u32 = 2000;
 
     fn dir<'n>(name: &'n [u8], signs: Signs, parent_owner: Option<u32>) -> DirFacts<'n> {
-        DirFacts { name, signs, parent_owner }
+        DirFacts { name, parent_name: b"x", signs, parent_owner }
     }
 
     fn parent(name: &[u8]) -> ParentFacts<'_> {
@@ -457,6 +463,9 @@ mod tests {
         let member = dir(b"member", Signs::ETCD_LOG, Some(APP));
         assert_eq!(classify_dir(&member, never).map(|p| p.path), Some(AppPath::EtcdMember));
         assert_eq!(classify_dir(&dir(b"member", Signs::NONE, Some(APP)), never), None);
+        let wal = DirFacts { parent_name: b"member", ..dir(b"wal", Signs::NONE, Some(APP)) };
+        assert_eq!(classify_dir(&wal, never).map(|p| p.path), Some(AppPath::EtcdMember), "etcd checks member/wal too");
+        assert_eq!(classify_dir(&dir(b"wal", Signs::NONE, Some(APP)), never), None, "a wal/ elsewhere");
         let data = dir(b"data", Signs::MEMBER, Some(APP));
         assert_eq!(classify_dir(&data, || true).map(|p| p.path), Some(AppPath::EtcdData));
         assert_eq!(classify_dir(&data, || false), None, "a member/ of something else");

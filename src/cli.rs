@@ -103,7 +103,7 @@ pub enum ModesArg {
     /// get the kubelet's bits. Known app-private paths lose the bits their app refuses, and gain
     /// none: a PostgreSQL data directory (holding PG_VERSION and global/) drops group write and other bits,
     /// its server.key, .pgpass, .erlang.cookie, .ssh/, private keys in it, a GnuPG homedir and
-    /// its private-keys-v1.d/, etcd's data directory and member/ drop group and other bits, and
+    /// its private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group and other bits, and
     /// .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop group and other write.
     /// Bits are removed only on entries owned (after --owner) by the uid that owns the app's
     /// path, never on another uid's; what was tightened is logged and reported.

@@ -88,15 +88,25 @@ impl Places {
             });
             taken.unwrap_or_default()
         };
-        let facts = DirFacts { name: dir.name(), signs, parent_owner: dir.parent().map(|p| self.after(p.meta.uid)) };
+        let parent = dir.parent();
+        let facts = DirFacts {
+            name: dir.name(),
+            parent_name: parent.map_or(&[][..], |p| p.name()),
+            signs,
+            parent_owner: parent.map(|p| self.after(p.meta.uid)),
+        };
         apps::classify_dir(&facts, || etcd_member(dir.fd()))
     }
 
     /// The app path of subdirectory `name` of `parent` that this pass cannot read (by its name
     /// alone).
     pub fn of_unread_dir(&self, parent: &Dir<'_>, name: &CStr) -> Option<Private> {
-        let facts =
-            DirFacts { name: name.to_bytes(), signs: Signs::NONE, parent_owner: Some(self.after(parent.meta.uid)) };
+        let facts = DirFacts {
+            name: name.to_bytes(),
+            parent_name: parent.name(),
+            signs: Signs::NONE,
+            parent_owner: Some(self.after(parent.meta.uid)),
+        };
         apps::classify_dir(&facts, || false)
     }
 
@@ -131,7 +141,7 @@ pub fn root_place(root: BorrowedFd<'_>, spec: &Spec) -> Option<Private> {
         .iter()
         .filter(|(name, kind)| has(root, name, *kind))
         .fold(Signs::NONE, |s, (name, kind)| s.with(Signs::of(name.as_bytes(), *kind)));
-    apps::classify_dir(&DirFacts { name: b"", signs, parent_owner: None }, || etcd_member(root))
+    apps::classify_dir(&DirFacts { name: b"", parent_name: b"", signs, parent_owner: None }, || etcd_member(root))
 }
 
 /// Whether `dir` holds `name` as a `kind` (never following a symlink).
