@@ -763,6 +763,57 @@ fn a_panicking_check_leaves_no_process_behind() {
     }
 }
 
+/// `volprep inject --extra-arg=--modes=app-safe` gives every volume of an injected workload the
+/// app-safe policy (a `--volume` without `modes=` takes `--modes`): the init container it
+/// writes, run on a data directory an earlier kubelet widened, tightens it. As any user: `check`
+/// with the user's own group.
+#[test]
+fn inject_with_modes_app_safe_tightens_a_widened_data_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("sts.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\nspec:\n  serviceName: db\n  selector:\n    \
+         matchLabels: {app: db}\n  template:\n    metadata:\n      labels: {app: db}\n    spec:\n      \
+         securityContext: {runAsUser: 999, fsGroup: 999}\n      containers:\n        - name: db\n          \
+         image: postgres:16\n          volumeMounts: [{name: data, mountPath: /var/lib/postgresql/data}]\n  \
+         volumeClaimTemplates:\n    - metadata: {name: data}\n      spec:\n        accessModes: [ReadWriteOnce]\n        \
+         resources: {requests: {storage: 1Gi}}\n",
+    )
+    .unwrap();
+    let out =
+        common::run(common::volprep().args(["inject", "--extra-arg=--modes=app-safe"]).arg(&manifest)).expect_code(0);
+    let docs: serde_norway::Value = serde_norway::from_str(&out.stdout).expect("one manifest");
+    let init = &docs["spec"]["template"]["spec"]["initContainers"][0];
+    let args: Vec<String> =
+        init["args"].as_sequence().unwrap().iter().map(|a| a.as_str().unwrap().to_string()).collect();
+    assert!(args.contains(&"--modes=app-safe".to_string()), "{args:?}");
+    // The volume as the container sees it, here: a data directory the kubelet made 2770.
+    let vol = dir.path().join("data");
+    std::fs::create_dir_all(vol.join("pgdata/global")).unwrap();
+    std::fs::write(vol.join("pgdata/PG_VERSION"), "15\n").unwrap();
+    chmod(&vol.join("pgdata"), 0o2770);
+    let gid = unsafe { libc::getegid() };
+    let run_args: Vec<String> = args
+        .iter()
+        .skip(1)
+        .filter(|a| !a.starts_with("--termination-log") && !a.starts_with("--log-format"))
+        .map(|a| {
+            let a = a.replace("/volumes/data", vol.to_str().unwrap());
+            a.replace("fs-group=999", &format!("fs-group={gid}"))
+        })
+        .collect();
+    let check = common::run(common::volprep().arg("check").args(&run_args).args(["--report", "-"])).expect_code(3);
+    let v = check.volume();
+    assert_eq!(v["spec"], format!("fs-group={gid} modes=app-safe"), "{}", check.describe());
+    assert_eq!(v["tightened"], 1, "{}", check.describe());
+    assert_eq!(v["tightened_list"][0]["app"], "PostgreSQL data directory");
+    assert_eq!(
+        (v["tightened_list"][0]["mode"].as_str(), v["tightened_list"][0]["want_mode"].as_str()),
+        (Some("2770"), Some("2750"))
+    );
+}
+
 /// The README's table of apps names exactly the apps this file runs, each with a setting, so a
 /// row without a test (or a test without a row) is caught without root.
 #[test]
