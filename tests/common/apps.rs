@@ -491,6 +491,9 @@ pub fn setting_args(row: &Row, case: Case, setting: Setting, tmpdir: &Path) -> V
     args
 }
 
+/// A look at a staged volume before volprep runs.
+pub type Staged<'a> = &'a dyn Fn(Case, &Path);
+
 /// One app of the matrix: how it makes its data, and how it is checked on a volume.
 pub struct App<'a> {
     /// Its README row starts with this word.
@@ -502,6 +505,8 @@ pub struct App<'a> {
     pub check: &'a dyn Fn(&Lab, &Path, usize) -> Probe,
     /// The app's temp dir in a volume (`TMPDIR` in the README's setting).
     pub tmpdir: &'static str,
+    /// Looks at each staged volume before volprep runs (e.g. `inspect` on it).
+    pub staged: Option<Staged<'a>>,
 }
 
 /// Runs the matrix of `app`: {restored, walked} × {the README's setting, the kubelet's rule};
@@ -518,6 +523,9 @@ pub fn matrix(app: &App<'_>) {
         for setting in [Setting::Documented, Setting::KubeletRule] {
             n += 1;
             let vol = lab.stage(case, &format!("{case}-{n}"));
+            if let Some(staged) = app.staged {
+                staged(case, &vol);
+            }
             let args = setting_args(&row, case, setting, &vol.join(app.tmpdir));
             let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
             let report = volprep_on(&vol, &args_ref);
