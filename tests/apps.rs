@@ -63,11 +63,9 @@ fn psql(lab: &Lab, sock: &Path, sql: &str) -> common::apps::Said {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn postgresql() {
-    if !gate(&["initdb", "postgres", "psql", "pg_isready", "openssl"]) {
-        return;
-    }
+    gate(&["initdb", "postgres", "psql", "pg_isready", "openssl"]);
     let create = |lab: &Lab, vol: &Path| {
         let data = vol.join("pgdata");
         make(as_app(lab, "initdb").arg("-D").arg(&data).args(["-A", "trust", "-U", "app"]));
@@ -157,11 +155,9 @@ fn mariadb(lab: &Lab, sock: &Path, sql: &str) -> common::apps::Said {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn mariadb_server() {
-    if !gate(&["mariadb-install-db", "mariadbd", "mariadb"]) {
-        return;
-    }
+    gate(&["mariadb-install-db", "mariadbd", "mariadb"]);
     let create = |lab: &Lab, vol: &Path| {
         make(as_app(lab, "mariadb-install-db").args([
             "--no-defaults",
@@ -218,11 +214,9 @@ fn redis_cli(lab: &Lab, sock: &Path, args: &[&str]) -> common::apps::Said {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn redis() {
-    if !gate(&["redis-server", "redis-cli"]) {
-        return;
-    }
+    gate(&["redis-server", "redis-cli"]);
     let create = |lab: &Lab, vol: &Path| {
         std::fs::create_dir(vol.join("data")).unwrap();
         common::apps::chown(&vol.join("data"), APP, APP);
@@ -272,11 +266,9 @@ cat "$RUN/sshd.log"
 "#;
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn openssh() {
-    if !gate(&["sshd", "ssh", "ssh-keygen", "setpriv", "mount"]) {
-        return;
-    }
+    gate(&["sshd", "ssh", "ssh-keygen", "setpriv", "mount"]);
     let create = |lab: &Lab, vol: &Path| {
         let ssh = vol.join(".ssh");
         make(as_app(lab, "mkdir").args(["-m", "700"]).arg(&ssh));
@@ -333,11 +325,9 @@ fn openssh() {
 // git: checks the repository's owner (safe.directory).
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn git() {
-    if !gate(&["git"]) {
-        return;
-    }
+    gate(&["git"]);
     let git = |lab: &Lab, repo: &Path| {
         let mut c = as_app(lab, "git");
         c.arg("-C").arg(repo).args(["-c", "user.name=app", "-c", "user.email=app@example.org"]);
@@ -387,11 +377,9 @@ fn gpg(lab: &Lab, home: &Path) -> Command {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn gnupg() {
-    if !gate(&["gpg", "gpg-agent", "gpg-connect-agent"]) {
-        return;
-    }
+    gate(&["gpg", "gpg-agent", "gpg-connect-agent"]);
     let create = |lab: &Lab, vol: &Path| {
         let home = vol.join("gnupg");
         make(as_app(lab, "mkdir").args(["-m", "700"]).arg(&home));
@@ -454,11 +442,9 @@ fn etcd_start(lab: &Lab, vol: &Path, n: usize, probe: &mut Probe) -> Option<(Dae
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn etcd() {
-    if !gate(&["etcd", "etcdctl"]) {
-        return;
-    }
+    gate(&["etcd", "etcdctl"]);
     let create = |lab: &Lab, vol: &Path| {
         let mut probe = Probe::default();
         let (etcd, url) = etcd_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
@@ -512,11 +498,9 @@ fn curl(lab: &Lab, args: &[&str]) -> common::apps::Said {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn nginx() {
-    if !gate(&["nginx", "curl"]) {
-        return;
-    }
+    gate(&["nginx", "curl"]);
     let create = |lab: &Lab, vol: &Path| {
         let mut probe = Probe::default();
         let (nginx, port) = nginx_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
@@ -582,11 +566,9 @@ fn prom_query(lab: &Lab, port: u16, fields: &[&str]) -> common::apps::Said {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn prometheus() {
-    if !gate(&["prometheus", "curl"]) {
-        return;
-    }
+    gate(&["prometheus", "curl"]);
     let create = |lab: &Lab, vol: &Path| {
         let mut probe = Probe::default();
         let (prom, port) = prometheus_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
@@ -630,11 +612,9 @@ fn prometheus() {
 // SQLite (WAL): checks nothing about modes; needs the directory writable for -wal and -shm.
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn sqlite() {
-    if !gate(&["sqlite3"]) {
-        return;
-    }
+    gate(&["sqlite3"]);
     let create = |lab: &Lab, vol: &Path| {
         make(
             as_app(lab, "sqlite3")
@@ -674,11 +654,9 @@ fn erlang(lab: &Lab, vol: &Path, n: usize, eval: &str) -> common::apps::Said {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn erlang_cookie() {
-    if !gate(&["erl", "epmd"]) {
-        return;
-    }
+    gate(&["erl", "epmd"]);
     let create = |lab: &Lab, vol: &Path| {
         let out = erlang(lab, vol, 0, "halt().");
         assert!(out.ok && vol.join(".erlang.cookie").exists(), "{}", out.text);
@@ -713,11 +691,9 @@ fn make_tmpdir(_lab: &Lab, vol: &Path) {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn ruby_tmpdir() {
-    if !gate(&["ruby"]) {
-        return;
-    }
+    gate(&["ruby"]);
     let check = |lab: &Lab, vol: &Path, _n: usize| {
         let tmp = vol.join("tmp");
         let script = "require 'tmpdir'; d = Dir.tmpdir; puts \"tmpdir #{d}\"; \
@@ -735,11 +711,9 @@ fn ruby_tmpdir() {
 }
 
 #[test]
-#[ignore = "needs root and the apps: source .ci/apps.sh"]
+#[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn python_tempfile() {
-    if !gate(&["python3"]) {
-        return;
-    }
+    gate(&["python3"]);
     let check = |lab: &Lab, vol: &Path, _n: usize| {
         let tmp = vol.join("tmp");
         let script = "import os, tempfile; d = tempfile.gettempdir(); print('tmpdir', d); \

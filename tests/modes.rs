@@ -149,11 +149,9 @@ fn inspect_names_the_app_paths_and_what_each_setting_leaves() {
 /// a home of uid 2000 keeps its mode (so does PostgreSQL's root-owned server.key, which it
 /// accepts at 0640); with --owner, everything is the app's and is tightened.
 #[test]
-#[ignore = "needs root and loop devices (mount, losetup)"]
+#[ignore = "needs root and loop devices"]
 fn app_safe_never_tightens_another_uids_entries() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = common::Tmpfs::new();
     let vol = fs.path().join("home");
     build(&vol);

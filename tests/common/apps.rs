@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::mounts::{Tmpfs, tool};
-use super::{PRIVILEGED_ENV, as_user, privileged, run, volprep};
+use super::{as_user, privileged, run, volprep};
 
 /// The app's uid and group: the pod's `runAsUser` and the group it gets (`supplementalGroups`).
 pub const APP: u32 = 2000;
@@ -188,12 +188,11 @@ pub fn readme_row(app: &str) -> Row {
         .unwrap_or_else(|| panic!("README.md: no row for {app} in the table of apps"))
 }
 
-/// Skips (or, under `VOLPREP_PRIVILEGED_TESTS=1`, fails) unless the test can run: root, the
-/// tools, and the users `.ci/apps.sh` makes.
-pub fn gate(tools: &[&str]) -> bool {
-    if !privileged(&["cp", "chown", "unshare", "setpriv"]) {
-        return false;
-    }
+/// The gate of the app tests (each `#[ignore]`d with what it needs): root, the tools, and the
+/// users `.ci/apps.sh` makes. Run anyway where one is missing, the test fails, naming it.
+#[track_caller]
+pub fn gate(tools: &[&str]) {
+    privileged(&["cp", "chown", "unshare", "setpriv"]);
     let mut missing: Vec<String> = tools.iter().filter(|t| app_tool(t).is_none()).map(|t| format!("`{t}`")).collect();
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
     let group = std::fs::read_to_string("/etc/group").unwrap_or_default();
@@ -209,16 +208,10 @@ pub fn gate(tools: &[&str]) -> bool {
     if !Path::new(HOME).is_dir() {
         missing.push(format!("directory {HOME}"));
     }
-    if missing.is_empty() {
-        return true;
+    if !missing.is_empty() {
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        panic!("{test}: app test cannot run: {} missing (source .ci/apps.sh)", missing.join(", "));
     }
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    let why = format!("{} missing (source .ci/apps.sh)", missing.join(", "));
-    if std::env::var_os(PRIVILEGED_ENV).is_some_and(|v| v == "1") {
-        panic!("{test}: app test cannot run: {why} (and {PRIVILEGED_ENV}=1)");
-    }
-    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: app test cannot run: {why}");
-    false
 }
 
 /// A tool of an app, as the Debian packages install it: in PostgreSQL's bin directory (the
