@@ -48,7 +48,7 @@ volprep_apps_install() {
   getent group 2001 >/dev/null || groupadd -g 2001 volprep-peer
   getent passwd 2001 >/dev/null || useradd -u 2001 -g 2001 -G 2000 -M -d /nonexistent -s /usr/sbin/nologin volprep-peer
   mkdir -p /var/lib/volprep-app /run/sshd
-  echo "apps: $(/usr/lib/postgresql/15/bin/postgres --version), $(ssh -V 2>&1)"
+  echo "apps: $("$(ls -d /usr/lib/postgresql/*/bin/postgres | sort -V | tail -1)" --version), $(ssh -V 2>&1)"
 }
 
 volprep_apps_install

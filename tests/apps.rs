@@ -251,8 +251,9 @@ fn redis() {
 const SSH_CHECK: &str = r#"
 set -u
 mount --bind "$VOL" "$HOME_DIR"
+mkdir -p /run/sshd
 /usr/sbin/sshd -D -e -f "$RUN/sshd_config" 2>"$RUN/sshd.log" &
-for i in $(seq 100); do [ -s "$RUN/sshd.pid" ] && break; sleep 0.05; done
+for i in $(seq 400); do [ -s "$RUN/sshd.pid" ] && break; sleep 0.05; done
 as_app() { setpriv --reuid=2000 --regid=2000 --groups=2000 --inh-caps=-all "$@"; }
 opts="-p $PORT -o BatchMode=yes -o ConnectTimeout=10 -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
 echo "== the client's key"
