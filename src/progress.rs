@@ -139,6 +139,7 @@ pub struct Counters {
     pub hardlinked: Counter,
     pub foreign_owned: Counter,
     pub foreign_unread: Counter,
+    pub tightened: Counter,
 }
 
 impl Counters {
@@ -181,6 +182,7 @@ impl Counters {
             skipped_subtrees: self.skipped_subtrees.get(),
             verified_dirs: self.verified_dirs.get(),
             hardlinked: self.hardlinked.get(),
+            tightened: self.tightened.get(),
         }
     }
 }
