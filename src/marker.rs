@@ -91,6 +91,23 @@ pub struct Marker {
     /// conform (the state stays `in-progress`: only a privileged run can finish the volume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left: Option<u64>,
+    /// The pass that marked it done met mount points: the [`mounts_digest`] of the mount points
+    /// below the root then. What a mount hides was not walked, so a start that finds another
+    /// set (one unmounted) walks again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mounts: Option<String>,
+}
+
+/// The digest of a set of mount points (paths relative to the root, sorted): 16 hex digits of
+/// SHA-256; `None` (never equal to a recorded digest) when they could not be listed.
+pub fn mounts_digest(points: Option<&[Vec<u8>]>) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in points? {
+        h.update(p);
+        h.update([0]);
+    }
+    Some(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 /// The state a marker records (see [`MarkerState`] for what a report says of a root).
@@ -166,6 +183,7 @@ impl Marker {
             entries: None,
             shards: None,
             left: None,
+            mounts: None,
         }
     }
 
@@ -191,6 +209,8 @@ impl Marker {
 
 /// What was found on the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// One per volume and run: boxing the marker would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Found {
     /// The filesystem has no user xattrs (ramfs, some NFS).
     Unsupported,
@@ -224,6 +244,9 @@ pub struct Inputs<'a> {
     pub verify: Verify,
     pub reverify_after: Option<Duration>,
     pub now: u64,
+    /// The [`mounts_digest`] of the mount points below the root now, when the marker records
+    /// one (else not looked up).
+    pub mounts_now: Option<String>,
 }
 
 /// Skip the walk, or walk and why.
@@ -258,6 +281,10 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         }
         Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
         Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into(), false),
+        Found::Marker(m) if m.mounts.is_some() && m.mounts != i.mounts_now => walk(
+            "the mount points below the root are not those of the pass that marked it done (what an unmounted one hid was never walked)".into(),
+            false,
+        ),
         Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into(), false),
         Found::Marker(m) => by_age(i, m),
     }
@@ -412,6 +439,7 @@ mod tests {
             verify: Verify::Marker,
             reverify_after: None,
             now: 2000,
+            mounts_now: None,
         }
     }
 
@@ -454,6 +482,24 @@ mod tests {
                 d => panic!("{why}: {d:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_done_marker_that_met_mounts_skips_only_while_the_same_mounts_are_there() {
+        let digest = mounts_digest(Some(&[b"a/m".to_vec(), b"f".to_vec()]));
+        assert_eq!(digest.as_deref().map(str::len), Some(16));
+        assert_ne!(digest, mounts_digest(Some(&[b"a/m".to_vec()])));
+        assert_ne!(mounts_digest(Some(&[])), None);
+        let f = Found::Marker(Marker { mounts: digest.clone(), ..marker(State::Done, "d1") });
+        assert!(matches!(decide(&Inputs { mounts_now: digest.clone(), ..inputs(&f) }), Decision::Skip(_)));
+        for now in [mounts_digest(Some(&[b"f".to_vec()])), None] {
+            let Decision::Walk { reason, resume: false } = decide(&Inputs { mounts_now: now, ..inputs(&f) }) else {
+                panic!("a mount point gone (or mounts that can't be listed) walks");
+            };
+            assert!(reason.contains("mount points"), "{reason}");
+        }
+        // A marker of a pass that met none does not look.
+        assert!(matches!(decide(&inputs(&Found::Marker(marker(State::Done, "d1")))), Decision::Skip(_)));
     }
 
     #[test]

@@ -161,7 +161,7 @@ impl Run<'_, '_> {
             });
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(self.path(), Op::Stat, e))?;
-        if let Decision::Skip(why) = self.pass.decide(&found, &root_meta) {
+        if let Decision::Skip(why) = self.pass.decide(root, &found, &root_meta) {
             return Ok((Step::Skip(why), before));
         }
         let mut m = self.round(found);
@@ -335,8 +335,14 @@ impl Run<'_, '_> {
         if done {
             shards.entries = shards.entries.saturating_add(fixer.counters.entries.get());
         }
-        if !done || anchors.is_none() {
-            // Not done, or nothing to claim (a finishing run, or anchors that could not be listed).
+        let mounts = fixer.mount_points.load(std::sync::atomic::Ordering::Relaxed);
+        if done && anchors.is_some() && mounts > 0 {
+            info!(path = %self.pass.shown, shard = %self.name(),
+                  "this shard's part holds {mounts} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
+        }
+        if !done || anchors.is_none() || mounts > 0 {
+            // Not done, or nothing to claim (a finishing run, anchors that could not be listed,
+            // or mount points in the part: what they hide was not walked).
             if done {
                 shards.set_done(f.index, None);
             }
@@ -398,6 +404,7 @@ impl Run<'_, '_> {
                 fixer.count(fixed.change.owner(), fixed.mode_changed());
                 m.state = State::Done;
                 m.finished = Some(marker::now());
+                m.mounts = lifecycle::mounts_to_record(root, fixer);
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
                 // No shard's checkpoint is needed any more.
                 for i in marker::shard_indices(f.count) {

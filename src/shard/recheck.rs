@@ -181,6 +181,7 @@ fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
     }
     crate::sync::lock(&into.errors).append(crate::sync::into_inner(from.errors));
     crate::sync::lock(&into.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
+    into.mount_points.fetch_add(from.mount_points.into_inner(), std::sync::atomic::Ordering::Relaxed);
     crate::sync::lock(&into.foreign).append(crate::sync::into_inner(from.foreign));
 }
 

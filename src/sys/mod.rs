@@ -22,7 +22,9 @@ pub use fs::{
 };
 pub use fstype::{fs_info, fs_type, is_remote_fs};
 pub use path::{open_dir_no_symlinks, stat_path};
-pub use proc::{euid, fd_limit, groups, lock_holders, mount_fs_type, overflow_uid, raise_fd_limit, random_u64};
+pub use proc::{
+    euid, fd_limit, groups, lock_holders, mount_fs_type, mounts_below, overflow_uid, raise_fd_limit, random_u64,
+};
 pub use signal::{catch_termination, signal_self, termination};
 pub use stat::{Kind, Meta, Times, stat_at, stat_at_times, stat_fd, stat_fd_times};
 

@@ -55,7 +55,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
-    /// Mount ids tell a bind mount of the same filesystem; devices tell the rest.
+    /// Mount ids decide (a bind mount of the same filesystem is another mount; a btrfs
+    /// subvolume or an overlayfs layer's file is not); devices only where there are none.
     fn foreign(&self, meta: &Meta) -> bool {
         !self.cross_devices && meta.other_mount(&self.root)
     }
@@ -67,7 +68,16 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(parent, name, meta);
             false
         } else {
+            self.crossing(parent, name, meta);
             self.visitor.entry(parent, name, meta)
+        }
+    }
+
+    /// Tells the visitor when `name`, which the walk goes on with, is a mount point: on another
+    /// mount than its directory (only with `--cross-devices`; else it was skipped).
+    fn crossing(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        if meta.other_mount(&parent.meta) {
+            self.visitor.mount_crossed(parent, name, meta);
         }
     }
 
@@ -212,7 +222,10 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 self.visitor.mount_skipped(&dir, name, &meta);
                 false
             }
-            Ok(meta) => self.visitor.pinned_entry(&dir, name, &meta, sys::fd(&pin)),
+            Ok(meta) => {
+                self.crossing(&dir, name, &meta);
+                self.visitor.pinned_entry(&dir, name, &meta, sys::fd(&pin))
+            }
             Err(e) => {
                 self.visitor.error(At::Entry(dir, name), Op::Stat, e);
                 false
@@ -310,6 +323,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(&dir, name, &meta);
             return None;
         }
+        self.crossing(&dir, name, &meta);
         let lease = Node::opened(fd, (meta, times), (Some(Arc::clone(parent.node())), name), ord, &self.root);
         self.budget().trim(lease.node());
         Some(lease)
