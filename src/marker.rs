@@ -597,6 +597,11 @@ mod tests {
         assert!(group.iter().all(|&i| i == 8 || (s.is_done(i) && s.claim(i).is_none())), "{s:?}");
         let m = Marker { shards: Some(s.clone()), ..marker(State::InProgress, "d1") };
         assert_eq!(Marker::decode(&m.encode()).unwrap(), m);
+        let mut dangling = s.clone();
+        dangling.claims.truncate(1);
+        dangling.forget_dangling();
+        assert!((0..40).all(|i| dangling.claim(i).is_none_or(|(k, _)| k == 0)), "{dangling:?}");
+        assert_eq!(dangling.done(), s.done());
         s.drop_claims();
         assert!(s.claims.is_empty() && s.done().len() == 38 && (0..40).all(|i| s.claim(i).is_none()));
     }

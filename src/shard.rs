@@ -236,7 +236,11 @@ impl Run<'_, '_> {
         match found {
             Found::Marker(m) if m.digest == pass.digest && m.state == State::InProgress && m.shards.is_some() => {
                 match m.shards.as_ref().and_then(|s| s.misfit(f.count, f.depth)) {
-                    None => m,
+                    None => {
+                        let mut m = m;
+                        m.shards.as_mut().expect("sharded").forget_dangling();
+                        m
+                    }
                     Some(why) => {
                         warn!(path = %pass.shown,
                               "the shard record on the root does not fit --shard {}/{} --shard-depth {}: {why}; starting a new round",
@@ -381,6 +385,7 @@ impl Run<'_, '_> {
             Err(word) => return Ok(Outcome::Left(word)),
         };
         let shards = m.shards.as_mut().expect("checked");
+        shards.forget_dangling();
         shards.running.retain(|h| !(h.shard == f.index && h.run == self.id));
         if let Some(why) = shards.misfit(f.count, f.depth) {
             // Changed during the walk: the other shards' completions are not trusted.

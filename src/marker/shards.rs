@@ -227,6 +227,16 @@ impl Shards {
         }
     }
 
+    /// Makes a done shard whose digit names no claim group (a record edited by hand, or
+    /// forged) a done shard without a claim, so that a group added later is not taken for its.
+    pub fn forget_dangling(&mut self) {
+        for i in 0..self.n {
+            if self.digit(i) >= 2 && self.claim(i).is_none() {
+                self.set_digit(i, 1);
+            }
+        }
+    }
+
     /// Forgets every claim (each done shard then has its part walked again by the completing
     /// run): the smallest record, for a root that holds nothing bigger.
     pub fn drop_claims(&mut self) {
