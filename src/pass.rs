@@ -366,6 +366,13 @@ impl Visitor for Fixer<'_> {
         self.mount_point(parent, name);
     }
 
+    fn placeholder(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let path = self.path_of(parent, Some(name));
+            debug!(path = %Escaped(path.as_os_str()), "the stand-in of a btrfs subvolume a snapshot did not include: empty, takes no change, left as it is");
+        }
+    }
+
     fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
         let depth = parent.depth + 1;
         if self.shard.is_some_and(|s| depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name))) {
