@@ -99,9 +99,7 @@ fn hidden_under_mounts(vol: &Path, p: &str, outside: &Path) -> Vec<Box<dyn std::
 #[test]
 #[ignore = "needs root and loop devices (mkfs.ext4, chattr)"]
 fn resume_reads_what_an_unmounted_nested_mount_hid() {
-    if !privileged(&["mkfs.ext4", "chattr"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4", "chattr"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("V");
     let outside = fs.path().join("outside");
@@ -122,9 +120,7 @@ fn resume_reads_what_an_unmounted_nested_mount_hid() {
 #[test]
 #[ignore = "needs root and loop devices (mkfs.ext4, chattr)"]
 fn resume_with_cross_devices_reads_what_an_unmounted_nested_mount_hid() {
-    if !privileged(&["mkfs.ext4", "chattr"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4", "chattr"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("V");
     let outside = fs.path().join("outside");
@@ -143,9 +139,7 @@ fn resume_with_cross_devices_reads_what_an_unmounted_nested_mount_hid() {
 #[test]
 #[ignore = "needs root and loop devices (mkfs.ext4)"]
 fn a_done_volume_is_walked_again_when_a_nested_mount_goes_away() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("V");
     let outside = fs.path().join("outside");
@@ -174,9 +168,7 @@ fn a_done_volume_is_walked_again_when_a_nested_mount_goes_away() {
 #[test]
 #[ignore = "needs root and loop devices (mkfs.ext4)"]
 fn shard_completion_reads_what_unmounted_nested_mounts_hid() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("V");
     let outside = fs.path().join("outside");
@@ -196,9 +188,7 @@ fn shard_completion_reads_what_unmounted_nested_mounts_hid() {
 #[test]
 #[ignore = "needs root and loop devices (mkfs.btrfs, btrfs)"]
 fn a_btrfs_subvolume_is_walked_and_checked() {
-    if !privileged(&["mkfs.btrfs", "btrfs"]) {
-        return;
-    }
+    privileged(&["mkfs.btrfs", "btrfs"]);
     let fs = LoopFs::new(FsKind::Btrfs, 128);
     let vol = fs.path().join("V");
     std::fs::create_dir(&vol).unwrap();
@@ -227,9 +217,7 @@ fn a_btrfs_subvolume_is_walked_and_checked() {
 #[test]
 #[ignore = "needs root and loop devices (mkfs.ext4)"]
 fn an_overlay_volume_with_layers_on_two_filesystems_is_prepared() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let upper_fs = LoopFs::new(FsKind::Ext4, 64);
     let lower = Tmpfs::new();
     mkfile(&lower.path().join("d/sub/f1"));
