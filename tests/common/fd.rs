@@ -152,3 +152,13 @@ pub fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
         None => (&[], rel),
     }
 }
+
+/// The mount id of `name` in `dirfd` (`statx` `STATX_MNT_ID`, not following a symlink; an
+/// empty name: `dirfd` itself).
+pub fn mnt_id_at(dirfd: RawFd, name: &[u8]) -> io::Result<u64> {
+    let c = cstr(name);
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = if name.is_empty() { libc::AT_EMPTY_PATH } else { libc::AT_SYMLINK_NOFOLLOW };
+    check(unsafe { libc::statx(dirfd, c.as_ptr(), flags, libc::STATX_MNT_ID, &mut stx) })?;
+    Ok(stx.stx_mnt_id)
+}

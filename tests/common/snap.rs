@@ -93,6 +93,10 @@ pub enum Mounts {
     Skip,
     /// Entered like any directory.
     Enter,
+    /// What a pass without `--cross-devices` covers: entries on the root's mount (by mount
+    /// id), whatever their device (a btrfs subvolume, an overlayfs layer's file). A mount point
+    /// (a nested filesystem, a bind mount of a directory or file) is left out, entry and all.
+    Volume,
 }
 
 /// Key of the root in a snapshot.
@@ -120,20 +124,25 @@ pub fn snapshot_with(root: &Path, mounts: Mounts) -> Snapshot {
     let st = fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root");
     let mut out = Snapshot::new();
     out.insert(ROOT.to_vec(), Meta::from_stat(&st));
-    snap_dir(rootfd.as_raw_fd(), ROOT, st.st_dev, mounts, &mut out);
+    let root_mnt =
+        if mounts == Mounts::Volume { fd::mnt_id_at(rootfd.as_raw_fd(), b"").expect("statx root") } else { 0 };
+    snap_dir(rootfd.as_raw_fd(), ROOT, (st.st_dev, root_mnt), mounts, &mut out);
     out
 }
 
-fn snap_dir(dirfd: RawFd, rel: &[u8], root_dev: u64, mounts: Mounts, out: &mut Snapshot) {
+fn snap_dir(dirfd: RawFd, rel: &[u8], (root_dev, root_mnt): (u64, u64), mounts: Mounts, out: &mut Snapshot) {
     let names = fd::read_names(dirfd).unwrap_or_else(|e| panic!("snapshot: readdir {}: {e}", show(rel)));
     for name in names {
         let path = join(rel, &name);
+        if mounts == Mounts::Volume && fd::mnt_id_at(dirfd, &name).is_ok_and(|m| m != root_mnt) {
+            continue;
+        }
         let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| panic!("snapshot: stat {}: {e}", show(&path)));
         let meta = Meta::from_stat(&st);
         out.insert(path.clone(), meta);
-        if meta.kind == Kind::Dir && (meta.dev == root_dev || mounts == Mounts::Enter) {
+        if meta.kind == Kind::Dir && (meta.dev == root_dev || mounts != Mounts::Skip) {
             let sub = fd::open_dir_at(dirfd, &name).unwrap_or_else(|e| panic!("snapshot: open {}: {e}", show(&path)));
-            snap_dir(sub.as_raw_fd(), &path, root_dev, mounts, out);
+            snap_dir(sub.as_raw_fd(), &path, (root_dev, root_mnt), mounts, out);
         }
     }
 }
