@@ -126,8 +126,9 @@ struct RoundSpec {
     read_only: bool,
     /// `--sticky VOL/tmp` on every `apply` (unsharded rounds).
     sticky: bool,
-    /// `--modes VALUE`, once that flag exists: pick it here (and teach `conforms` its rule).
-    modes: Option<&'static str>,
+    /// `--modes app-safe` (the trees' names are `eN`: no app-private path, so the rule is
+    /// "an entry with no group or other bits keeps its mode").
+    app_safe: bool,
 }
 
 impl RoundSpec {
@@ -136,7 +137,7 @@ impl RoundSpec {
             owner: (rng.below(4) == 0).then_some(1000),
             read_only: rng.below(4) == 0,
             sticky: !sharded && rng.below(4) == 0,
-            modes: None,
+            app_safe: rng.below(4) == 0,
         }
     }
 
@@ -149,8 +150,8 @@ impl RoundSpec {
         if self.read_only {
             a.push("--read-only".into());
         }
-        if let Some(m) = self.modes {
-            a.extend(["--modes".to_string(), m.to_string()]);
+        if self.app_safe {
+            a.extend(["--modes".to_string(), "app-safe".to_string()]);
         }
         a
     }
@@ -166,12 +167,17 @@ impl RoundSpec {
         if self.sticky {
             n.push("sticky");
         }
+        if self.app_safe {
+            n.push("app-safe");
+        }
         n.join("+")
     }
 
     /// Whether an entry is as this spec wants it.
     fn conforms(&self, m: &Meta) -> bool {
-        conforms(m, GID, self.read_only) && self.owner.is_none_or(|u| m.uid == u)
+        let private = self.app_safe && m.kind != Kind::Symlink && m.mode & 0o077 == 0;
+        let mode = if private { m.gid == GID } else { conforms(m, GID, self.read_only) };
+        mode && self.owner.is_none_or(|u| m.uid == u)
     }
 }
 
@@ -319,7 +325,7 @@ fn too_few(s: &Stats) -> Vec<String> {
     for b in [Base::Tmpfs, Base::Ext4, Base::Btrfs, Base::Overlay] {
         need(&s.bases, key(b), MIN_EACH_ROUND_KIND);
     }
-    for spec in ["owner", "read-only", "sticky"] {
+    for spec in ["owner", "read-only", "sticky", "app-safe"] {
         let n: u64 = s.specs.iter().filter(|(k, _)| k.split('+').any(|w| w == spec)).map(|(_, v)| v).sum();
         if n < MIN_EACH_ROUND_KIND {
             short.push(format!("spec {spec}={n} (at least {MIN_EACH_ROUND_KIND})"));
