@@ -117,35 +117,36 @@ fn rendered_chart_is_injected_refused_and_left_alone_as_it_should() {
     let backup = by_name(&all, "CronJob", "rel-backup");
     assert_eq!(
         init_args(backup)[3..],
-        ["--volume=/volumes/data,fs-group=1001,read-only", "--volume=/volumes/backup,fs-group=1001"]
+        ["--volume=/volumes/data,fs-group=1001", "--volume=/volumes/backup,fs-group=1001"],
+        "the kubelet walks the PVC read-write (the volume is not readOnly) though the mount is read-only"
     );
     for (obj, at) in [(pg, "postgres"), (web, "web"), (backup, "backup")] {
         check_volprep_pod(pod_spec_of(obj), at);
     }
-    // Refused, unchanged, and said why.
-    for (kind, name) in [("Pod", "rel-runner"), ("Deployment", "rel-reader")] {
+    // Refused, unchanged but for an annotation on the workload, and said why (on stderr and in
+    // the annotation, where a user of Helm, which hides a post-renderer's stderr, sees it).
+    let runner = "containers mounting volume builds run as different users (build 1001:1001, helper 1002:1001)";
+    let reader = "volume token (secret, mode 0440) is readable through its group only";
+    for (kind, name, why) in [("Pod", "rel-runner", runner), ("Deployment", "rel-reader", reader)] {
         let obj = by_name(&all, kind, name);
         assert!(pod_spec_of(obj)["initContainers"].is_null(), "{kind}/{name}");
         assert_eq!(pod_spec_of(obj)["securityContext"]["fsGroup"].as_u64(), Some(1001));
+        let note = obj["metadata"]["annotations"]["volprep.io/inject-refused"].as_str().unwrap_or_default();
+        assert!(note.starts_with(why), "{kind}/{name}: {note}");
+        assert!(err.contains(&format!("{kind}/{name}: left unchanged: {why}")), "{err}");
     }
-    assert!(
-        err.contains(
-            "Pod/rel-runner: left unchanged: containers run as different users (build 1001:1001, helper 1002:1001)"
-        ),
-        "{err}"
-    );
-    assert!(
-        err.contains(
-            "Deployment/rel-reader: left unchanged: volume token (secret, mode 0440) is readable through its group only"
-        ),
-        "{err}"
-    );
     assert_eq!(err.matches("volprep injected").count(), 3, "{err}");
-    // Every document not injected is the input's, byte for byte.
+    assert!(
+        err.contains(
+            "volprep inject: 3 injected, 2 refused (left to the kubelet, annotated volprep.io/inject-refused)"
+        ),
+        "{err}"
+    );
+    // Every document neither injected nor refused is the input's, byte for byte.
     let (before, after) = (doc_texts(&input), doc_texts(&text));
     assert_eq!(before.len(), after.len());
     let changed: Vec<usize> = (0..before.len()).filter(|i| before[*i] != after[*i]).collect();
-    assert_eq!(changed.len(), 3, "only the three injected documents differ");
+    assert_eq!(changed.len(), 5, "only the three injected and two refused documents differ");
     for i in changed {
         assert!(after[i].starts_with("---\n# Source: thirdparty/templates/"), "the head is kept:\n{}", after[i]);
     }
@@ -172,7 +173,8 @@ fn files_stdin_and_strict_refusals() {
     assert!(strict.stdout.is_empty());
     let err = stderr(&strict);
     assert!(
-        err.contains("refused: containers run as different users") && err.contains("2 workload(s) refused"),
+        err.contains("refused: containers mounting volume builds run as different users")
+            && err.contains("2 workload(s) refused"),
         "{err}"
     );
     let env_strict = inject(&[], &rendered(), &[("VOLPREP_INJECT_STRICT", "true")]);
@@ -242,7 +244,11 @@ fn configuration_from_file_env_and_flags() {
     let all = docs(&out);
     let pg = pod_spec_of(by_name(&all, "StatefulSet", "rel-postgres"));
     let init = &pg["initContainers"][0];
-    assert_eq!(init["image"].as_str(), Some("mirror.example.com/volprep:2.0@sha256:abc"), "flag over env over file");
+    assert_eq!(
+        init["image"].as_str(),
+        Some("mirror.example.com/volprep/volprep:2.0@sha256:abc"),
+        "flag over env over file"
+    );
     assert_eq!(strs(&init["args"])[1..3], ["--threads=4", "--log-format=json"]);
     assert!(strs(&init["args"]).contains(&"--verify=full".to_string()));
     assert_eq!(init["resources"]["limits"]["memory"].as_str(), Some("64Mi"));
@@ -352,7 +358,7 @@ fn helm_post_renderer_plugin() {
     let post = run_ok(&mut cmd);
     let piped = ok(&inject(&[], &rendered(), &[("VOLPREP_INJECT_IMAGE_TAG", "4.4.4")]));
     assert_eq!(docs(&post), docs(&piped), "post-renderer and pipe agree");
-    assert!(post.contains("image: registry.example.com/volprep:4.4.4"), "{post}");
+    assert!(post.contains("image: ghcr.io/volprep/volprep:4.4.4"), "{post}");
     // An executable path is Helm 3's post-renderer; Helm 4 refuses it.
     let mut old = helm(&helm_bin, home.path());
     old.args(["template", "rel"]).arg(&chart).args(["--post-renderer", BIN, "--post-renderer-args", "inject"]);
