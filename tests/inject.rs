@@ -592,3 +592,106 @@ fn injected_pod_plays_under_podman() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// GitOps: Flux (kustomize patches), Argo CD (config management plugin)
+
+/// The objects of a stream by `Kind/name`, for comparing what two tools wrote.
+fn by_kind_name(text: &str) -> std::collections::BTreeMap<String, Value> {
+    docs(text)
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .map(|d| (format!("{}/{}", d["kind"].as_str().unwrap_or(""), d["metadata"]["name"].as_str().unwrap_or("")), d))
+        .collect()
+}
+
+/// Renders shaped like the official alertmanager and Atlantis charts are injected (the
+/// alertmanager's configmap-reload sidecar, another user that mounts no walked volume, does not
+/// stop it), and nothing but the workloads changes.
+#[test]
+fn official_chart_renders_are_injected() {
+    for (chart, workload, volume, group) in [
+        ("alertmanager", "StatefulSet/alertmanager", "storage", 65534),
+        ("atlantis", "StatefulSet/atlantis", "atlantis-data", 1000),
+    ] {
+        let input = read(&format!("tests/charts/official/{chart}.yaml"));
+        let out = ok(&inject(&["--strict"], &input, &[]));
+        let (before, after) = (by_kind_name(&input), by_kind_name(&out));
+        for (name, obj) in &after {
+            if name != workload {
+                assert_eq!(obj, &before[name], "{chart}: {name} changed");
+            }
+        }
+        let spec = pod_spec(&after[workload]);
+        let args = check_volprep_pod(spec, chart);
+        assert_eq!(args.paths, [format!("/volumes/{volume}")], "{chart}");
+        assert_eq!(spec["securityContext"]["supplementalGroups"][0].as_u64(), Some(group), "{chart}");
+        assert_eq!(ok(&inject(&[], &out, &[])), out, "{chart}: injecting twice is injecting once");
+    }
+}
+
+/// `inject --emit patches`: kustomize (as Flux's post-renderer runs it) applies the patches to
+/// the same rendered manifests and gets what `inject` writes, object for object; the Flux
+/// example's HelmRelease carries exactly the patches printed for the alertmanager render.
+#[test]
+#[ignore = "needs kubectl (kustomize) and PyYAML: source .ci/k8s-tools.sh"]
+fn flux_patches_applied_by_kustomize_give_inject_output() {
+    let test = "flux_patches_applied_by_kustomize_give_inject_output";
+    let kubectl = tool("VOLPREP_KUBECTL", test).unwrap();
+    let python = tool("VOLPREP_PYTHON", test).unwrap();
+    for chart in ["alertmanager", "atlantis", "thirdparty"] {
+        let file = if chart == "thirdparty" {
+            "tests/charts/thirdparty.rendered.yaml".to_string()
+        } else {
+            format!("tests/charts/official/{chart}.yaml")
+        };
+        let input = read(&file);
+        let patches = ok(&inject(&["--emit", "patches"], &input, &[]));
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("rendered.yaml"), &input).unwrap();
+        let mut k = String::from(
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - rendered.yaml\npatches:\n",
+        );
+        for line in patches.lines() {
+            k.push_str(&format!("  {line}\n"));
+        }
+        fs::write(dir.path().join("kustomization.yaml"), &k).unwrap();
+        let mut cmd = Command::new(&kubectl);
+        cmd.arg("kustomize").arg(dir.path());
+        say(&format!("{test}: {chart}: {}", describe(&cmd)));
+        fs::write(dir.path().join("patched.yaml"), run_ok(&mut cmd)).unwrap();
+        fs::write(dir.path().join("injected.yaml"), ok(&inject(&[], &input, &[]))).unwrap();
+        // Compared as a YAML 1.1 reader reads them (kustomize writes `0440` as 288).
+        let same = same_objects_yaml_1_1(&python, &dir.path().join("patched.yaml"), &dir.path().join("injected.yaml"));
+        assert!(
+            same.status.success(),
+            "{chart}: kustomize with the patches differs from inject:\n{}\n{k}",
+            String::from_utf8_lossy(&same.stdout)
+        );
+        if chart == "alertmanager" {
+            let release: Value = serde_norway::from_str(&read("examples/inject/flux/helmrelease.yaml")).unwrap();
+            let example = &release["spec"]["postRenderers"][0]["kustomize"]["patches"];
+            assert_eq!(
+                example,
+                &docs(&patches)[0],
+                "examples/inject/flux/helmrelease.yaml: re-paste `volprep inject --emit patches`"
+            );
+        }
+    }
+}
+
+/// Runs PyYAML over two streams: exit 0 when they hold the same objects (by `Kind/name`), read as
+/// YAML 1.1; else the differing objects on stdout.
+fn same_objects_yaml_1_1(python: &Path, a: &Path, b: &Path) -> Output {
+    let script = r#"
+import sys, yaml
+def objs(path):
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
+a, b = objs(sys.argv[1]), objs(sys.argv[2])
+bad = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+for k in bad:
+    print(k, "\n", a.get(k), "\n", b.get(k))
+sys.exit(1 if bad else 0)
+"#;
+    output(Command::new(python).arg("-c").arg(script).arg(a).arg(b))
+}
