@@ -695,3 +695,93 @@ sys.exit(1 if bad else 0)
 "#;
     output(Command::new(python).arg("-c").arg(script).arg(a).arg(b))
 }
+
+/// Runs examples/inject/argocd/plugin.yaml as Argo CD's cmp-server does, in `app` (a copy of the
+/// Application's source path): `init`, then `generate`, each as its argv, with only the
+/// sidecar's PATH (helm and volprep) and HOME, plus Argo CD's environment.
+fn argocd_generate(helm_bin: &Path, app: &Path, plugin_env: &[(&str, &str)]) -> Output {
+    let plugin: Value = serde_norway::from_str(&read("examples/inject/argocd/plugin.yaml")).unwrap();
+    let file = plugin["spec"]["discover"]["fileName"].as_str().unwrap();
+    assert!(app.join(file).is_file(), "the plugin's discover rule ({file}) matches the app");
+    let bin = app.parent().unwrap().join("sidecar-bin");
+    fs::create_dir_all(&bin).unwrap();
+    for (name, target) in [("helm", helm_bin), ("volprep", Path::new(BIN))] {
+        let _ = std::os::unix::fs::symlink(target, bin.join(name));
+    }
+    let home = app.parent().unwrap().join("home");
+    fs::create_dir_all(&home).unwrap();
+    let mut last = None;
+    for step in ["init", "generate"] {
+        let argv = cmp_step(&plugin, step);
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).current_dir(app).env_clear();
+        cmd.env("PATH", format!("{}:/usr/bin:/bin", bin.display())).env("HOME", &home);
+        cmd.envs(argocd_env("rel", "apps", plugin_env));
+        let out = output(&mut cmd);
+        if step == "init" {
+            assert!(out.status.success(), "init: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        last = Some(out);
+    }
+    last.unwrap()
+}
+
+/// The Argo CD plugin, run the way Argo CD runs it on a chart: the injected manifests on stdout
+/// (values from the Application's plugin env); a refused workload fails the generate step
+/// (`--strict`), naming the workload and why, where Argo CD shows it.
+#[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
+fn argocd_plugin_runs_as_argo_cd_runs_it() {
+    let test = "argocd_plugin_runs_as_argo_cd_runs_it";
+    let helm_bin = tool("VOLPREP_HELM", test).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("app");
+    copy_dir(&Path::new(ROOT).join("tests/charts/thirdparty"), &app);
+    let values = "--set runner.enabled=false --set reader.enabled=false --set postgres.size=3Gi";
+    let out = argocd_generate(&helm_bin, &app, &[("HELM_ARGS", values)]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "generate: {}", String::from_utf8_lossy(&out.stderr));
+    say(&format!(
+        "{test}: generate with ARGOCD_ENV_HELM_ARGS='{values}': {} documents, first lines:\n{}",
+        docs(&text).len(),
+        text.lines().take(12).collect::<Vec<_>>().join("\n")
+    ));
+    let all = docs(&text);
+    let pg = by_name(&all, "StatefulSet", "rel-postgres");
+    check_volprep_pod(pod_spec(pg), "argocd");
+    assert_eq!(pg["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"].as_str(), Some("3Gi"));
+    assert!(all.iter().all(|d| d["metadata"]["name"].as_str() != Some("rel-runner")), "values applied");
+    let refused = argocd_generate(&helm_bin, &app, &[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(5), "{err}");
+    assert!(
+        refused.stdout.is_empty() && err.contains("Pod/rel-runner: refused: containers mounting volume builds"),
+        "{err}"
+    );
+}
+
+/// The wrapper-chart route for a chart from a Helm repository (Argo CD's plugins apply to git
+/// sources only): a chart in git that depends on it, built by the plugin's `init` (`helm
+/// dependency build`). Here the dependency is a local chart (no repository is reachable);
+/// examples/inject/argocd/wrapper-chart names the real one.
+#[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
+fn argocd_wrapper_chart_route() {
+    let helm_bin = tool("VOLPREP_HELM", "argocd_wrapper_chart_route").unwrap();
+    let example: Value = serde_norway::from_str(&read("examples/inject/argocd/wrapper-chart/Chart.yaml")).unwrap();
+    let dep = &example["dependencies"][0];
+    assert!(dep["repository"].as_str().unwrap().starts_with("https://"), "{dep:?}");
+    let values: Value = serde_norway::from_str(&read("examples/inject/argocd/wrapper-chart/values.yaml")).unwrap();
+    assert!(values[dep["name"].as_str().unwrap()].is_mapping(), "values go under the dependency's name");
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&Path::new(ROOT).join("tests/charts/thirdparty"), &dir.path().join("thirdparty"));
+    let app = dir.path().join("app");
+    fs::create_dir_all(&app).unwrap();
+    fs::write(app.join("Chart.yaml"), "apiVersion: v2\nname: wrapper\nversion: 0.1.0\ndependencies:\n  - name: thirdparty\n    version: \"*\"\n    repository: file://../thirdparty\n").unwrap();
+    fs::write(app.join("values.yaml"), "thirdparty:\n  runner:\n    enabled: false\n  reader:\n    enabled: false\n")
+        .unwrap();
+    let out = argocd_generate(&helm_bin, &app, &[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let all = docs(&String::from_utf8_lossy(&out.stdout));
+    check_volprep_pod(pod_spec(by_name(&all, "StatefulSet", "rel-postgres")), "wrapper chart");
+}
