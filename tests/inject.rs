@@ -785,3 +785,57 @@ fn argocd_wrapper_chart_route() {
     let all = docs(&String::from_utf8_lossy(&out.stdout));
     check_volprep_pod(pod_spec(by_name(&all, "StatefulSet", "rel-postgres")), "wrapper chart");
 }
+
+/// Helm 3 and Helm 4 sharing one HELM_DATA_HOME: Helm 3 refuses every plugin when one
+/// plugin.yaml is Helm 4's (`unknown field "apiVersion"`), so the Helm 4 plugin lives in a
+/// directory only Helm 4 reads (its HELM_PLUGINS lists the shared plugins directory and that
+/// one), as examples/inject/README.md says. Both then work, Helm 3's own plugins included.
+#[test]
+#[ignore = "needs helm v3 and v4: source .ci/k8s-tools.sh"]
+fn helm3_and_helm4_plugins_coexist_in_one_data_home() {
+    let test = "helm3_and_helm4_plugins_coexist_in_one_data_home";
+    let (helm4, helm3) = (tool("VOLPREP_HELM", test).unwrap(), tool("VOLPREP_HELM3", test).unwrap());
+    let home = tempfile::tempdir().unwrap();
+    let bin = home.path().join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("volprep")).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let shared = home.path().join("data/plugins");
+    // A Helm 3 plugin of the user's, in the shared directory.
+    let theirs = shared.join("hello");
+    fs::create_dir_all(&theirs).unwrap();
+    fs::write(
+        theirs.join("plugin.yaml"),
+        "name: hello\nversion: 0.1.0\nusage: says hello\ndescription: a Helm 3 plugin\ncommand: echo hello\n",
+    )
+    .unwrap();
+    let plugin = Path::new(ROOT).join("examples/inject/helm-plugin");
+    let chart = Path::new(ROOT).join("tests/charts/thirdparty");
+    // What breaks: the Helm 4 plugin in the shared directory.
+    std::os::unix::fs::symlink(&plugin, shared.join("volprep-inject")).unwrap();
+    let broken = output(helm(&helm3, home.path()).args(["plugin", "list"]));
+    assert!(
+        !broken.status.success() && String::from_utf8_lossy(&broken.stderr).contains("unknown field \"apiVersion\""),
+        "Helm 3 now loads a Helm 4 plugin: simplify examples/inject/README.md"
+    );
+    fs::remove_file(shared.join("volprep-inject")).unwrap();
+    // The documented layout: a Helm 4 only directory.
+    let helm4_only = home.path().join("helm4-plugins");
+    fs::create_dir_all(&helm4_only).unwrap();
+    std::os::unix::fs::symlink(&plugin, helm4_only.join("volprep-inject")).unwrap();
+    let listed = run_ok(helm(&helm3, home.path()).env("PATH", &path).args(["plugin", "list"]));
+    assert!(listed.contains("hello"), "{listed}");
+    let v3 = run_ok(helm(&helm3, home.path()).env("PATH", &path).args(["template", "rel"]).arg(&chart).args([
+        "--post-renderer",
+        "volprep",
+        "--post-renderer-args",
+        "inject",
+    ]));
+    let mut cmd = helm(&helm4, home.path());
+    cmd.env("PATH", &path).env("HELM_PLUGINS", format!("{}:{}", shared.display(), helm4_only.display()));
+    cmd.args(["template", "rel"]).arg(&chart).args(["--post-renderer", "volprep-inject"]);
+    say(&format!("{test}: HELM_PLUGINS=shared:helm4-only {}", describe(&cmd)));
+    let v4 = run_ok(&mut cmd);
+    assert_eq!(docs(&v3), docs(&v4), "Helm 3 and Helm 4 render the same injected manifests");
+    assert_eq!(v4.matches("name: volprep\n").count(), 3, "{v4}");
+}
