@@ -92,12 +92,25 @@ pub fn config(base: &Config, function_config: Option<&Node>, overrides: &[(Strin
 
 /// Rewrites one input (named `source` in errors and events). Documents left alone are copied
 /// byte for byte; a KRM `ResourceList` is written whole. Err: the input is not YAML, or a KRM
-/// function config is bad.
+/// function config is bad. (Tests; `run` asks for the patches only with `--emit patches`.)
+#[cfg(test)]
 pub fn inject_stream(
     text: &str,
     source: &Path,
     base: &Config,
     overrides: &[(String, Node)],
+) -> Result<Output, InjectError> {
+    inject_stream_as(text, source, base, overrides, Emit::Patches)
+}
+
+/// [`inject_stream`], with the patches only when `emit` asks for them (they need a copy of
+/// each document before its rewrite).
+fn inject_stream_as(
+    text: &str,
+    source: &Path,
+    base: &Config,
+    overrides: &[(String, Node)],
+    emit: Emit,
 ) -> Result<Output, InjectError> {
     let shown = EscapedPath::new(source);
     let mut parsed = Vec::new();
@@ -122,7 +135,7 @@ pub fn inject_stream(
     let mut out = Output::default();
     for (chunk, mut docs) in parsed {
         let at = format!("{shown}:{}", chunk.line);
-        let before = docs.clone();
+        let before = if emit == Emit::Patches { docs.clone() } else { Vec::new() };
         let mut changed = false;
         for doc in &mut docs {
             changed |= visit(doc, &at, &cfg, &mut out.events);
@@ -283,7 +296,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     let mut patches = Vec::new();
     let mut events = Vec::new();
     for (path, input) in &inputs {
-        let out = inject_stream(input, path, &base, &opts.overrides).map_err(Error::Inject)?;
+        let out = inject_stream_as(input, path, &base, &opts.overrides, opts.emit).map_err(Error::Inject)?;
         if !text.is_empty() && !out.text.is_empty() {
             if !text.ends_with('\n') {
                 text.push('\n');
