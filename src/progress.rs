@@ -28,6 +28,8 @@ pub enum Hook {
     Panic { after: u64 },
 }
 
+/// Whether this binary has the test hooks (`--features test-hooks`); see [`arm_test_hook`].
+const HOOKS: bool = cfg!(feature = "test-hooks");
 /// Entries after which the armed hook fires (u64::MAX: never). See [`arm_test_hook`].
 static HOOK_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The armed hook's signal, or [`PANIC`].
@@ -35,7 +37,9 @@ static HOOK_ACTION: AtomicI32 = AtomicI32::new(libc::SIGKILL);
 /// The hook's action that stands for a panic rather than a signal.
 const PANIC: i32 = 0;
 
-/// TEST HOOKS, read once at the start of `apply`/`check`; at most one may be set.
+/// TEST HOOKS, only in a binary built with `--features test-hooks` (what the tests run); the
+/// shipped binary (the image, the release binaries, `cargo install`) has none: it never reads
+/// the variables. Read once at the start of `apply`/`check`; at most one may be set.
 /// `VOLPREP_TEST_KILL_AFTER=<entries>` (or `<entries>:kill`) makes the process SIGKILL itself
 /// when one volume's pass has counted that many entries; `<entries>:term` sends SIGTERM instead,
 /// which takes the graceful-stop path (checkpoint, report, exit 143); `<entries>:stop` sends
@@ -43,12 +47,12 @@ const PANIC: i32 = 0;
 /// hold) a pass at an exact point rather than racing a progress line. `VOLPREP_TEST_PANIC_AFTER=<entries>`
 /// makes the walker thread that counts that many entries panic, as a bug would: tests see that
 /// volume end with a failed report and the others go on. When unset, each entry costs one
-/// relaxed atomic load. They are in release builds because tests run the release binary; they
-/// give nothing to anyone: only the process's own environment sets them (the operator's, for an
-/// init container; never the app's), and all they can do is end the process or a volume early,
-/// which that environment can do anyway. Returns the hook armed, or an error text for a value
-/// that does not parse or for both set.
+/// relaxed atomic load (none without the feature). Returns the hook armed, or an error text for
+/// a value that does not parse or for both set.
 pub fn arm_test_hook() -> Result<Option<Hook>, String> {
+    if !HOOKS {
+        return Ok(None);
+    }
     let var = |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
     let hook = parse_hook(var(KILL_AFTER_ENV).as_deref(), var(PANIC_AFTER_ENV).as_deref())?;
     if let Some(h) = hook {
@@ -147,7 +151,7 @@ impl Counters {
 
     pub fn seen(&self, kind: Kind) {
         let n = self.entries.inc();
-        if n == HOOK_AFTER.load(Relaxed) {
+        if HOOKS && n == HOOK_AFTER.load(Relaxed) {
             fire(n);
         }
         let by_kind = match kind {

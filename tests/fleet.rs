@@ -546,10 +546,9 @@ fn extract_report(log: &Path, to: &Path) {
 /// message is its summary line, and the README's recipe (sed the report out of each log, then
 /// `volprep report merge`) gives one summary whose count is the marker's and the tree's.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and sed"]
 fn indexed_job_runs_as_its_pods_would() {
-    if !common::privileged(&["mkfs.ext4", "sed"]) {
-        return;
-    }
+    common::privileged(&["mkfs.ext4", "sed"]);
     let readme = read(FLEET_README);
     assert!(readme.contains(&format!("sed -n '{EXTRACT_REPORT}'")), "{FLEET_README} shows the extraction tested here");
     let job = only_doc(INDEXED_JOB, "Job");
@@ -627,9 +626,7 @@ fn migrate_chart_jobs_run_as_rendered() {
     let Some(helm) = tool("VOLPREP_HELM", "migrate_chart_jobs_run_as_rendered") else {
         return;
     };
-    if !common::privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    common::privileged(&["mkfs.ext4"]);
     let charts = MigrateChart::new(helm);
     let (jobs, _) = charts.jobs("run", None);
     let fs = LoopFs::new(common::FsKind::Ext4, 64);

@@ -137,10 +137,9 @@ fn round_seed(seed: u64, r: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn mutation_fuzz_done_means_every_entry_conforms() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let seed = env_u64("VOLPREP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
     let only = env_u64("VOLPREP_FUZZ_ROUND");
     let secs = env_u64("VOLPREP_FUZZ_SECS");
@@ -424,7 +423,7 @@ impl Round {
             let entries = self.snapshot().len() as u64 * 2 / self.sharding.map_or(2, |s| s.n as u64);
             let at = 1 + self.rng.below(entries.max(1) as usize) as u64;
             let how = if self.rng.below(2) == 0 { "kill" } else { "term" };
-            cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:{how}"));
+            common::kill::hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}"));
             what += &format!(" [kill point {at}:{how} of ~{entries}]");
         }
         cmd.arg(&self.vol);

@@ -81,9 +81,7 @@ fn assert_done_means_conforming(vol: &Path, what: &str) {
 /// Kill halfway, `change(vol, finished, untouched)`, rerun: the rerun must not leave entries
 /// behind that the change put inside a subtree the killed run had finished.
 fn resume_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let (finished, untouched) = killed_halfway(&vol);
@@ -99,6 +97,7 @@ fn root_owned_file(p: &Path) {
 
 /// The harness itself: with no change between the runs, the rerun completes correctly.
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_without_a_change_completes() {
     resume_after(|_, _, _| {}, "no change");
 }
@@ -106,6 +105,7 @@ fn resume_without_a_change_completes() {
 /// A case that holds already: the finished directory's parent (the root) changed, so its
 /// record no longer matches and the moved subtree is read.
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_finished_dir_replaced_by_a_symlink() {
     resume_after(
         |vol, f, _| {
@@ -117,16 +117,19 @@ fn resume_finished_dir_replaced_by_a_symlink() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_without_a_change_completes() {
     sharded_after(|_, _, _| {}, "no change");
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_file_created_deep_in_a_finished_subtree() {
     resume_after(|vol, f, _| root_owned_file(&vol.join(f).join("sub/created")), "touch FINISHED/sub/created");
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_unvisited_dir_moved_into_a_finished_subtree() {
     resume_after(
         |vol, f, u| std::fs::rename(vol.join(u).join("sub"), vol.join(f).join("sub/moved")).unwrap(),
@@ -135,6 +138,7 @@ fn resume_unvisited_dir_moved_into_a_finished_subtree() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_finished_and_unvisited_dirs_exchanged_across_parents() {
     resume_after(
         |vol, f, u| exchange(&vol.join(f).join("sub"), &vol.join(u).join("sub")),
@@ -143,6 +147,7 @@ fn resume_finished_and_unvisited_dirs_exchanged_across_parents() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_unvisited_dir_moved_into_a_new_dir_of_a_finished_one() {
     resume_after(
         |vol, f, u| {
@@ -155,6 +160,7 @@ fn resume_unvisited_dir_moved_into_a_new_dir_of_a_finished_one() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_unvisited_file_hardlinked_into_a_finished_subtree_then_unlinked() {
     resume_after(
         |vol, f, u| {
@@ -204,9 +210,7 @@ fn shard0_ran(vol: &Path) -> (String, String) {
 }
 
 fn sharded_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let (mine, theirs) = shard0_ran(&vol);
@@ -216,6 +220,7 @@ fn sharded_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_pending_anchor_renamed_to_a_finished_shards_name() {
     sharded_after(
         |vol, _, theirs| {
@@ -227,6 +232,7 @@ fn shard_pending_anchor_renamed_to_a_finished_shards_name() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_file_created_in_a_finished_shards_part() {
     sharded_after(
         |vol, mine, _| root_owned_file(&vol.join(mine).join("sub/created")),
@@ -235,6 +241,7 @@ fn shard_file_created_in_a_finished_shards_part() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_pending_subtree_moved_into_a_finished_shards_part() {
     sharded_after(
         |vol, mine, theirs| std::fs::rename(vol.join(theirs).join("sub"), vol.join(mine).join("sub/moved")).unwrap(),
@@ -247,10 +254,9 @@ fn shard_pending_subtree_moved_into_a_finished_shards_part() {
 /// swapped, and the rerun must still read the second clone, whose inode numbers, ctimes and
 /// link counts equal the first one's finished records.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn resume_nested_clones_remounted_with_swapped_devices() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     std::fs::create_dir(&vol).unwrap();
@@ -285,10 +291,9 @@ fn resume_nested_clones_remounted_with_swapped_devices() {
 /// another shard claimed (its anchors changed): that walk did not cover the part, so the volume
 /// stays `in-progress`, and the next start completes it.
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn shard_completing_run_stopped_during_its_recheck_does_not_seal() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     shard0_ran(&vol);
@@ -323,10 +328,9 @@ fn shard_completing_run_stopped_during_its_recheck_does_not_seal() {
 /// saying to chmod the file or run `--force` once. `--force` then forgets the record, as it does
 /// unsharded: the volume completes (it used to exit 1 on every run of that shard).
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn shard_force_forgets_a_special_bit_record() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();

@@ -148,10 +148,9 @@ impl Drop for Bind {
 /// reached through a symlink or a bind mount: a usage error (exit 2) naming both, before any
 /// change. Nested volumes with one spec, and siblings with different specs, are fine.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn overlapping_volumes_with_different_specs_are_refused_before_any_change() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "data");
     std::os::unix::fs::symlink(&vol, fs.path().join("alias")).unwrap();
@@ -216,10 +215,9 @@ fn overlapping_volumes_with_different_specs_are_refused_before_any_change() {
 /// A forged in-progress marker and checkpoint saying every top-level subtree is finished, over
 /// a tree that conforms nowhere: `--verify full` reads and fixes everything.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn verify_full_ignores_a_forged_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -237,10 +235,9 @@ fn verify_full_ignores_a_forged_checkpoint() {
 /// back since, or a forgery) skips nothing; the same records claiming from now skip every
 /// subtree (the walk trusts a claim only as far as the documented assumptions go).
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_checkpoint_clock_from_the_future_skips_nothing() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -274,10 +271,9 @@ fn forge_shards(vol: &Path, digest: &str, spec: &str, shards: Value) {
 /// entry conforms. Under `--verify full` a shard listed as done walks its own part all the same,
 /// so once every shard has run, every entry conforms whatever the list said.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn shard_done_lists_are_checked_against_the_layout() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, spec) = digest_and_spec(&vol);
@@ -317,10 +313,9 @@ fn shard_done_lists_are_checked_against_the_layout() {
 // 7. --cross-devices is part of what a pass covers
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn cross_devices_added_after_a_done_pass_walks_the_nested_mount() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     std::fs::create_dir(vol.join("cache")).unwrap();
@@ -344,10 +339,9 @@ fn cross_devices_added_after_a_done_pass_walks_the_nested_mount() {
 // 8. A finish time in the future
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_marker_finished_in_the_future_is_stale_for_reverify_after() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -374,10 +368,9 @@ fn a_marker_finished_in_the_future_is_stale_for_reverify_after() {
 /// with a warning naming each, not carried into every checkpoint: the pass ends `done`, exit 0,
 /// and nothing outside changed.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn forged_pending_records_are_dropped_with_a_warning() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let victim = fs.path().join("outside/victim");
@@ -412,10 +405,9 @@ fn forged_pending_records_are_dropped_with_a_warning() {
 // 10. A heartbeat in the future
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_shard_heartbeat_in_the_future_is_stale() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, spec) = digest_and_spec(&vol);
@@ -453,10 +445,9 @@ fn fill(dir: &Path) {
 /// Every entry is fixed but the marker cannot be written (ENOSPC): the volume conforms, so
 /// the app may start (exit 0) with a warning; every later start does the same.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_conforming_volume_on_a_full_filesystem_is_a_warning() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     fill(fs.path());
@@ -481,10 +472,9 @@ fn a_conforming_volume_on_a_full_filesystem_is_a_warning() {
 /// restore setuid on the word of an app-writable record; it and `check` name the real reason and
 /// the command that resolves it; after that command both exit 0.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_setuid_bit_lost_by_a_kill_is_named_with_its_fix_by_apply_and_check() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
@@ -525,10 +515,9 @@ fn a_setuid_bit_lost_by_a_kill_is_named_with_its_fix_by_apply_and_check() {
 // 13. Who holds the lock
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_lock_held_by_another_process_names_it() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let dir = std::fs::File::open(&vol).unwrap();
@@ -548,10 +537,9 @@ fn a_lock_held_by_another_process_names_it() {
 /// the checkpoint is written, the report and termination message say so, the exit code is 143;
 /// the next run resumes and completes.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 512);
     let outside = make_outside(fs.path());
     let t = wide(&outside, 24, 2500);
@@ -601,10 +589,9 @@ fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message
 /// A newline in a forged marker's run id or spec does not start a line of its own in the text
 /// logs or in `status`.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn forged_marker_strings_are_escaped_in_logs_and_status() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, _) = digest_and_spec(&vol);
@@ -653,10 +640,9 @@ fn forged_marker_strings_are_escaped_in_logs_and_status() {
 
 /// `status --json | grep -q ...`: the reader is gone before volprep writes; no panic.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn status_into_a_closed_pipe_exits_quietly() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -679,10 +665,9 @@ fn status_into_a_closed_pipe_exits_quietly() {
 
 /// `VOLPREP_FORCE=1`, `=yes`, `=on` (and 0/no/off) as any Kubernetes manifest writes them.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn boolean_env_vars_take_the_usual_words() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -737,10 +722,9 @@ fn report_merge_saturates() {
 
 /// A right-to-left override (or any bidi control) in a name is escaped wherever it is printed.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn bidi_controls_in_names_are_escaped() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();

@@ -245,10 +245,9 @@ fn a_misspelt_log_level_is_a_usage_error_and_a_bad_rust_log_a_warning() {
 /// inodes in use (close to what the walk then counts); below the root the estimate is unknown.
 /// The report carries both.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn startup_line_names_fs_and_estimate() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let ext4 = LoopFs::new(FsKind::Ext4, 64);
     let tmpfs = Tmpfs::new();
     for (mnt, fs) in [(ext4.path(), "ext4"), (tmpfs.path(), "tmpfs")] {
@@ -300,10 +299,9 @@ fn startup_line_names_fs_and_estimate() {
 /// Thousands of EROFS errors on two read-only volumes: the termination message has one line
 /// per volume, each naming its error count and first error, within 4096 bytes.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn termination_message_with_thousands_of_errors() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (a, b) = (fs.path().join("vol-a"), fs.path().join("vol-b"));
     plain_tree(&a, 40, 99);

@@ -86,10 +86,9 @@ fn decision(r: &Run) -> String {
 /// next pass finishes `done` (it used to fail to write `done` beside the checkpoint, stay
 /// `in-progress` and resume again at every start), and the start after that skips.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_killed_pass_with_a_large_checkpoint_finishes_done_and_the_next_start_skips() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = small_ext4();
     let vol = fs.path().join("vol");
     let n = tree(&vol, 4, 30).len() as u64;
@@ -117,10 +116,9 @@ fn a_killed_pass_with_a_large_checkpoint_finishes_done_and_the_next_start_skips(
 /// still register and finish (it used to exit 1 with ENOSPC on its marker update until shard 0
 /// ran again), and shard 0's rerun completes the volume.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn shards_on_a_small_filesystem_do_not_fail_on_a_killed_shards_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = small_ext4();
     let vol = fs.path().join("vol");
     tree(&vol, 4, 20);
@@ -147,10 +145,9 @@ fn shards_on_a_small_filesystem_do_not_fail_on_a_killed_shards_checkpoint() {
 /// killed after fixing it leaves the record on the root (it used to fail with ENOSPC, and the
 /// file was fixed without it). The rerun finishes with the bit in place.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_setgid_record_is_kept_beside_a_large_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = small_ext4();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
