@@ -39,9 +39,10 @@ pub enum EmitArg {
 #[derive(Debug, Args)]
 pub struct InjectArgs {
     /// A YAML file of configuration keys: the volprep chart's value names (image.registry,
-    /// image.repository, image.tag, image.digest, image.pullPolicy, pullSecrets, resources,
-    /// securityContext, extraArgs, mode, runAsUser, runAsGroup, allowForeign, threads,
-    /// maxErrors, logFormat, terminationLog) and tmpDirs, select.
+    /// global.imageRegistry, image.repository, image.tag, image.digest, image.pullPolicy,
+    /// pullSecrets, resources, securityContext, extraArgs, mode, runAsUser, runAsGroup,
+    /// allowForeign, threads, maxErrors, logFormat, terminationLog) and tmpDirs, select,
+    /// annotateRefusals.
     #[arg(long, value_name = "FILE", env = "VOLPREP_INJECT_CONFIG")]
     pub config: Option<PathBuf>,
 
