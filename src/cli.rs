@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::inject_args::InjectArgs;
 use crate::options::{self, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
-use crate::spec::{self, Spec};
+use crate::spec::{self, Modes, Spec};
 use crate::{apply, demo, inject, inspect, merge, status};
 
 /// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
@@ -85,6 +85,38 @@ pub struct SpecArgs {
     /// Use the read-only mask (0440 instead of 0660), as the kubelet does for read-only volumes.
     #[arg(long, env = "VOLPREP_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
+
+    /// How mode bits are decided: 'kubelet' (the kubelet's fsGroup rule, exactly) or 'app-safe'
+    /// (the group gets access without breaking apps that insist on private modes: PostgreSQL,
+    /// ssh, Erlang/RabbitMQ, GnuPG, etcd). Also for the --volume specs that set no modes=.
+    #[arg(long, value_name = "MODE", value_enum, env = "VOLPREP_MODES", ignore_case = true)]
+    pub modes: Option<ModesArg>,
+}
+
+/// `--modes`: the mode policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModesArg {
+    /// The default. Files get g+rw and directories g+rwx and setgid (old_mode | 0660, dirs
+    /// | 2770), like the kubelet's fsGroup pass; with --owner alone, modes are untouched.
+    Kubelet,
+    /// An entry with no group or other bits keeps its mode (its group still changes); the others
+    /// get the kubelet's bits. Known app-private paths lose the bits their app refuses, and gain
+    /// none: a PostgreSQL data directory (holding PG_VERSION and global/) drops group write and other bits,
+    /// its server.key, .pgpass, .erlang.cookie, .ssh/, private keys in it, a GnuPG homedir and
+    /// its private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group and other bits, and
+    /// .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop group and other write.
+    /// Bits are removed only on entries owned (after --owner) by the uid that owns the app's
+    /// path, never on another uid's; what was tightened is logged and reported.
+    AppSafe,
+}
+
+impl From<ModesArg> for Modes {
+    fn from(m: ModesArg) -> Modes {
+        match m {
+            ModesArg::Kubelet => Modes::Kubelet,
+            ModesArg::AppSafe => Modes::AppSafe,
+        }
+    }
 }
 
 /// Arguments of `apply` and `check`.
@@ -160,9 +192,9 @@ pub struct PassArgs {
           env = "VOLPREP_LOCK_TIMEOUT")]
     pub lock_timeout: std::time::Duration,
 
-    /// A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only' (keys as the
-    /// spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES takes
-    /// several, separated by ';' or newlines.
+    /// A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only,modes=MODE' (keys
+    /// as the spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES
+    /// takes several, separated by ';' or newlines.
     #[arg(long = "volume", value_name = "PATH,KEY=VALUE,...", value_parser = parse_volume)]
     pub volumes: Vec<(PathBuf, SpecArgs)>,
 
@@ -191,7 +223,7 @@ fn threads_parser() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(0..=options::MAX_THREADS as u64)
 }
 
-/// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only`.
+/// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only,modes=MODE`.
 pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
     let mut path = None;
     let mut spec = SpecArgs::default();
@@ -207,8 +239,16 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
             ("read-only", None) => spec.read_only = true,
             ("read-only", Some(v)) => spec.read_only = parse_bool(v)?,
+            ("modes", Some(v)) => {
+                spec.modes = Some(
+                    ModesArg::from_str(v, true)
+                        .map_err(|_| format!("modes='{v}' is not a mode policy: kubelet or app-safe"))?,
+                );
+            }
             _ => {
-                return Err(format!("'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only"));
+                return Err(format!(
+                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE"
+                ));
             }
         }
     }
@@ -276,6 +316,8 @@ pub struct StatusArgs {
         "Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given) would \
          change: a preview for a migrated volume")),
     mut_arg("read_only", |a| a.help("The volume is mounted read-only: the kubelet's read-only mask (0440)")),
+    mut_arg("modes", |a| a.help(
+        "The mode policy of the previews (kubelet or app-safe); the app paths found are shown under both")),
 )]
 pub struct InspectArgs {
     #[command(flatten)]
@@ -320,7 +362,8 @@ impl SpecArgs {
     /// The spec the flags ask for, as they are (maybe nothing).
     pub fn spec(&self) -> Spec {
         let owner = self.owner.map_or_else(Spec::default, |(uid, gid)| Spec::owner(uid, gid));
-        Spec { fs_group: self.fs_group, read_only: self.read_only, ..owner }
+        let modes = self.modes.map_or(Modes::Kubelet, Modes::from);
+        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, ..owner }
     }
 
     /// The spec, or a usage error when it asks for nothing.
@@ -358,6 +401,8 @@ impl PassArgs {
             &self.volumes
         };
         for (p, s) in volumes {
+            // --modes is a policy: a --volume without modes= takes it.
+            let s = SpecArgs { modes: s.modes.or(self.spec.modes), ..s.clone() };
             out.push((p.clone(), s.to_spec()?));
         }
         if out.is_empty() && self.sticky.is_empty() {
@@ -536,6 +581,33 @@ mod tests {
         assert_eq!((t[1].1.owner_uid, t[1].1.gid(), t[1].1.fs_group), (Some(1001), Some(2000), None));
         assert!(t[2].1.read_only && t[2].1.fs_group == Some(3000));
         assert_eq!(a.sticky, vec![PathBuf::from("/volumes/tmp")]);
+    }
+
+    #[test]
+    fn modes_come_from_the_flag_the_volume_or_the_default() {
+        let targets = |args: &[&str]| {
+            let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
+            a.targets().unwrap().into_iter().map(|(_, s)| s.modes).collect::<Vec<_>>()
+        };
+        assert_eq!(targets(&["apply", "--fs-group", "1", "/v"]), [Modes::Kubelet]);
+        assert_eq!(targets(&["apply", "--fs-group", "1", "--modes", "app-safe", "/v"]), [Modes::AppSafe]);
+        assert_eq!(targets(&["apply", "--fs-group", "1", "--modes", "App-Safe", "/v"]), [Modes::AppSafe]);
+        assert_eq!(
+            targets(&[
+                "apply",
+                "--modes",
+                "app-safe",
+                "--volume",
+                "/a,fs-group=1",
+                "--volume",
+                "/b,fs-group=1,modes=kubelet"
+            ]),
+            [Modes::AppSafe, Modes::Kubelet],
+            "a --volume takes --modes unless it says modes="
+        );
+        assert_eq!(parse_volume("/v,owner=1,modes=app-safe").unwrap().1.spec().modes, Modes::AppSafe);
+        assert!(parse_volume("/v,fs-group=1,modes=safe").unwrap_err().contains("kubelet or app-safe"));
+        assert_eq!(parse(&["apply", "--fs-group", "1", "--modes", "strict", "/v"]).unwrap_err().exit_code(), 2);
     }
 
     #[test]

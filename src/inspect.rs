@@ -3,6 +3,7 @@
 //! `volprep apply` would do with a given fsGroup and/or owner (which entries it would change: a
 //! preview for a migration). Changes nothing; output is in `render`.
 
+mod apps;
 mod owners;
 mod render;
 
@@ -15,19 +16,22 @@ use std::time::Instant;
 
 use rustix::io::Errno;
 
+use crate::apps::Private;
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::options::resolve_threads;
+use crate::pass::Places;
 use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList};
 use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
-use crate::walk::{self, At, Dir, Pool, Visitor, Walk};
+use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 
 use owners::Owners;
 
+pub use apps::AppPathView;
 pub use render::{Finding, Inspection, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
@@ -193,6 +197,9 @@ struct Inspector<'a> {
     mounts: Examples<EscapedPath>,
     hardlinked: Examples<EscapedPath>,
     links_out: Examples<LinkOut>,
+    /// App-private paths (PostgreSQL's data directory, `.ssh` ...), whatever the mode policy.
+    places: Places,
+    app_paths: Examples<AppPathView>,
     errors: Mutex<ErrorList>,
 }
 
@@ -210,7 +217,17 @@ impl<'a> Inspector<'a> {
             mounts: Examples::new(),
             hardlinked: Examples::new(),
             links_out: Examples::new(),
+            places: Places::new(apply_spec.and_then(Spec::uid)),
+            app_paths: Examples::new(),
             errors: Mutex::default(),
+        }
+    }
+
+    /// An entry at an app-private path: what each setting leaves on it.
+    fn app_path(&self, meta: &Meta, private: Option<Private>, rel: impl Fn() -> PathBuf) {
+        if let Some(p) = private {
+            let view = || AppPathView::of(EscapedPath::relative(&rel()), meta, p, &self.policy, self.apply_spec);
+            self.app_paths.add(view);
         }
     }
 
@@ -245,10 +262,11 @@ impl<'a> Inspector<'a> {
         }
     }
 
-    /// What `apply` would change on this entry; `rel` builds its path when an example is kept.
-    fn decide(&self, meta: &Meta, rel: impl Fn() -> PathBuf) {
+    /// What `apply` would change on this entry (at `private`); `rel` builds its path when an
+    /// example is kept.
+    fn decide(&self, meta: &Meta, private: Option<Private>, rel: impl Fn() -> PathBuf) {
         let Some(spec) = self.apply_spec else { return };
-        let fixed = fix::Fixed::decided(meta, spec);
+        let fixed = fix::Fixed::decided(meta, spec, private);
         let change = fixed.change;
         if change.owner() {
             self.counters.changed_owner.inc();
@@ -291,6 +309,7 @@ impl<'a> Inspector<'a> {
             seen,
             file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
             dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
+            modes: self.apply_spec.map_or(crate::spec::Modes::Kubelet, |s| s.modes).word(),
             owners: self.owners.finish(),
             lacking_group_bits: self.lacking_bits.finish(),
             dirs_without_setgid: self.no_setgid.finish(),
@@ -298,6 +317,7 @@ impl<'a> Inspector<'a> {
             nested_mounts: self.mounts.finish(),
             hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
+            app_paths: self.app_paths.finish(),
             errors: c.errors,
             error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,
@@ -318,7 +338,10 @@ impl Visitor for Inspector<'_> {
         if meta.kind() == Kind::Symlink {
             self.check_link(parent, name);
         }
-        self.decide(meta, || walk::rel_child(parent, name));
+        self.places.note(parent, name, meta.kind());
+        let private = self.places.of_entry(parent, name, meta.kind());
+        self.app_path(meta, private, || walk::rel_child(parent, name));
+        self.decide(meta, private, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
         false
     }
@@ -327,11 +350,19 @@ impl Visitor for Inspector<'_> {
         self.counters.seen(Kind::Dir);
         self.owners.dir_done(dir);
         self.check_mode(&dir.meta, || dir.rel_path());
-        self.decide(&dir.meta, || dir.rel_path());
+        let private = self.places.of_dir(dir);
+        self.app_path(&dir.meta, private, || dir.rel_path());
+        self.decide(&dir.meta, private, || dir.rel_path());
     }
 
-    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        self.places.note(parent, name, meta.kind());
         self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
+    }
+
+    fn enter(&self, parent: &Dir<'_>, name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
+        self.places.note(parent, name, Kind::Dir);
+        Descend::Read
     }
 
     fn error(&self, at: At<'_>, op: Op, errno: Errno) {

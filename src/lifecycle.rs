@@ -131,13 +131,13 @@ impl<'a> Pass<'a> {
     }
 
     /// The skip rule of every run (spec, root, `--force`, `--verify`, `--reverify-after`),
-    /// which is [`marker::decide`]'s.
-    pub fn decide(&self, found: &Found, root_meta: &Meta) -> Decision {
+    /// which is [`marker::decide`]'s. `root_meta` is the root's (`root`) metadata.
+    pub fn decide(&self, found: &Found, root: BorrowedFd<'_>, root_meta: &Meta) -> Decision {
         marker::decide(&marker::Inputs {
             found,
             digest: &self.digest,
             spec: &self.spec_text,
-            root_conforms: fix::decide(root_meta, self.spec).is_none(),
+            root_conforms: fix::decide_at(root_meta, self.spec, crate::pass::root_place(root, self.spec)).is_none(),
             force: self.opts.force,
             verify: self.opts.verify,
             reverify_after: self.opts.reverify_after,

@@ -34,6 +34,8 @@ mod walk;
 mod report;
 // Whether a finished subtree changed since (the filesystem's clock):
 mod verify;
+// App-private paths and the app-safe mode rule:
+mod apps;
 // Ground: syscalls, the spec, option values, errors, run ids, escaping, the log sink, state words:
 mod bounded;
 mod error;

@@ -138,6 +138,7 @@ pub struct Counters {
     pub hardlinked: Counter,
     pub foreign_owned: Counter,
     pub foreign_unread: Counter,
+    pub tightened: Counter,
 }
 
 impl Counters {
@@ -180,6 +181,7 @@ impl Counters {
             skipped_subtrees: self.skipped_subtrees.get(),
             verified_dirs: self.verified_dirs.get(),
             hardlinked: self.hardlinked.get(),
+            tightened: self.tightened.get(),
         }
     }
 }

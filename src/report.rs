@@ -28,6 +28,12 @@ pub type ErrorList = Bounded<EntryError, MAX_LISTED_ERRORS>;
 /// The first [`MAX_LISTED_FOREIGN`] entries of other users left as they are.
 pub type ForeignList = Bounded<ForeignEntry, MAX_LISTED_FOREIGN>;
 
+/// At most this many tightened entries are listed (all are counted).
+pub const MAX_LISTED_TIGHTENED: usize = 100;
+
+/// The first [`MAX_LISTED_TIGHTENED`] entries at app-private paths that lost bits.
+pub type TightenedList = Bounded<TightenedEntry, MAX_LISTED_TIGHTENED>;
+
 /// The JSON report: `{"version":1,"volumes":[...]}`. Key names are a stable interface.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Report {
@@ -111,6 +117,18 @@ pub struct ForeignEntry {
     pub unread: bool,
 }
 
+/// An entry at an app-private path that `--modes app-safe` tightened (in `check`: would).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TightenedEntry {
+    /// The entry's path, escaped (see `escape`).
+    pub path: EscapedPath,
+    /// What it is, e.g. `PostgreSQL data directory`.
+    pub app: String,
+    /// Its permission bits before and after, octal (`2770`, `2750`).
+    pub mode: String,
+    pub want_mode: String,
+}
+
 /// One volume's figures. Serialized by hand (`report/wire.rs`) to keep the key order of earlier
 /// versions while the counts live in one [`Counts`].
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -144,6 +162,9 @@ pub struct VolumeReport {
     /// Unprivileged mode: the first entries of other users that do not conform (`counts`
     /// has how many), left as they are for a privileged run (in `check`: that would be left).
     pub foreign_owned_list: ForeignList,
+    /// `--modes app-safe`: the first entries at app-private paths that lost bits their app
+    /// refuses (`counts` has how many).
+    pub tightened_list: TightenedList,
     /// Wall time of the volume, and entries per second over it.
     #[serde(flatten)]
     pub timing: Timing,
@@ -225,6 +246,12 @@ impl VolumeReport {
                 ", {} finished subtree(s) resumed past ({} of their directories verified unchanged)",
                 c.skipped_subtrees, c.verified_dirs
             );
+        }
+        if c.tightened > 0 {
+            let verb = if self.action == Action::Checked { "would tighten" } else { "tightened" };
+            let first =
+                self.tightened_list.first().map_or_else(String::new, |t| format!(" (first: {} {})", t.path, t.app));
+            s += &format!(", {verb} {} app-private path(s){first}", c.tightened);
         }
         if c.foreign_owned > 0 {
             let verb = if self.action == Action::Checked { "would leave" } else { "left" };
@@ -377,6 +404,7 @@ impl VolumeReport {
         m.error_list.append(v.error_list);
         m.skipped_mounts.extend(v.skipped_mounts);
         m.foreign_owned_list.append(v.foreign_owned_list);
+        m.tightened_list.append(v.tightened_list);
         m.unprivileged |= v.unprivileged;
         if v.marker_after == MarkerState::Done {
             m.marker_after = v.marker_after;

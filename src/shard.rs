@@ -161,7 +161,7 @@ impl Run<'_, '_> {
             });
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(self.path(), Op::Stat, e))?;
-        if let Decision::Skip(why) = self.pass.decide(&found, &root_meta) {
+        if let Decision::Skip(why) = self.pass.decide(&found, root, &root_meta) {
             return Ok((Step::Skip(why), before));
         }
         let mut m = self.round(found);
@@ -393,7 +393,8 @@ impl Run<'_, '_> {
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
-        match fix::fix_dir(root, &root_meta, self.pass.spec, &fixer.setgid) {
+        let private = crate::pass::root_place(root, self.pass.spec);
+        match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid) {
             Ok(fixed) => {
                 fixer.count(fixed.change.owner(), fixed.mode_changed());
                 m.state = State::Done;

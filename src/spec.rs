@@ -1,4 +1,4 @@
-//! The desired state of a volume (group, owner, mode masks) and its stable digest.
+//! The desired state of a volume (group, owner, mode masks, mode policy) and its stable digest.
 
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -9,6 +9,49 @@ pub const RW_MASK: u32 = 0o660;
 pub const RO_MASK: u32 = 0o440;
 /// Search bits added to directories (`execMask`).
 pub const EXEC_MASK: u32 = 0o110;
+
+/// `--modes`: how an entry's mode bits are decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Modes {
+    /// The kubelet's rule, exactly: `old_mode | mask` for every non-symlink (`--owner` alone:
+    /// modes untouched).
+    #[default]
+    Kubelet,
+    /// The group gets what it needs without widening what an app keeps private: an entry with
+    /// no group or other bits keeps its mode, and known app-private paths lose the bits their
+    /// app refuses (see `apps`).
+    AppSafe,
+}
+
+impl Modes {
+    /// Every policy, in the order `--help` lists them.
+    pub const ALL: [Modes; 2] = [Modes::Kubelet, Modes::AppSafe];
+
+    /// The word on the command line, in `--volume`, the spec text and the marker.
+    pub fn word(self) -> &'static str {
+        match self {
+            Modes::Kubelet => "kubelet",
+            Modes::AppSafe => "app-safe",
+        }
+    }
+}
+
+impl fmt::Display for Modes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+impl std::str::FromStr for Modes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Modes, String> {
+        Modes::ALL
+            .into_iter()
+            .find(|m| m.word().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| format!("'{s}' is not a mode policy: kubelet or app-safe"))
+    }
+}
 
 /// What every entry of a volume must look like. Immutable once built by `cli`. The default
 /// asks for nothing.
@@ -22,6 +65,8 @@ pub struct Spec {
     pub owner_gid: Option<u32>,
     /// `--read-only`: mask 0440 instead of 0660.
     pub read_only: bool,
+    /// `--modes`: the kubelet's mode rule, or app-safe.
+    pub modes: Modes,
 }
 
 impl Spec {
@@ -59,13 +104,19 @@ impl Spec {
     }
 
     /// The canonical text the digest is computed from. Any field that changes the
-    /// desired state appears here; the format version prefix changes if the rules do.
+    /// desired state appears here; the format version prefix changes if the rules do. The
+    /// kubelet's mode rule adds nothing (markers written before `--modes` existed stay valid);
+    /// app-safe adds ` modes=app-safe`.
     pub fn canonical(&self) -> String {
         fn opt(v: Option<u32>) -> String {
             v.map_or_else(|| "-".to_string(), |v| v.to_string())
         }
+        let modes = match self.modes {
+            Modes::Kubelet => String::new(),
+            m => format!(" modes={m}"),
+        };
         format!(
-            "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}",
+            "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}{modes}",
             opt(self.gid()),
             opt(self.uid()),
             self.mode_mask(false).map_or_else(|| "-".into(), |m| format!("{m:o}")),
@@ -104,6 +155,9 @@ impl fmt::Display for Spec {
         }
         if self.read_only {
             parts.push("read-only".into());
+        }
+        if self.modes != Modes::Kubelet {
+            parts.push(format!("modes={}", self.modes));
         }
         f.write_str(&parts.join(" "))
     }
@@ -174,6 +228,31 @@ mod tests {
             Spec { owner_uid: Some(1), owner_gid: Some(5), ..Spec::group(2000) }.digest(),
             Spec { owner_uid: Some(1), owner_gid: None, ..Spec::group(2000) }.digest()
         );
+    }
+
+    #[test]
+    fn the_mode_policy_is_in_the_digest_and_kubelet_adds_nothing() {
+        let kubelet = Spec::group(2000);
+        let safe = Spec { modes: Modes::AppSafe, ..Spec::group(2000) };
+        // Pinned: the kubelet's rule keeps the digest of every marker written before --modes.
+        assert_eq!(kubelet.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770");
+        assert_eq!(safe.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770 modes=app-safe");
+        assert_ne!(kubelet.digest(), safe.digest(), "switching the policy walks again");
+        assert_ne!(safe.coverage_digest(true), kubelet.coverage_digest(true));
+        let owner_safe = Spec { modes: Modes::AppSafe, ..Spec::owner(5, Some(5)) };
+        assert_ne!(owner_safe.digest(), Spec::owner(5, Some(5)).digest());
+        assert_eq!(safe.to_string(), "fs-group=2000 modes=app-safe");
+        assert_eq!(kubelet.to_string(), "fs-group=2000");
+    }
+
+    #[test]
+    fn mode_policies_parse_from_their_words() {
+        for m in Modes::ALL {
+            assert_eq!(m.word().parse::<Modes>(), Ok(m));
+        }
+        assert_eq!("App-Safe".parse::<Modes>(), Ok(Modes::AppSafe));
+        assert!("appsafe".parse::<Modes>().unwrap_err().contains("kubelet or app-safe"));
+        assert!("".parse::<Modes>().is_err());
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let found = marker::read(root);
     let mut pass = Pass::new(path, spec, opts, root, started, None);
-    let decision = pass.decide(&found, &root_meta);
+    let decision = pass.decide(&found, root, &root_meta);
     if let Found::Unsupported = found {
         warn!(path = %pass.shown, "no extended attributes on this filesystem: no marker, no resume; falling back to the root-only check");
     }

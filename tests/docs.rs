@@ -23,7 +23,10 @@ fn help_flags(args: &[&str]) -> BTreeMap<String, Option<String>> {
     let mut entries: Vec<(String, String)> = Vec::new();
     for line in text.lines() {
         let t = line.trim_start();
-        let flag = t.starts_with('-').then(|| t.split_whitespace().find(|w| w.starts_with("--"))).flatten();
+        // `-j, --threads` or `--modes`; not `- kubelet: ...`, a possible value's line.
+        let is_flag =
+            t.starts_with("--") || t.starts_with('-') && t[1..].starts_with(|c: char| c.is_ascii_alphanumeric());
+        let flag = is_flag.then(|| t.split_whitespace().find(|w| w.starts_with("--"))).flatten();
         match flag {
             Some(f) => entries.push((f.trim_end_matches(',').split('=').next().unwrap().to_string(), t.to_string())),
             None => {

@@ -142,6 +142,7 @@ volumePermissions:
   fsGroup: 2000
   owner: "1001:1001"
   readOnly: true
+  modes: app-safe
   sticky: []
   threads: 16
   maxErrors: 10
@@ -157,6 +158,7 @@ volumePermissions:
             "--fs-group=2000",
             "--owner=1001:1001",
             "--read-only",
+            "--modes=app-safe",
             "--threads=16",
             "--max-errors=10",
             "--log-format=text",
@@ -394,6 +396,11 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "volumePermissions:\n  mode: rootless\n",
             "at '/mode': value must be one of 'root', 'unprivileged'",
         ),
+        (
+            "bad-modes",
+            "volumePermissions:\n  modes: strict\n",
+            "at '/modes': value must be one of 'kubelet', 'app-safe'",
+        ),
         ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
         ("root-allow-foreign", "volumePermissions:\n  allowForeign: true\n", "allowForeign is for mode unprivileged"),
         (
@@ -492,11 +499,21 @@ fn kustomize_overlay_adds_volprep_first() {
     let names: Vec<&str> =
         spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, ["volprep", "migrate-schema"], "the base's init container stays, after volprep");
+    check_mode_policy(&spec["initContainers"][0], "kustomize overlay");
     // The base alone still uses fsGroup (what the component removes).
     let base = docs(&read("examples/kustomize/base/statefulset.yaml"));
     assert_eq!(pod_spec(&base[0])["securityContext"]["fsGroup"].as_u64(), Some(1000));
 
     validate_rendered(test, "overlay", &text);
+}
+
+/// The component sets the mode policy in `VOLPREP_MODES`, where an overlay picks it, to a
+/// policy volprep knows.
+fn check_mode_policy(c: &Value, at: &str) {
+    let env = c["env"].as_sequence().unwrap_or_else(|| panic!("{at}: volprep has no env"));
+    let modes = env.iter().find(|e| e["name"].as_str() == Some("VOLPREP_MODES"));
+    let value = modes.and_then(|e| e["value"].as_str()).unwrap_or_else(|| panic!("{at}: no VOLPREP_MODES"));
+    assert!(["kubelet", "app-safe"].contains(&value), "{at}: VOLPREP_MODES={value}");
 }
 
 /// Validates rendered manifests against the Kubernetes schemas and lints them, with the tools
@@ -539,6 +556,7 @@ fn kustomize_unprivileged_overlay_meets_restricted() {
     let names: Vec<&str> =
         spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, ["volprep", "migrate-schema"], "{at}");
+    check_mode_policy(&spec["initContainers"][0], at);
 
     validate_rendered(test, "overlay-unprivileged", &text);
 }

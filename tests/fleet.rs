@@ -420,7 +420,7 @@ fn migrate_chart_renders_one_job_per_pvc() {
 }
 
 /// The Job settings and per-Job keys: a name of its own, a PVC name too long for a Job name
-/// (shortened with a hash, still unique), readOnly, activeDeadlineSeconds, mountDir, no report.
+/// (shortened with a hash, still unique), readOnly, modes, activeDeadlineSeconds, mountDir, no report.
 #[test]
 #[ignore = "needs helm, kubernetes-validate: source .ci/k8s-tools.sh"]
 fn migrate_chart_renders_job_options() {
@@ -448,6 +448,7 @@ volumePermissions:
     - pvc: shared.cache
       name: cache-permissions
       readOnly: true
+      modes: app-safe
 "#
     );
     let charts = MigrateChart::new(helm);
@@ -474,6 +475,7 @@ volumePermissions:
             "apply",
             "--fs-group=3000",
             "--read-only",
+            "--modes=app-safe",
             "--termination-log=/dev/termination-log",
             "--max-errors=5",
             "/mnt/shared.cache"

@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["caps", "fix", "frontier", "guard", "marker", "progress", "walk"],
     &["report"],
     &["verify"],
+    &["apps"],
     &["error", "logsink", "options", "runid", "spec", "special", "sys"],
     &["bounded", "escape", "state", "sync"],
 ];

@@ -21,6 +21,8 @@ pub struct Inspection {
     /// octal: "0660" and "2770" ("0440" and "2550" with `--read-only`).
     pub file_mask: String,
     pub dir_mask: String,
+    /// The mode policy of the previews (`--modes`): `kubelet` or `app-safe`.
+    pub modes: &'static str,
     /// Entries per owner, most first; `top_dirs` only for the minority owners.
     pub owners: Vec<OwnerRow>,
     pub lacking_group_bits: Finding<EscapedPath>,
@@ -32,6 +34,9 @@ pub struct Inspection {
     /// maybe outside the volume.
     pub hardlinked: Finding<EscapedPath>,
     pub symlinks_outside: Finding<LinkOut>,
+    /// App-private paths (PostgreSQL's data directory, `.ssh`, Erlang's cookie ...) and what
+    /// the kubelet's rule and volprep's settings leave on them.
+    pub app_paths: Finding<super::AppPathView>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     /// Present with `--fs-group`.
@@ -156,6 +161,9 @@ pub fn human(r: &Inspection) -> String {
     let mut out = format!("{}: {}, {} threads, {} ms\n", r.path, r.seen, r.threads, r.elapsed_ms);
     out += &owners_table(r);
     out += &findings_table(r);
+    if r.app_paths.count > 0 {
+        out += &app_paths_table(r);
+    }
     if let Some(g) = &r.fs_group {
         out += &fs_group_table(r, g);
     }
@@ -193,10 +201,62 @@ fn findings_table(r: &Inspection) -> String {
     t.render()
 }
 
+/// The app-private paths, one line each: what the kubelet's rule leaves on it (and whether the
+/// app accepts that), the setting that keeps the app working, and what the spec asked about
+/// leaves.
+fn app_paths_table(r: &Inspection) -> String {
+    let spec = r.fs_group.is_some() || r.owner.is_some();
+    let with = format!("WITH{}", spec_flags(r));
+    let mut head = vec!["APP PATH", "WHAT", "MODE", "KUBELET'S RULE", "KEEPS THE APP WORKING"];
+    if spec {
+        head.push(&with);
+    }
+    let right: &'static [bool] = if spec { &[false; 6] } else { &[false; 5] };
+    let mut t = Table::new(&head, right);
+    for a in &r.app_paths.examples {
+        let keeps = if a.kubelet.accepted() {
+            "any (the kubelet's rule too)".to_string()
+        } else if a.app_safe.accepted() {
+            format!("--modes app-safe: {}", a.app_safe.mode)
+        } else {
+            format!("--modes app-safe leaves {} (owned by uid {}, not by its app path's owner)", a.app_safe.mode, a.uid)
+        };
+        let mut row = vec![a.path.to_string(), a.app.clone(), a.mode.clone(), a.kubelet.short(), keeps];
+        if let Some(w) = &a.with_spec {
+            row.push(w.short());
+        } else if spec {
+            row.push(String::new());
+        }
+        t.row(row);
+    }
+    let rest = r.app_paths.count.saturating_sub(r.app_paths.examples.len() as u64);
+    let mut out = t.render();
+    if rest > 0 {
+        out += &format!("(+{rest} more app paths)\n");
+    }
+    out
+}
+
+/// The spec flags `inspect` was given (` --owner 2000 --fs-group 2000 --modes app-safe`).
+fn spec_flags(r: &Inspection) -> String {
+    let mut s = String::new();
+    if let Some(o) = &r.owner {
+        s += &o.gid.map_or_else(|| format!(" --owner {}", o.uid), |g| format!(" --owner {}:{g}", o.uid));
+    }
+    if let Some(g) = &r.fs_group {
+        s += &format!(" --fs-group {}{}", g.gid, if g.read_only { " --read-only" } else { "" });
+    }
+    if r.modes != "kubelet" {
+        s += &format!(" --modes {}", r.modes);
+    }
+    s
+}
+
 /// `--fs-group`: what the kubelet's two policies and `volprep apply` would do.
 fn fs_group_table(r: &Inspection, g: &FsGroupView) -> String {
     let ro = if g.read_only { " --read-only" } else { "" };
-    let head = format!("WITH --fs-group {}{ro}", g.gid);
+    let modes = if r.modes == "kubelet" { String::new() } else { format!(" --modes {}", r.modes) };
+    let head = format!("WITH --fs-group {}{ro}{modes}", g.gid);
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
     let k = &g.kubelet;
     let nested = if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" };
@@ -230,9 +290,7 @@ fn apply_row(a: &ApplyView, entries: u64) -> Vec<String> {
 
 /// The `--owner` preview: how many entries `apply` would change, and which.
 fn owner_table(r: &Inspection, o: &OwnerView) -> String {
-    let owner = o.gid.map_or_else(|| o.uid.to_string(), |g| format!("{}:{g}", o.uid));
-    let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
-    let head = format!("WITH --owner {owner}{group}");
+    let head = format!("WITH{}", spec_flags(r));
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
     t.row(apply_row(&o.volprep_apply, r.seen.entries));
     t.finding("entries it would change", &o.would_change, EscapedPath::to_string);

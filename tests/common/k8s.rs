@@ -48,6 +48,7 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--fs-group",
     "--owner",
     "--read-only",
+    "--modes",
     "--sticky",
     "--threads",
     "--max-errors",

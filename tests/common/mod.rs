@@ -1,10 +1,11 @@
 //! Shared helpers of the integration tests: the privileged-test gate, running the real binary,
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
 //! (`snap`), the mixed-owner volume of the unprivileged mode (`mixed`), the Kubernetes
-//! examples' tools and checks (`k8s`), a pass killed midway (`kill`). Each test file uses a
-//! part of it.
+//! examples' tools and checks (`k8s`), a pass killed midway (`kill`), real apps on prepared
+//! volumes (`apps`). Each test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod apps;
 pub mod clones;
 pub mod containers;
 pub mod fd;

@@ -34,6 +34,7 @@ image:
 fsGroup: null
 owner: null
 readOnly: false
+modes: kubelet
 sticky: []
 paths: []
 volumeMounts: []
@@ -140,6 +141,9 @@ float or a string). Anything else fails the render.
 {{- if and $v.readOnly (not $fsGroup) -}}
 {{- fail "volumePermissions.readOnly changes the fsGroup mode policy: it needs fsGroup" -}}
 {{- end -}}
+{{- if not (has (toString $v.modes) (list "kubelet" "app-safe")) -}}
+{{- fail (printf "volumePermissions.modes: %q is not a mode policy: kubelet or app-safe" (toString $v.modes)) -}}
+{{- end -}}
 {{- $paths := include "volprep.paths" . | fromYamlArray -}}
 {{- if and (not $paths) (not $v.sticky) -}}
 {{- fail "volumePermissions: nothing to prepare: set volumeMounts (or paths)" -}}
@@ -174,6 +178,9 @@ float or a string). Anything else fails the render.
 {{- end -}}
 {{- if $v.readOnly -}}
 {{- $args = append $args "--read-only" -}}
+{{- end -}}
+{{- if eq (toString $v.modes) "app-safe" -}}
+{{- $args = append $args "--modes=app-safe" -}}
 {{- end -}}
 {{- range $v.sticky -}}
 {{- $args = append $args (printf "--sticky=%s" .) -}}
