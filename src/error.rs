@@ -213,10 +213,83 @@ pub enum Error {
     /// Standard output could not be written (other than a reader that went away).
     #[error("-: cannot write to stdout: {why}")]
     Stdout { why: String },
-    /// `volprep inject`'s failures (its own typed errors replace this).
-    #[error("{}: {msg}", Escaped(path.as_os_str()))]
-    Other { path: PathBuf, msg: String },
+    /// The shard record of a round of `shards` (`bytes` long) does not fit in the root's
+    /// extended attributes (`errno`); `on_1k` shards fit on ext4 with 1 KiB blocks, `max` with
+    /// 4 KiB blocks.
+    #[error(
+        "{}: a round of {shards} shards does not fit in the root's extended attributes ({}: the shard record takes {bytes} bytes, one per shard and about 50 per running shard); use fewer shards (ext4 with 1 KiB blocks holds up to {on_1k} shards, with 4 KiB blocks up to {max})",
+        Escaped(path.as_os_str()),
+        errno_text(errno.raw_os_error())
+    )]
+    ShardRoundTooBig { path: PathBuf, shards: u32, errno: Errno, bytes: usize, on_1k: u32, max: u32 },
+    /// `inject` could not read, parse or write back an input.
+    #[error("{0}")]
+    Inject(InjectError),
 }
+
+/// Why `inject` could not rewrite an input (exit 1, nothing written): the input's name, the
+/// line and column when the cause has a place, and what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectError {
+    pub source: PathBuf,
+    pub line: Option<usize>,
+    pub col: Option<usize>,
+    pub kind: InjectErrorKind,
+}
+
+/// What went wrong with an `inject` input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectErrorKind {
+    /// It could not be opened or read (the I/O error's text).
+    Read { op: &'static str, cause: String },
+    /// The inputs together are larger than the limit (MiB).
+    TooBig { limit_mib: u64 },
+    /// Not UTF-8 from this byte on.
+    NotUtf8 { valid_up_to: usize },
+    /// The parser's (or the nesting and alias limits') cause.
+    NotYaml(String),
+    /// A KRM function config it could not use.
+    FunctionConfig(String),
+    /// A rewritten document could not be written as YAML (e.g. a key spanning lines).
+    Unwritable(String),
+    /// Writing the result failed.
+    Write(String),
+}
+
+impl InjectError {
+    /// An error of the input as a whole.
+    pub fn of(source: impl Into<PathBuf>, kind: InjectErrorKind) -> InjectError {
+        InjectError { source: source.into(), line: None, col: None, kind }
+    }
+
+    /// An error at a line (and column) of the input.
+    pub fn at(source: impl Into<PathBuf>, line: usize, col: Option<usize>, kind: InjectErrorKind) -> InjectError {
+        InjectError { source: source.into(), line: Some(line), col, kind }
+    }
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Escaped(self.source.as_os_str()))?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.col {
+                write!(f, ":{col}")?;
+            }
+        }
+        match &self.kind {
+            InjectErrorKind::Read { op, cause } => write!(f, ": {op} failed: {cause}"),
+            InjectErrorKind::TooBig { limit_mib } => write!(f, ": input over {limit_mib} MiB"),
+            InjectErrorKind::NotUtf8 { valid_up_to } => write!(f, ": not UTF-8 (byte {valid_up_to})"),
+            InjectErrorKind::NotYaml(cause) => write!(f, ": not YAML: {cause}"),
+            InjectErrorKind::FunctionConfig(cause) => write!(f, ": {cause}"),
+            InjectErrorKind::Unwritable(cause) => write!(f, ": cannot write the document back: {cause}"),
+            InjectErrorKind::Write(cause) => write!(f, ": write failed: {cause}"),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
 
 impl Error {
     pub fn sys(path: impl Into<PathBuf>, op: Op, errno: Errno) -> Error {
@@ -253,7 +326,8 @@ impl Error {
             | Error::NotAReport { .. }
             | Error::ReportUnwritable { .. }
             | Error::Stdout { .. }
-            | Error::Other { .. } => ExitCode::Failure,
+            | Error::ShardRoundTooBig { .. }
+            | Error::Inject(_) => ExitCode::Failure,
         }
     }
 }

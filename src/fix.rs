@@ -181,7 +181,7 @@ pub fn fix_entry(
         // Swapped for a directory after it was read: its contents were not walked.
         return Err(Failure::new(Op::Stat, Errno::AGAIN));
     }
-    if now.other_mount(seen) {
+    if now.other_mount(seen) || now.dev != seen.dev {
         // Another mount took the name's place: not the inode that was looked at.
         return Err(Failure::new(Op::Stat, Errno::XDEV));
     }

@@ -32,7 +32,7 @@ use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 use owners::Owners;
 
 pub use apps::AppPathView;
-pub use render::{Finding, Inspection, Kinds, LinkOut, OwnerView};
+pub use render::{AclGroup, Finding, Inspection, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -150,6 +150,33 @@ pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
     false
 }
 
+/// In a POSIX access ACL (the kernel's `system.posix_acl_access`: a version word, then 8-byte
+/// entries of tag, permissions and id), the owning group's permissions (`group::`) and the
+/// mask's, if it has them.
+pub fn acl_group_and_mask(acl: &[u8]) -> Option<(u16, Option<u16>)> {
+    const GROUP_OBJ: u16 = 0x04;
+    const MASK: u16 = 0x10;
+    let entries = acl.get(4..)?;
+    if entries.len() % 8 != 0 || acl[..4] != 2u32.to_le_bytes() {
+        return None;
+    }
+    let (mut group, mut mask) = (None, None);
+    for e in entries.chunks_exact(8) {
+        let (tag, perm) = (u16::from_le_bytes([e[0], e[1]]), u16::from_le_bytes([e[2], e[3]]) & 7);
+        match tag {
+            GROUP_OBJ => group = Some(perm),
+            MASK => mask = Some(perm),
+            _ => {}
+        }
+    }
+    Some((group?, mask))
+}
+
+/// `rwx` bits as `getfacl` writes them (`r-x`).
+fn rwx(perm: u16) -> String {
+    [(4, 'r'), (2, 'w'), (1, 'x')].iter().map(|&(b, c)| if perm & b != 0 { c } else { '-' }).collect()
+}
+
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
 fn mode_policy(read_only: bool) -> Spec {
     Spec { read_only, ..Spec::group(0) }
@@ -200,6 +227,7 @@ struct Inspector<'a> {
     /// App-private paths (PostgreSQL's data directory, `.ssh` ...), whatever the mode policy.
     places: Places,
     app_paths: Examples<AppPathView>,
+    acl_group: Examples<AclGroup>,
     errors: Mutex<ErrorList>,
 }
 
@@ -219,6 +247,7 @@ impl<'a> Inspector<'a> {
             links_out: Examples::new(),
             places: Places::new(apply_spec.and_then(Spec::uid)),
             app_paths: Examples::new(),
+            acl_group: Examples::new(),
             errors: Mutex::default(),
         }
     }
@@ -259,6 +288,21 @@ impl<'a> Inspector<'a> {
             // Gone, or no longer a symlink, since it was read.
             Ok(_) | Err(Errno::NOENT) | Err(Errno::INVAL) => {}
             Err(e) => self.error(At::Entry(*parent, name), Op::Stat, e),
+        }
+    }
+
+    /// An entry's POSIX access ACL (`acl`, if it has one): listed when its `group::` lacks the
+    /// group bits of the kubelet's mask for it, which a chmod puts in the ACL mask only.
+    fn check_acl(&self, meta: &Meta, acl: Result<Option<Vec<u8>>, Errno>, rel: impl Fn() -> PathBuf) {
+        let Ok(Some(acl)) = acl else { return };
+        let Some((group, mask)) = acl_group_and_mask(&acl) else { return };
+        let need = (self.policy.mode_mask(meta.kind() == Kind::Dir).unwrap_or(0) >> 3 & 7) as u16;
+        if group & need != need {
+            self.acl_group.add(|| AclGroup {
+                path: EscapedPath::relative(&rel()),
+                group_obj: rwx(group),
+                mask: mask.map_or_else(|| "(none)".into(), rwx),
+            });
         }
     }
 
@@ -319,6 +363,7 @@ impl<'a> Inspector<'a> {
             hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
             app_paths: self.app_paths.finish(),
+            acl_group_entry_lacking_bits: self.acl_group.finish(),
             errors: c.errors,
             error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,
@@ -338,6 +383,8 @@ impl Visitor for Inspector<'_> {
         self.check_mode(meta, || walk::rel_child(parent, name));
         if meta.kind() == Kind::Symlink {
             self.check_link(parent, name);
+        } else if matches!(meta.kind(), Kind::File | Kind::Dir) {
+            self.check_acl(meta, sys::acl_at(parent.fd(), name), || walk::rel_child(parent, name));
         }
         self.places.note(parent, name, meta.kind());
         let private = self.places.of_entry(parent, name, meta.kind());
@@ -351,6 +398,7 @@ impl Visitor for Inspector<'_> {
         self.counters.seen(Kind::Dir);
         self.owners.dir_done(dir);
         self.check_mode(&dir.meta, || dir.rel_path());
+        self.check_acl(&dir.meta, sys::acl_fd(dir.fd()), || dir.rel_path());
         let private = self.places.of_dir(dir);
         self.app_path(&dir.meta, private, || dir.rel_path());
         self.decide(&dir.meta, private, || dir.rel_path());
@@ -378,6 +426,30 @@ mod tests {
 
     fn dir(perm: u32, gid: u32) -> Meta {
         Meta { dev: 1, ino: 2, mode: libc::S_IFDIR | perm, uid: 0, gid, nlink: 1, mnt_id: 0 }
+    }
+
+    #[test]
+    fn an_acls_group_entry_and_mask_are_read_from_its_xattr() {
+        // user::rw- user:1000:rwx group::r-- group:2000:rw- mask::rw- other::---
+        let entries: [(u16, u16, u32); 6] = [
+            (0x01, 6, u32::MAX),
+            (0x02, 7, 1000),
+            (0x04, 4, u32::MAX),
+            (0x08, 6, 2000),
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ];
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in entries {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        assert_eq!(acl_group_and_mask(&acl), Some((4, Some(6))));
+        assert_eq!((rwx(4), rwx(6), rwx(5), rwx(0)), ("r--".into(), "rw-".into(), "r-x".into(), "---".into()));
+        assert_eq!(acl_group_and_mask(&acl[..acl.len() - 3]), None, "a truncated ACL");
+        assert_eq!(acl_group_and_mask(&[1, 0, 0, 0]), None, "another version");
+        assert_eq!(acl_group_and_mask(&acl[..4]), None, "no group:: entry");
     }
 
     #[test]

@@ -131,7 +131,7 @@ impl<'a> Pass<'a> {
 
     /// The skip rule of every run (spec, root, `--force`, `--verify`, `--reverify-after`),
     /// which is [`marker::decide`]'s. `root_meta` is the root's (`root`) metadata.
-    pub fn decide(&self, found: &Found, root: BorrowedFd<'_>, root_meta: &Meta) -> Decision {
+    pub fn decide(&self, root: BorrowedFd<'_>, found: &Found, root_meta: &Meta) -> Decision {
         marker::decide(&marker::Inputs {
             found,
             digest: &self.digest,
@@ -141,6 +141,10 @@ impl<'a> Pass<'a> {
             verify: self.opts.verify,
             reverify_after: self.opts.reverify_after,
             now: marker::now(),
+            mounts_now: match found {
+                Found::Marker(m) if m.mounts.is_some() => mounts_now(root),
+                _ => None,
+            },
         })
     }
 
@@ -234,6 +238,19 @@ impl<'a> Pass<'a> {
     pub fn skipped(&self, before: MarkerState) -> VolumeReport {
         self.report(Fixer::new(self.path, self.spec, self.opts.mode, None), Action::Skipped, before, None)
     }
+}
+
+/// What a `done` marker records of the mount points below the root after a pass that met
+/// some (see [`Marker::mounts`](marker::Marker)): their digest now, or a word no digest equals
+/// when they cannot be listed (every start then walks); nothing after a pass that met none.
+pub fn mounts_to_record(root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Option<String> {
+    let met = fixer.mount_points.load(std::sync::atomic::Ordering::Relaxed) > 0;
+    met.then(|| mounts_now(root).unwrap_or_else(|| "unlisted".into()))
+}
+
+/// The [`marker::mounts_digest`] of the mount points below the root now.
+pub fn mounts_now(root: BorrowedFd<'_>) -> Option<String> {
+    marker::mounts_digest(sys::mounts_below(root).as_deref())
 }
 
 #[cfg(test)]

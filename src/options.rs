@@ -213,6 +213,11 @@ impl ShardFilter {
 }
 
 /// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `job_index` (`JOB_COMPLETION_INDEX`).
+/// The most shards of one round (`--shard I/N`, N at most this): the shard record on the root
+/// takes one byte per shard, and the root's xattr space (about 4 KiB on ext4 with 4 KiB blocks,
+/// 1 KiB with 1 KiB blocks) must hold it beside the marker.
+pub const MAX_SHARDS: u32 = 1024;
+
 pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), String> {
     let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4) or auto/N"))?;
     let n: u32 = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("'{s}': N must be a number above 0"))?;
@@ -224,6 +229,12 @@ pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), Strin
             .map_err(|_| "JOB_COMPLETION_INDEX is not a number".to_string())?,
         i => i.parse().map_err(|_| format!("'{s}': I must be a number or 'auto'"))?,
     };
+    if n > MAX_SHARDS {
+        return Err(format!(
+            "'{s}': at most {} shards (the root's extended attributes hold one byte per shard)",
+            MAX_SHARDS
+        ));
+    }
     if i >= n {
         return Err(format!("shard {i} of {n} does not exist (shards are 0..{})", n - 1));
     }

@@ -12,6 +12,7 @@ use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -43,6 +44,9 @@ pub struct Fixer<'a> {
     pub counters: Counters,
     pub errors: Mutex<ErrorList>,
     pub skipped_mounts: Mutex<Vec<PathBuf>>,
+    /// Mount points met (entered or not): what they hide was not walked, so no directory above
+    /// one is recorded finished, and a shard whose part holds one claims nothing.
+    pub mount_points: AtomicU64,
     pub resume: Option<Resume<'a>>,
     /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
     pub shard: Option<ShardFilter>,
@@ -70,6 +74,7 @@ impl<'a> Fixer<'a> {
             counters: Counters::default(),
             errors: Mutex::default(),
             skipped_mounts: Mutex::new(Vec::new()),
+            mount_points: AtomicU64::new(0),
             resume,
             shard: None,
             verify_part: None,
@@ -266,6 +271,19 @@ impl<'a> Fixer<'a> {
         }
     }
 
+    /// A mount point `name` in `parent` (of this shard's part: returns whether it is). What the
+    /// mount hides (a directory or file of the volume's own filesystem under the same name) is
+    /// not walked, and shows again once it is unmounted: `parent` and every directory above it
+    /// are not finished work, so no resume verifies them on this run's word.
+    fn mount_point(&self, parent: &Dir<'_>, name: &CStr) -> bool {
+        if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
+            return false;
+        }
+        self.mount_points.fetch_add(1, Ordering::Relaxed);
+        parent.taint();
+        true
+    }
+
     /// Counts, judges and (in `apply`) fixes a directory whose contents are all visited.
     fn fix_dir(&self, dir: &Dir<'_>) {
         self.counters.seen(Kind::Dir);
@@ -378,12 +396,22 @@ impl Visitor for Fixer<'_> {
         if let Some(p) = &self.places {
             p.note(parent, name, meta.kind());
         }
-        if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
-            return;
+        if self.mount_point(parent, name) {
+            let path = self.path_of(parent, Some(name));
+            warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
+            crate::sync::lock(&self.skipped_mounts).push(path);
         }
-        let path = self.path_of(parent, Some(name));
-        warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
-        crate::sync::lock(&self.skipped_mounts).push(path);
+    }
+
+    fn mount_crossed(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+        self.mount_point(parent, name);
+    }
+
+    fn placeholder(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let path = self.path_of(parent, Some(name));
+            debug!(path = %Escaped(path.as_os_str()), "the stand-in of a btrfs subvolume a snapshot did not include: empty, takes no change, left as it is");
+        }
     }
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {

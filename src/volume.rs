@@ -37,7 +37,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let found = marker::read(root);
     let mut pass = Pass::new(path, spec, opts, root, started, None);
-    let decision = pass.decide(&found, root, &root_meta);
+    let decision = pass.decide(root, &found, &root_meta);
     if let Found::Unsupported = found {
         warn!(path = %pass.shown, "no extended attributes on this filesystem: no marker, no resume; falling back to the root-only check");
     }
@@ -232,6 +232,7 @@ fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut F
         finished: Some(marker::now()),
         entries: Some(fixer.counters.entries.get()),
         left: (left > 0).then_some(left),
+        mounts: lifecycle::mounts_to_record(root, fixer),
         ..pass_marker(pass, if left > 0 { State::InProgress } else { State::Done }, run)
     };
     // The checkpoint goes first, so that the `done` marker never lacks room beside it (a small

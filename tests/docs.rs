@@ -182,3 +182,19 @@ fn readme_is_short_and_links_resolve() {
         }
     }
 }
+
+/// docs/inject.md names every flag of `volprep inject --help`, and every VOLPREP_INJECT_*
+/// variable of a flag it gives one.
+#[test]
+fn inject_doc_names_every_flag() {
+    let doc = read("docs/inject.md");
+    for (flag, env) in help_flags(&["inject"]) {
+        if flag == "--log-format" || flag == "--log-level" {
+            continue;
+        }
+        assert!(doc.contains(flag.as_str()), "docs/inject.md never names `inject {flag}`");
+        if let Some(env) = env.filter(|e| e.starts_with("VOLPREP_INJECT_") && e != "VOLPREP_INJECT_STRICT") {
+            assert!(doc.contains(env.as_str()), "docs/inject.md never names {env} ({flag})");
+        }
+    }
+}

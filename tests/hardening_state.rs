@@ -266,8 +266,8 @@ fn forge_shards(vol: &Path, digest: &str, spec: &str, shards: Value) {
     set_json(vol, MARKER, &m);
 }
 
-/// Forged shard `done` lists that do not fit the layout (an index twice, an index past N) are
-/// not trusted at all: no shard finishes the volume for the others, and `done` then means every
+/// Forged shard parts maps that do not fit the layout (a digit for a shard past N, a character
+/// that is no hex digit) are not trusted at all: no shard finishes the volume for the others, and `done` then means every
 /// entry conforms. Under `--verify full` a shard listed as done walks its own part all the same,
 /// so once every shard has run, every entry conforms whatever the list said.
 #[test]
@@ -278,13 +278,13 @@ fn shard_done_lists_are_checked_against_the_layout() {
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, spec) = digest_and_spec(&vol);
     let cases: [(&str, Value, &[&str]); 3] = [
-        ("shard 1 listed twice", json!([1, 1]), &[]),
-        ("an index past N", json!([0, 5]), &[]),
-        ("every shard listed, --verify full", json!([0, 1]), &["--verify", "full"]),
+        ("a parts map of three shards", json!("111"), &[]),
+        ("a parts map of other than hex digits", json!("1z"), &[]),
+        ("every shard done, --verify full", json!("11"), &["--verify", "full"]),
     ];
     for (what, done, extra) in cases {
         snap::chgrp_all(&vol, 0);
-        forge_shards(&vol, &digest, &spec, json!({"n": 2, "depth": 1, "done": done, "entries": 0, "running": []}));
+        forge_shards(&vol, &digest, &spec, json!({"n": 2, "depth": 1, "parts": done, "entries": 0, "running": []}));
         for i in [1, 0] {
             let r = shard(&vol, i, 2, extra);
             assert_eq!(r.code, 0, "{what}: shard {i}\n{}", r.describe());
@@ -412,7 +412,7 @@ fn a_shard_heartbeat_in_the_future_is_stale() {
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, spec) = digest_and_spec(&vol);
     let running = json!([[0, "deadbeef-7@another-node", now() + 365 * 86400]]);
-    forge_shards(&vol, &digest, &spec, json!({"n": 1, "depth": 1, "done": [], "entries": 0, "running": running}));
+    forge_shards(&vol, &digest, &spec, json!({"n": 1, "depth": 1, "parts": "0", "entries": 0, "running": running}));
     let r = shard(&vol, 0, 1, &[]);
     assert_eq!(r.code, 0, "a heartbeat from the future does not hold the shard\n{}", r.describe());
     // Taken over at once: a run that trusted the heartbeat would log that it waits for it.

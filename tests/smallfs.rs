@@ -125,7 +125,7 @@ fn shards_on_a_small_filesystem_do_not_fail_on_a_killed_shards_checkpoint() {
     tree(&vol, 4, 20);
     let (digest, spec) = digest_and_spec(&vol);
     let marker = json!({"v": 1, "state": "in-progress", "digest": digest, "spec": spec, "run": "r1",
-        "started": now() - 3600, "shards": {"n": 2, "depth": 1, "done": [], "entries": 0,
+        "started": now() - 3600, "shards": {"n": 2, "depth": 1, "parts": "00", "entries": 0,
         "running": [[0, "1-4194301@elsewhere", now() - 3600]]}});
     set_json(&vol, MARKER, &marker);
     fill_with_checkpoint(&vol, &format!("{CHECKPOINT}.0"), "r1", &digest);

@@ -49,9 +49,7 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
     if cfg.apply.max_errors > 0 {
         a.push(format!("--max-errors={}", cfg.apply.max_errors));
     }
-    if !cfg.apply.log_format.is_empty() {
-        a.push(format!("--log-format={}", cfg.apply.log_format));
-    }
+    a.push(format!("--log-format={}", cfg.apply.log_format.as_str()));
     if !cfg.apply.termination_log.is_empty() {
         a.push(format!("--termination-log={}", cfg.apply.termination_log));
     }
@@ -59,8 +57,7 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
     for v in &plan.volumes {
         let at = format!("{MOUNT_DIR}/{}", v.name);
         a.push(match v.prep {
-            Prep::Walk { read_only: false } => format!("--volume={at},fs-group={}", plan.fs_group),
-            Prep::Walk { read_only: true } => format!("--volume={at},fs-group={},read-only", plan.fs_group),
+            Prep::Walk => format!("--volume={at},fs-group={}", plan.fs_group),
             Prep::Sticky => format!("--sticky={at}"),
         });
     }

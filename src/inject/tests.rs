@@ -6,7 +6,8 @@ use std::path::Path;
 use super::config::Config;
 use super::node::Node;
 use super::parse::parse;
-use super::{Outcome, inject_stream};
+use super::{Outcome, REFUSED_ANNOTATION, inject_stream};
+use crate::error::InjectErrorKind;
 
 const STS: &str = "\
 apiVersion: apps/v1
@@ -163,15 +164,31 @@ fn refusals_leave_the_workload_unchanged_and_say_why() {
         "      containers:\n        - name: exporter\n          image: exporter\n          securityContext: {runAsUser: 999}\n",
     );
     let items = STS.replace("            defaultMode: 0644", "            items: [{key: a, path: a, mode: 416}]");
+    let mixed = mixed.replace(
+        "securityContext: {runAsUser: 999}\n",
+        "securityContext: {runAsUser: 999}\n          volumeMounts: [{name: data, mountPath: /data}]\n",
+    );
     for (input, expect) in [
-        (secret, "volume conf (secret, mode 0440) is readable through its group only"),
-        (mixed, "containers run as different users (exporter 999:1001, db 1001:1001)"),
+        (
+            secret,
+            "volume conf (secret, mode 0440) is readable through its group only: without fsGroup its files keep group root and db could no longer read them",
+        ),
+        (mixed, "containers mounting volume data run as different users (exporter 999:1001, db 1001:1001)"),
         (items, "volume conf (configMap, mode 0640)"),
     ] {
-        let out = run(&input);
+        // Left byte for byte without the annotation ...
+        let out = run_with(&input, &["annotateRefusals=false"]);
         assert_eq!(out.text, input);
         let Outcome::Refused(why) = &out.events[0].outcome else { panic!("{:?}", out.events) };
         assert!(why[0].contains(expect), "{why:?}");
+        // ... and with it, the only change is the annotation on the workload, saying why.
+        let annotated = doc(&run(&input).text);
+        let note = annotated.at(&["metadata", "annotations", REFUSED_ANNOTATION]).and_then(Node::as_str).unwrap();
+        assert!(note.contains(expect), "{note}");
+        let mut back = annotated.clone();
+        back.get_mut("metadata").unwrap().remove("annotations");
+        assert_eq!(back, doc(&input));
+        assert_eq!(run(&run(&input).text).text, run(&input).text, "annotating twice is annotating once");
     }
     let out = run_with(&STS.replace("        runAsUser: 1001\n", ""), &["mode=unprivileged"]);
     let Outcome::Refused(why) = &out.events[0].outcome else { panic!("{:?}", out.events) };
@@ -238,7 +255,8 @@ spec:
     let args = strs(init.get("args"));
     assert_eq!(
         &args[3..],
-        ["--verify=full", "--volume=/volumes/src,fs-group=2000,read-only", "--volume=/volumes/scratch,fs-group=2000"]
+        ["--verify=full", "--volume=/volumes/src,fs-group=2000", "--volume=/volumes/scratch,fs-group=2000"],
+        "the kubelet walks src read-write (the volume is not readOnly), whatever the mounts say"
     );
     assert!(init.get("image").unwrap().as_str().unwrap().ends_with("@sha256:00"));
     assert_eq!(pod.at(&["imagePullSecrets"]).unwrap().as_seq()[0].get("name").unwrap().as_str(), Some("regcred"));
@@ -284,10 +302,10 @@ fn malformed_yaml_is_one_error_with_its_place() {
     let bad = format!("{STS}---\nkind: Pod\n  bad: indent\n");
     let source = Path::new("in\\.yaml");
     let e = inject_stream(&bad, source, &Config::default(), &[]).unwrap_err();
-    let line = (STS.lines().count() + 3).to_string();
-    assert_eq!(e.line.split(':').take(2).collect::<Vec<_>>(), ["", line.as_str()], "{e:?}");
-    assert!(!e.msg.contains('\n'));
-    let shown = e.of(source).to_string();
+    let line = STS.lines().count() + 3;
+    assert_eq!((e.source.as_path(), e.line), (source, Some(line)), "{e:?}");
+    assert!(e.col.is_some() && matches!(&e.kind, InjectErrorKind::NotYaml(m) if !m.contains('\n')), "{e:?}");
+    let shown = e.to_string();
     assert!(shown.starts_with(&format!("in\\\\.yaml:{line}:")), "escaped once: {shown}");
 }
 

@@ -38,6 +38,9 @@ pub struct Inspection {
     /// App-private paths (PostgreSQL's data directory, `.ssh`, Erlang's cookie ...) and what
     /// the kubelet's rule and volprep's settings leave on them.
     pub app_paths: Finding<super::AppPathView>,
+    /// Entries with a POSIX ACL whose `group::` lacks the group bits of the masks above: the
+    /// group gets them in the ACL mask only, and keeps `group::`'s (the kubelet does the same).
+    pub acl_group_entry_lacking_bits: Finding<AclGroup>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     /// Present with `--fs-group`.
@@ -86,6 +89,18 @@ pub struct DirCount {
 pub struct Finding<T> {
     pub count: u64,
     pub examples: Vec<T>,
+}
+
+/// An entry with a POSIX access ACL whose owning group's entry (`group::`) lacks bits the
+/// kubelet gives the group: with an ACL the mode's group bits are the ACL mask, so `chmod g+rw`
+/// (the kubelet's and volprep's) changes the mask and `group::` keeps what it had.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct AclGroup {
+    pub path: EscapedPath,
+    /// `group::` as `getfacl` shows it (e.g. "r--").
+    pub group_obj: String,
+    /// `mask::`.
+    pub mask: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -204,6 +219,12 @@ fn findings_table(r: &Inspection) -> String {
     t.finding("nested mounts (not entered)", &r.nested_mounts, path);
     t.finding("files with more than one link", &r.hardlinked, path);
     t.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| format!("{} -> {}", l.path, l.target));
+    t.finding(
+        // chmod (the kubelet's and volprep's) sets the ACL mask; group:: keeps its bits.
+        "POSIX ACLs: group:: lacks group bits",
+        &r.acl_group_entry_lacking_bits,
+        |a| format!("{} (group::{}, mask::{})", a.path, a.group_obj, a.mask),
+    );
     let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
     t.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
     t.render()

@@ -31,6 +31,53 @@ fn mountinfo_line(text: &str, mnt_id: u64) -> Option<&str> {
     text.lines().find(|line| line.split(' ').next().and_then(|id| id.parse::<u64>().ok()) == Some(mnt_id))
 }
 
+/// The mount points strictly below the directory `root` (relative to it, sorted), as this
+/// process's `/proc/self/mountinfo` lists them; `None` when that (or the root's own path, read
+/// through `/proc/self/fd`) cannot be read. Mounts hidden under others are listed too.
+pub fn mounts_below(root: BorrowedFd<'_>) -> Option<Vec<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&root))).ok()?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(mountinfo_points_below(&text, link.as_os_str().as_bytes()))
+}
+
+/// The mount points of a mountinfo text strictly below the absolute path `root`, relative to
+/// it, sorted and without duplicates (a path mounted over twice is one mount point).
+fn mountinfo_points_below(text: &str, root: &[u8]) -> Vec<Vec<u8>> {
+    let root = root.strip_suffix(b"/").unwrap_or(root);
+    let mut out: Vec<Vec<u8>> = text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(unescape_octal)
+        .filter_map(|point| Some(point.strip_prefix(root)?.strip_prefix(b"/")?.to_vec()))
+        .filter(|rel| !rel.is_empty())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A mountinfo field with its `\NNN` octal escapes (space, tab, newline, backslash) undone.
+fn unescape_octal(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
 /// Raises the soft open-file limit to the hard limit: a deep tree keeps one fd per directory
 /// on the path being walked.
 pub fn raise_fd_limit() {
@@ -125,6 +172,25 @@ fn lock_line_holder(line: &str, major: u32, minor: u32, ino: u64) -> Option<u32>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mountinfo_lists_the_mount_points_below_a_directory() {
+        let text = "\
+22 1 8:1 / / rw - ext4 /dev/sda1 rw
+40 22 0:50 / /vol rw - ext4 /dev/loop0 rw
+41 40 0:51 / /vol/a/m rw - tmpfs t rw
+42 40 8:1 /data/x /vol/my\\040dir/f rw - ext4 /dev/sda1 rw
+43 41 0:52 / /vol/a/m/deeper rw - tmpfs t rw
+44 22 0:53 / /volume rw - tmpfs t rw
+45 40 0:54 / /vol/a/m rw - tmpfs t rw
+";
+        let below = mountinfo_points_below(text, b"/vol");
+        assert_eq!(below, vec![b"a/m".to_vec(), b"a/m/deeper".to_vec(), b"my dir/f".to_vec()]);
+        assert_eq!(mountinfo_points_below(text, b"/vol/"), below);
+        assert_eq!(mountinfo_points_below(text, b"/vol/a/m"), vec![b"deeper".to_vec()]);
+        assert!(mountinfo_points_below(text, b"/elsewhere").is_empty());
+        assert_eq!(unescape_octal(r"a\134b\011\7"), b"a\\b\t\\7".to_vec());
+    }
 
     #[test]
     fn mountinfo_names_the_filesystem_of_a_mount_id() {

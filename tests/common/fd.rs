@@ -250,3 +250,15 @@ pub fn split_parent(rel: &[u8]) -> (&[u8], &[u8]) {
         None => (&[], rel),
     }
 }
+
+/// The mount id of `name` in `dirfd` (`statx` `STATX_MNT_ID`, not following a symlink; an
+/// empty name: `dirfd` itself).
+pub fn mnt_id_at(dirfd: RawFd, name: &[u8]) -> io::Result<u64> {
+    let c = cstr(name);
+    // SAFETY: an all-zero `statx` is a valid value of this plain C struct.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = if name.is_empty() { libc::AT_EMPTY_PATH } else { libc::AT_SYMLINK_NOFOLLOW };
+    // SAFETY: `c` is a NUL-terminated name alive across the call; `stx` is a valid out-pointer.
+    check(unsafe { libc::statx(dirfd, c.as_ptr(), flags, libc::STATX_MNT_ID, &mut stx) })?;
+    Ok(stx.stx_mnt_id)
+}

@@ -93,6 +93,10 @@ pub enum Mounts {
     Skip,
     /// Entered like any directory.
     Enter,
+    /// What a pass without `--cross-devices` covers: entries on the root's mount (by mount
+    /// id), whatever their device (a btrfs subvolume, an overlayfs layer's file). A mount point
+    /// (a nested filesystem, a bind mount of a directory or file) is left out, entry and all.
+    Volume,
 }
 
 /// Key of the root in a snapshot.
@@ -127,7 +131,8 @@ pub fn snapshot_with(root: &Path, mounts: Mounts) -> Snapshot {
 /// Calls `visit(dirfd, parent, name, stat)` for every entry below `root` (not the root itself,
 /// whose stat it returns), a directory after its contents, where `dirfd` is the entry's
 /// directory and `parent` its root-relative path (`ROOT` for the root). It never follows a
-/// symlink and enters a directory on another device only with `Mounts::Enter`. Iterative and
+/// symlink; a directory on another device is entered with `Mounts::Enter` and `Mounts::Volume`,
+/// which leaves out every entry on another mount, entry and all. Iterative and
 /// through a `DirStack`: no recursion and a bounded number of open descriptors at any depth.
 /// `what` names the caller in a failure.
 pub fn walk(
@@ -146,6 +151,8 @@ pub fn walk(
     let mut dirs = fd::DirStack::open(root).unwrap_or_else(|e| panic!("{what}: open {}: {e}", root.display()));
     let dirfd = dirs.top().unwrap_or_else(|e| fail("open", ROOT, e));
     let root_st = fd::stat_at(dirfd, b"").unwrap_or_else(|e| fail("stat", ROOT, e));
+    let root_mnt =
+        if mounts == Mounts::Volume { fd::mnt_id_at(dirfd, b"").unwrap_or_else(|e| fail("statx", ROOT, e)) } else { 0 };
     let names = fd::read_names(dirfd).unwrap_or_else(|e| fail("readdir", ROOT, e));
     let mut frames = vec![Frame { path: ROOT.to_vec(), names: names.into_iter(), entered: None }];
     while let Some(frame) = frames.last_mut() {
@@ -161,8 +168,11 @@ pub fn walk(
             continue;
         };
         let path = join(&frame.path, &name);
+        if mounts == Mounts::Volume && fd::mnt_id_at(dirfd, &name).is_ok_and(|m| m != root_mnt) {
+            continue;
+        }
         let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| fail("stat", &path, e));
-        let enter = Kind::of(st.st_mode) == Kind::Dir && (st.st_dev == root_st.st_dev || mounts == Mounts::Enter);
+        let enter = Kind::of(st.st_mode) == Kind::Dir && (st.st_dev == root_st.st_dev || mounts != Mounts::Skip);
         if !enter {
             visit(dirfd, &frame.path, &name, &st);
             continue;

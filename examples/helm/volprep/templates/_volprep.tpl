@@ -325,6 +325,38 @@ the kubelet walks the whole volume itself at mount time, before any init contain
 {{- end -}}
 {{- end -}}
 
+{{/*
+The pod securityContext's group key, or nothing without fsGroup: supplementalGroups with the
+fsGroup when volprep is enabled (not fsGroup: with it the kubelet walks the whole volume itself
+before any init container), the pod's fsGroup when it is not (the kubelet's pass grants the
+group then). One line; take it with `with`, so that nothing leaves no blank line:
+
+  securityContext:
+    {{- with include "volprep.podGroups" (dict "values" .Values.volumePermissions "context" $) }}{{ . | nindent 4 }}{{ end }}
+*/}}
+{{- define "volprep.podGroups" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- if include "volprep.isSet" $v.fsGroup -}}
+{{- $gid := include "volprep.id" (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID") -}}
+{{- if $v.enabled -}}
+supplementalGroups: [{{ $gid }}]
+{{- else -}}
+fsGroup: {{ $gid }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pod's imagePullSecrets key (volprep.imagePullSecrets as one line), or nothing when there are
+none; take it with `with`, like volprep.podGroups.
+*/}}
+{{- define "volprep.podImagePullSecrets" -}}
+{{- $secrets := include "volprep.imagePullSecrets" . | fromYamlArray -}}
+{{- if $secrets -}}
+imagePullSecrets: {{ toJson $secrets }}
+{{- end -}}
+{{- end -}}
+
 {{/* The init container, as one list item; nothing when values.enabled is false. */}}
 {{- define "volprep.initContainer" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
