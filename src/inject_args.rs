@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, PossibleValuesParser, TypedValueParser as _};
 use clap::{Args, ValueEnum};
 
 use crate::inject::{self, Config, Node};
+use crate::spec::Modes;
 
 /// `--mode`: inject's `mode` key, as clap parses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,7 +41,7 @@ pub enum EmitArg {
 pub struct InjectArgs {
     /// A YAML file of configuration keys: the volprep chart's value names (image.registry,
     /// global.imageRegistry, image.repository, image.tag, image.digest, image.pullPolicy,
-    /// pullSecrets, resources, securityContext, extraArgs, mode, runAsUser, runAsGroup,
+    /// pullSecrets, resources, securityContext, extraArgs, mode, modes, runAsUser, runAsGroup,
     /// allowForeign, threads, maxErrors, logFormat, terminationLog) and tmpDirs, select,
     /// annotateRefusals.
     #[arg(long, value_name = "FILE", env = "VOLPREP_INJECT_CONFIG")]
@@ -56,6 +57,15 @@ pub struct InjectArgs {
     /// unprivileged: it runs as the app's user with none (emptyDirs are then left alone).
     #[arg(long, value_name = "MODE", value_enum, env = "VOLPREP_INJECT_MODE")]
     pub mode: Option<ModeArg>,
+
+    /// The mode policy of every volume volprep prepares (`modes=` on each --volume): kubelet
+    /// (the kubelet's fsGroup rule, exactly; the default) or app-safe (the group gets access
+    /// without breaking apps that insist on private modes: PostgreSQL, ssh, Erlang/RabbitMQ,
+    /// GnuPG, etcd). A workload's `volprep.io/modes` annotation wins.
+    #[arg(long, value_name = "MODE", env = "VOLPREP_INJECT_MODES", ignore_case = true,
+          value_parser = PossibleValuesParser::new(Modes::ALL.map(Modes::word))
+              .map(|w| w.parse::<Modes>().expect("a listed policy")))]
+    pub modes: Option<Modes>,
 
     /// What to write: the rewritten manifests, or the kustomize patches that make the same
     /// change (for Flux, whose HelmRelease post-renderers take patches only).
@@ -120,6 +130,9 @@ impl InjectArgs {
         let text = |key: &str, v: &Option<String>| v.as_ref().map(|v| (key.to_string(), Node::str(v)));
         if let Some(m) = self.mode {
             overrides.push(("mode".into(), Node::str(inject::Mode::from(m).as_str())));
+        }
+        if let Some(m) = self.modes {
+            overrides.push(("modes".into(), Node::str(m.word())));
         }
         overrides.extend(
             [

@@ -274,6 +274,251 @@ fn unprivileged_mode_meets_restricted() {
     }
 }
 
+/// `rendered` with `volprep.io/modes: VALUE` on the pod template of the workload whose template
+/// labels it `app.kubernetes.io/name: NAME`.
+fn modes_on_template(rendered: &str, name: &str, value: &str) -> String {
+    let labels = format!("      labels:\n        app.kubernetes.io/name: {name}\n");
+    assert!(rendered.contains(&labels), "no pod template labelled {name}");
+    rendered.replacen(&labels, &format!("      annotations:\n        volprep.io/modes: {value}\n{labels}"), 1)
+}
+
+/// The args of the default injection with `,modes=app-safe` on each `--volume`.
+fn with_app_safe(default: &[String]) -> Vec<String> {
+    default.iter().map(|a| if a.starts_with("--volume=") { format!("{a},modes=app-safe") } else { a.clone() }).collect()
+}
+
+/// `--modes` (VOLPREP_INJECT_MODES, the `modes` key of a config file or `--set`) puts the mode
+/// policy on every `--volume` of every injected workload, and into `--emit patches`; the
+/// kubelet's rule (the default) adds nothing: the output is the default's, byte for byte.
+#[test]
+fn modes_option_env_and_config_key() {
+    let input = rendered();
+    let default = ok(&inject(&[], &input, &[]));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("inject.yaml");
+    fs::write(&cfg, "modes: app-safe\n").unwrap();
+    let c = cfg.to_str().unwrap();
+    let safe = ok(&inject(&["--modes", "app-safe"], &input, &[]));
+    for (args, env) in [
+        (&["--config", c][..], &[][..]),
+        (&["--set", "modes=app-safe"], &[]),
+        (&[], &[("VOLPREP_INJECT_MODES", "app-safe")]),
+        (&["--config", c, "--set", "modes=kubelet", "--modes", "APP-SAFE"], &[]),
+    ] {
+        assert_eq!(ok(&inject(args, &input, env)), safe, "{args:?} {env:?}");
+    }
+    let (before, after) = (docs(&default), docs(&safe));
+    for (kind, name) in [("StatefulSet", "rel-postgres"), ("Deployment", "rel-web"), ("CronJob", "rel-backup")] {
+        let obj = by_name(&after, kind, name);
+        assert_eq!(init_args(obj), with_app_safe(&init_args(by_name(&before, kind, name))), "{name}");
+        check_volprep_pod(pod_spec_of(obj), name);
+    }
+    let changed = doc_texts(&default).iter().zip(doc_texts(&safe)).filter(|(d, s)| *d != s).count();
+    assert_eq!(changed, 3, "only the injected workloads differ");
+    // The kubelet's rule, however chosen, is the default output.
+    for (args, env) in [
+        (&["--modes", "kubelet"][..], &[][..]),
+        (&["--config", c, "--modes", "kubelet"], &[]),
+        (&[], &[("VOLPREP_INJECT_MODES", "Kubelet")]),
+    ] {
+        assert_eq!(ok(&inject(args, &input, env)), default, "{args:?} {env:?}");
+    }
+    let patches = ok(&inject(&["--emit", "patches", "--modes", "app-safe"], &input, &[]));
+    assert_eq!(patches.matches(",modes=app-safe").count(), 5, "--emit patches carries it:\n{patches}");
+    assert!(!ok(&inject(&["--emit", "patches"], &input, &[])).contains("modes="));
+    for bad in [&["--modes", "strict"][..], &["--set", "modes=strict"]] {
+        let o = inject(bad, &input, &[]);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("strict") && o.stdout.is_empty(), "{}", stderr(&o));
+    }
+}
+
+/// A workload's `volprep.io/modes` annotation (on it or on its pod template, the template's
+/// winning) chooses its policy over the option.
+#[test]
+fn modes_annotation_overrides_the_option() {
+    let input = rendered();
+    let default = docs(&ok(&inject(&[], &input, &[])));
+    let pg = |all: &[Value]| init_args(by_name(all, "StatefulSet", "rel-postgres"));
+    let web = |all: &[Value]| init_args(by_name(all, "Deployment", "rel-web"));
+    // The annotation alone: that workload only.
+    let out = docs(&ok(&inject(&[], &modes_on_template(&input, "postgres", "app-safe"), &[])));
+    assert_eq!(pg(&out), with_app_safe(&pg(&default)));
+    assert_eq!(web(&out), web(&default));
+    // Against the option: the annotated workload keeps the kubelet's rule, the others follow it.
+    let kubelet = modes_on_template(&input, "postgres", "kubelet");
+    let out = docs(&ok(&inject(&["--modes", "app-safe"], &kubelet, &[])));
+    assert_eq!(pg(&out), pg(&default));
+    assert_eq!(web(&out), with_app_safe(&web(&default)));
+    // On the workload; its pod template's wins.
+    let sts = "kind: StatefulSet\nmetadata:\n  name: rel-postgres\n";
+    assert!(input.contains(sts));
+    let on_workload = input.replacen(sts, &format!("{sts}  annotations:\n    volprep.io/modes: app-safe\n"), 1);
+    assert_eq!(pg(&docs(&ok(&inject(&[], &on_workload, &[])))), with_app_safe(&pg(&default)));
+    let both = modes_on_template(&on_workload, "postgres", "kubelet");
+    assert_eq!(pg(&docs(&ok(&inject(&[], &both, &[])))), pg(&default));
+}
+
+/// A `volprep.io/modes` that is no mode policy refuses the workload, as inject's other refusals
+/// do: unchanged but for the annotation saying why, a warning, exit 5 under `--strict`.
+#[test]
+fn invalid_modes_annotation_is_refused_with_the_reason() {
+    let input = modes_on_template(&rendered(), "web", "safe");
+    let why = "annotation volprep.io/modes: 'safe' is not a mode policy: kubelet or app-safe";
+    let out = inject(&["--modes", "app-safe"], &input, &[]);
+    let all = docs(&ok(&out));
+    let web = by_name(&all, "Deployment", "rel-web");
+    assert!(pod_spec_of(web)["initContainers"].is_null());
+    assert_eq!(pod_spec_of(web)["securityContext"]["fsGroup"].as_u64(), Some(1001));
+    assert_eq!(web["metadata"]["annotations"]["volprep.io/inject-refused"].as_str(), Some(why));
+    assert!(stderr(&out).contains(&format!("Deployment/rel-web: left unchanged: {why}")), "{}", stderr(&out));
+    assert!(stderr(&out).contains("3 refused"), "{}", stderr(&out));
+    assert!(init_args(by_name(&all, "StatefulSet", "rel-postgres")).iter().any(|a| a.ends_with(",modes=app-safe")));
+    let bare = ok(&inject(&["--set", "annotateRefusals=false"], &input, &[]));
+    let web_doc = |t: &str| {
+        doc_texts(t).into_iter().find(|d| d.contains("kind: Deployment\nmetadata:\n  name: rel-web\n")).unwrap()
+    };
+    assert_eq!(web_doc(&bare), web_doc(&input), "left byte for byte");
+    let strict = inject(&["--strict"], &input, &[]);
+    assert_eq!(strict.status.code(), Some(5), "{}", stderr(&strict));
+    assert!(strict.stdout.is_empty());
+    assert!(stderr(&strict).contains(&format!("Deployment/rel-web: refused: {why}")), "{}", stderr(&strict));
+}
+
+/// A StatefulSet like a PostgreSQL chart's: the claim `data` at /var/lib/postgresql/data,
+/// PGDATA a directory in it, a /tmp emptyDir; `annotation` is its pod template's
+/// `volprep.io/modes`.
+fn postgres_statefulset(uid: u32, fs_group: u32, annotation: Option<&str>) -> String {
+    let annotations = annotation.map_or(String::new(), |v| format!("      annotations: {{volprep.io/modes: {v}}}\n"));
+    format!(
+        "apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: pg}}
+spec:
+  serviceName: pg
+  selector: {{matchLabels: {{app: pg}}}}
+  template:
+    metadata:
+{annotations}      labels: {{app: pg}}
+    spec:
+      securityContext: {{runAsUser: {uid}, runAsGroup: {fs_group}, fsGroup: {fs_group}}}
+      containers:
+        - name: postgres
+          image: postgres:17
+          env: [{{name: PGDATA, value: /var/lib/postgresql/data/pgdata}}]
+          volumeMounts:
+            - {{name: data, mountPath: /var/lib/postgresql/data}}
+            - {{name: tmp, mountPath: /tmp}}
+      volumes:
+        - {{name: tmp, emptyDir: {{}}}}
+  volumeClaimTemplates:
+    - metadata: {{name: data}}
+      spec: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}
+"
+    )
+}
+
+/// Under `root`, a claim `data` holding a PostgreSQL data directory as initdb leaves it
+/// (`pgdata` 0700 with PG_VERSION, global/, base/1/, server.key 0600), and `tmp`; returns pgdata.
+fn postgres_volume(root: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let data = root.join("data/pgdata");
+    for d in ["global", "base/1"] {
+        fs::create_dir_all(data.join(d)).unwrap();
+    }
+    for (f, text) in [("PG_VERSION", "17\n"), ("global/pg_control", "x"), ("base/1/1259", "x"), ("server.key", "k")] {
+        fs::write(data.join(f), text).unwrap();
+        fs::set_permissions(data.join(f), fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    for d in ["", "global", "base", "base/1"] {
+        fs::set_permissions(data.join(d), fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    fs::create_dir(root.join("tmp")).unwrap();
+    data
+}
+
+/// Runs the init container's args, as inject wrote them, on the host: /volumes/NAME is
+/// ROOT/NAME (where the pod mounts it), the termination log ROOT/termination-log.
+fn apply_injected(injected: &str, root: &Path) -> common::Run {
+    let args: Vec<String> = init_args(&docs(injected)[0])
+        .iter()
+        .map(|a| {
+            a.replace("=/volumes/", &format!("={}/", root.display()))
+                .replace("=/dev/termination-log", &format!("={}/termination-log", root.display()))
+        })
+        .collect();
+    common::run(common::volprep().args(&args)).expect_code(0)
+}
+
+fn mode_and_group(p: &Path) -> (u32, u32) {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = fs::symlink_metadata(p).unwrap();
+    (m.mode() & 0o7777, m.gid())
+}
+
+/// What inject writes for `volprep.io/modes: app-safe` is what `volprep apply` takes: run as
+/// the init container would, on a PostgreSQL data directory, it keeps the modes PostgreSQL
+/// insists on, where the default injection widens them to what PostgreSQL refuses. As any
+/// user (with its own group; the change of group: the test below).
+#[test]
+fn injected_app_safe_args_are_accepted_by_apply() {
+    let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+    for (annotation, dir_mode, key_mode) in [(Some("app-safe"), 0o700, 0o600), (None, 0o2770, 0o660)] {
+        let injected = ok(&inject(&[], &postgres_statefulset(uid, gid, annotation), &[]));
+        assert_eq!(injected.contains(",modes=app-safe"), annotation.is_some(), "{injected}");
+        let root = tempfile::tempdir().unwrap();
+        let pgdata = postgres_volume(root.path());
+        let run = apply_injected(&injected, root.path());
+        let spec = format!("fs-group={gid}{}", if annotation.is_some() { " modes=app-safe" } else { "" });
+        assert!(run.stderr.contains(&format!("\"spec\":\"{spec}\"")), "{}", run.describe());
+        for d in ["", "global", "base/1"] {
+            assert_eq!(mode_and_group(&pgdata.join(d)), (dir_mode, gid), "{annotation:?} {d:?}\n{}", run.describe());
+        }
+        assert_eq!(mode_and_group(&pgdata.join("server.key")), (key_mode, gid), "{annotation:?}");
+        assert_eq!(mode_and_group(&root.path().join("tmp")).0, 0o1777, "--sticky at the temp dir");
+    }
+}
+
+/// The same as root, as the init container runs: a data directory restored as uid 999 with group
+/// 70 gets the pod's group 2000 and keeps 0700 and its key 0600.
+#[test]
+#[ignore = "needs root and loop devices"]
+fn injected_app_safe_args_change_the_group_and_keep_private_modes() {
+    common::privileged(&[]);
+    let fs = common::Tmpfs::new();
+    let injected = ok(&inject(&["--modes", "app-safe"], &postgres_statefulset(999, 2000, None), &[]));
+    let pgdata = postgres_volume(fs.path());
+    for e in walkdir(&fs.path().join("data")) {
+        std::os::unix::fs::lchown(&e, Some(999), Some(70)).unwrap();
+    }
+    let run = apply_injected(&injected, fs.path());
+    assert!(run.stderr.contains("\"spec\":\"fs-group=2000 modes=app-safe\""), "{}", run.describe());
+    for d in ["", "global", "base", "base/1"] {
+        assert_eq!(mode_and_group(&pgdata.join(d)), (0o700, 2000), "{d:?}\n{}", run.describe());
+    }
+    for f in ["PG_VERSION", "server.key", "global/pg_control", "base/1/1259"] {
+        assert_eq!(mode_and_group(&pgdata.join(f)), (0o600, 2000), "{f}");
+    }
+    assert_eq!(mode_and_group(&fs.path().join("data")).1, 2000, "the claim's root");
+    let again = apply_injected(&injected, fs.path());
+    assert!(again.stderr.contains("\"action\":\"skipped\""), "the marker keeps the policy:\n{}", again.describe());
+}
+
+/// Every path under `root` (itself included), parents first.
+fn walkdir(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if out[i].is_dir() && !out[i].is_symlink() {
+            let mut children: Vec<PathBuf> = fs::read_dir(&out[i]).unwrap().map(|e| e.unwrap().path()).collect();
+            children.sort();
+            out.extend(children);
+        }
+        i += 1;
+    }
+    out
+}
+
 #[test]
 fn krm_resource_list_in_and_out() {
     // kustomize hands the items over as Go's YAML writes them: 0440 as 288.
@@ -388,6 +633,13 @@ fn helm3_post_renderer_executable() {
     let o = output(&mut strict);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("exit status 5") && err.contains("refused"), "{err}");
+    // The mode policy as a post-renderer argument (a Helmfile release's postRendererArgs).
+    let mut safe = helm(&helm_bin, home.path());
+    safe.args(["template", "rel"]).arg(&chart).args(["--post-renderer", BIN, "--post-renderer-args", "inject"]);
+    safe.arg("--post-renderer-args=--modes=app-safe");
+    let post = run_ok(&mut safe);
+    assert!(post.contains(",modes=app-safe"), "{post}");
+    assert_eq!(docs(&post), docs(&ok(&inject(&["--modes", "app-safe"], &rendered(), &[]))));
 }
 
 /// kustomize's KRM exec function: `kubectl kustomize` (kustomize built into kubectl) has no
@@ -631,7 +883,8 @@ fn official_chart_renders_are_injected() {
 }
 
 /// `inject --emit patches`: kustomize (as Flux's post-renderer runs it) applies the patches to
-/// the same rendered manifests and gets what `inject` writes, object for object; the Flux
+/// the same rendered manifests and gets what `inject` writes, object for object (with `--modes
+/// app-safe` too); the Flux
 /// example's HelmRelease carries exactly the patches printed for the alertmanager render.
 #[test]
 #[ignore = "needs kubectl (kustomize) and PyYAML: source .ci/k8s-tools.sh"]
@@ -639,14 +892,17 @@ fn flux_patches_applied_by_kustomize_give_inject_output() {
     let test = "flux_patches_applied_by_kustomize_give_inject_output";
     let kubectl = tool("VOLPREP_KUBECTL", test).unwrap();
     let python = tool("VOLPREP_PYTHON", test).unwrap();
-    for chart in ["alertmanager", "atlantis", "thirdparty"] {
+    for (chart, opts) in
+        [("alertmanager", &[][..]), ("atlantis", &[]), ("thirdparty", &[]), ("thirdparty", &["--modes", "app-safe"])]
+    {
         let file = if chart == "thirdparty" {
             "tests/charts/thirdparty.rendered.yaml".to_string()
         } else {
             format!("tests/charts/official/{chart}.yaml")
         };
         let input = read(&file);
-        let patches = ok(&inject(&["--emit", "patches"], &input, &[]));
+        let patches = ok(&inject(&[&["--emit", "patches"][..], opts].concat(), &input, &[]));
+        assert_eq!(patches.contains(",modes=app-safe"), !opts.is_empty(), "{patches}");
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("rendered.yaml"), &input).unwrap();
         let mut k = String::from(
@@ -658,9 +914,9 @@ fn flux_patches_applied_by_kustomize_give_inject_output() {
         fs::write(dir.path().join("kustomization.yaml"), &k).unwrap();
         let mut cmd = Command::new(&kubectl);
         cmd.arg("kustomize").arg(dir.path());
-        say(&format!("{test}: {chart}: {}", describe(&cmd)));
+        say(&format!("{test}: {chart} {opts:?}: {}", describe(&cmd)));
         fs::write(dir.path().join("patched.yaml"), run_ok(&mut cmd)).unwrap();
-        fs::write(dir.path().join("injected.yaml"), ok(&inject(&[], &input, &[]))).unwrap();
+        fs::write(dir.path().join("injected.yaml"), ok(&inject(opts, &input, &[]))).unwrap();
         // Compared as a YAML 1.1 reader reads them (kustomize writes `0440` as 288).
         let same = same_objects_yaml_1_1(&python, &dir.path().join("patched.yaml"), &dir.path().join("injected.yaml"));
         assert!(

@@ -4,6 +4,7 @@
 
 use super::node::Node;
 use super::parse::parse;
+use crate::spec::Modes;
 
 /// Root (four capabilities, fixes every entry) or the app's user with none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +98,13 @@ pub struct Image {
     pub pull_secrets: Vec<String>,
 }
 
-/// What the init container's `volprep apply` is given besides its volumes.
+/// What the init container's `volprep apply` is given: options, and the mode policy of its
+/// volumes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ApplyArgs {
+    /// `modes`: the mode policy each `--volume` gets (`modes=`), unless the workload's
+    /// `volprep.io/modes` annotation says another; None: not chosen (the kubelet's rule).
+    pub modes: Option<Modes>,
     pub allow_foreign: bool,
     pub threads: u64,
     pub max_errors: u64,
@@ -144,6 +149,7 @@ impl Default for Config {
 pub const KEYS: &[&str] = &[
     "name",
     "mode",
+    "modes",
     "select",
     "runAsUser",
     "runAsGroup",
@@ -220,6 +226,8 @@ impl ApplyArgs {
     /// Sets one of its keys; false when `s` is not one.
     fn set(&mut self, s: &Setting) -> Result<bool, String> {
         match s.key {
+            "modes" if s.v.is_null() => self.modes = None,
+            "modes" => self.modes = Some(s.string()?.parse().map_err(|e: String| s.err(&e))?),
             "allowForeign" => self.allow_foreign = s.v.as_bool().ok_or_else(|| s.err("true or false is needed"))?,
             "threads" => self.threads = s.count()?,
             "maxErrors" => self.max_errors = s.count()?,
@@ -354,7 +362,7 @@ mod tests {
     #[test]
     fn chart_names_set_the_values() {
         let mut c = Config::default();
-        let file = parse("image:\n  registry: \"\"\n  tag: \"0.2\"\n  digest: sha256:ab\npullSecrets: [regcred]\nmode: unprivileged\nthreads: 8\n")
+        let file = parse("image:\n  registry: \"\"\n  tag: \"0.2\"\n  digest: sha256:ab\npullSecrets: [regcred]\nmode: unprivileged\nmodes: app-safe\nthreads: 8\n")
             .unwrap()
             .remove(0);
         c.merge(&file).unwrap();
@@ -362,6 +370,7 @@ mod tests {
         assert_eq!(c.container.image.reference(), "volprep/volprep:0.2@sha256:ab");
         assert_eq!((c.mode, c.apply.threads), (Mode::Unprivileged, 8));
         assert_eq!(c.container.image.pull_secrets, ["regcred"]);
+        assert_eq!(c.apply.modes, Some(crate::spec::Modes::AppSafe));
         assert_eq!(c.apply.extra_args, ["--verify=full", "--reverify-after=7d"]);
     }
 
@@ -374,6 +383,11 @@ mod tests {
         assert!(c.set_pair("resources=1").is_err());
         assert!(c.set_pair("novalue").is_err());
         assert!(c.set_pair("logFormat=xml").unwrap_err().contains("neither text nor json"));
+        assert_eq!(
+            c.set_pair("modes=strict").unwrap_err(),
+            "modes: 'strict' is not a mode policy: kubelet or app-safe"
+        );
+        assert!(c.set_pair("modes=[app-safe]").is_err());
     }
 
     /// The default image is the chart's (examples/helm/volprep/values.yaml), which the release

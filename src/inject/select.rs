@@ -6,9 +6,14 @@ use std::collections::BTreeSet;
 use super::config::{Config, Mode, Select};
 use super::node::Node;
 use super::volumes::{self, Class, Mount, containers, mounts_of, runs_as_root, user_of};
+use crate::spec::Modes;
 
 /// The annotation that opts a workload out (`"false"`) or, with `--opt-in`, in (`"true"`).
 pub const ANNOTATION: &str = "volprep.io/inject";
+
+/// The annotation that chooses a workload's mode policy (`kubelet` or `app-safe`), over the
+/// `modes` key.
+pub const MODES_ANNOTATION: &str = "volprep.io/modes";
 
 /// What to do with one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +35,9 @@ pub struct Plan {
     pub volumes: Vec<Volume>,
     /// The uid and gid of the init container in mode unprivileged.
     pub run_as: Option<(u64, u64)>,
+    /// The mode policy of its `--volume`s: the annotation's, else the `modes` key's; None when
+    /// neither chose one.
+    pub modes: Option<Modes>,
 }
 
 /// A volume the init container mounts at /volumes/NAME.
@@ -70,12 +78,23 @@ pub fn pod_spec_path(kind: &str) -> Option<&'static [&'static str]> {
     })
 }
 
-/// The annotation's value on the object or on its pod template (the template's wins).
-fn annotation(obj: &Node, path: &[&str]) -> Option<bool> {
+/// An annotation's value, as `read` reads it, on the pod template at `path` or on the object
+/// (the template's wins).
+fn annotation<'a, T>(obj: &'a Node, path: &[&str], name: &str, read: impl Fn(&'a Node) -> Option<T>) -> Option<T> {
     let meta = &path[..path.len() - 1];
-    let on =
-        |p: &[&str]| obj.at(p).and_then(|m| m.at(&["metadata", "annotations", ANNOTATION])).and_then(Node::as_bool);
+    let on = |p: &[&str]| obj.at(p).and_then(|m| m.at(&["metadata", "annotations", name])).and_then(&read);
     if meta.is_empty() { on(&[]) } else { on(meta).or_else(|| on(&[])) }
+}
+
+/// The mode policy of a workload: its `volprep.io/modes` annotation (any value present counts,
+/// so a bad one is an error, not a fallback), else the `modes` key. Err: the refusal.
+fn modes_of(obj: &Node, path: &[&str], cfg: &Config) -> Result<Option<Modes>, String> {
+    match annotation(obj, path, MODES_ANNOTATION, Some) {
+        None => Ok(cfg.apply.modes),
+        Some(v) => {
+            v.as_str().unwrap_or_default().parse().map(Some).map_err(|e| format!("annotation {MODES_ANNOTATION}: {e}"))
+        }
+    }
 }
 
 /// The decision for one object.
@@ -93,7 +112,7 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         );
     }
     let Some(pod) = obj.at(path) else { return Decision::Skip("no pod spec".into()) };
-    let wanted = annotation(obj, path);
+    let wanted = annotation(obj, path, ANNOTATION, Node::as_bool);
     if wanted == Some(false) {
         return Decision::Skip(format!("opted out ({ANNOTATION}: \"false\")"));
     }
@@ -123,6 +142,10 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         },
         _ => None,
     };
+    let modes = modes_of(obj, path, cfg).unwrap_or_else(|e| {
+        refusals.push(e);
+        None
+    });
     if !refusals.is_empty() {
         return Decision::Refuse(refusals);
     }
@@ -135,7 +158,7 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         }
         return not_here("no volume the kubelet's fsGroup pass walks is mounted by a container");
     }
-    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as })
+    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes })
 }
 
 /// A kind inject does not rewrite: a refusal when it carries a pod template that sets fsGroup

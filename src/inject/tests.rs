@@ -318,3 +318,106 @@ fn indent(doc: &str) -> String {
     }
     out
 }
+
+/// The init container's args of the first document of `out`.
+fn init_args(out: &super::Output) -> Vec<String> {
+    let d = doc(&out.text);
+    let inits = d.at(&["spec", "template", "spec", "initContainers"]).map(Node::as_seq).unwrap_or(&[]);
+    strs(inits.first().and_then(|c| c.get("args")))
+}
+
+/// STS with `volprep.io/modes: VALUE` on the workload.
+fn modes_on_workload(value: &str) -> String {
+    STS.replacen("  name: db\n", &format!("  name: db\n  annotations:\n    volprep.io/modes: {value}\n"), 1)
+}
+
+/// `text` with `volprep.io/modes: VALUE` on its pod template.
+fn modes_on_template(text: &str, value: &str) -> String {
+    text.replacen(
+        "      labels: {app: db}\n",
+        &format!("      labels: {{app: db}}\n      annotations:\n        volprep.io/modes: {value}\n"),
+        1,
+    )
+}
+
+#[test]
+fn modes_key_puts_the_policy_on_every_volume() {
+    let out = run_with(STS, &["modes=app-safe"]);
+    assert_eq!(out.events[0].outcome, Outcome::Injected);
+    assert_eq!(
+        init_args(&out)[3..],
+        ["--sticky=/volumes/tmp", "--volume=/volumes/data,fs-group=1001,modes=app-safe"],
+        "a --volume gets modes=, a --sticky has no spec"
+    );
+    let patches: Vec<&str> = out.patches.iter().filter_map(|p| p.get("patch").and_then(Node::as_str)).collect();
+    assert!(
+        patches.iter().any(|p| p.contains("--volume=/volumes/data,fs-group=1001,modes=app-safe")),
+        "--emit patches carries it: {patches:?}"
+    );
+    assert_eq!(
+        init_args(&run_with(STS, &["modes=App-Safe", "mode=unprivileged"]))[2..],
+        [
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "--volume=/volumes/data,fs-group=1001,modes=app-safe"
+        ],
+        "written as apply spells it, in mode unprivileged too"
+    );
+}
+
+#[test]
+fn modes_annotation_overrides_the_key_the_templates_winning() {
+    let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
+    let safe = "--volume=/volumes/data,fs-group=1001,modes=app-safe";
+    let plain = "--volume=/volumes/data,fs-group=1001";
+    assert_eq!(walked(&run(&modes_on_workload("app-safe"))), safe);
+    assert_eq!(walked(&run(&modes_on_workload("\"app-safe\""))), safe);
+    assert_eq!(walked(&run_with(&modes_on_workload("kubelet"), &["modes=app-safe"])), plain, "the workload's wins");
+    assert_eq!(walked(&run(&modes_on_template(STS, "app-safe"))), safe);
+    let both = modes_on_template(&modes_on_workload("app-safe"), "kubelet");
+    assert_eq!(walked(&run_with(&both, &["modes=app-safe"])), plain, "the template's wins over the workload's");
+    let both = modes_on_template(&modes_on_workload("kubelet"), "app-safe");
+    assert_eq!(walked(&run(&both)), safe);
+    // A `--modes` among extraArgs is what a --volume without modes= gets: inject says modes=
+    // whenever its choice differs from it, and only then.
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes=app-safe]"])), plain);
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes, app-safe]", "modes=app-safe"])), plain);
+    assert_eq!(
+        walked(&run_with(&modes_on_workload("kubelet"), &["extraArgs=[--modes=app-safe]"])),
+        "--volume=/volumes/data,fs-group=1001,modes=kubelet"
+    );
+}
+
+#[test]
+fn an_invalid_modes_annotation_refuses_the_workload_and_says_why() {
+    let why = "annotation volprep.io/modes: 'strict' is not a mode policy: kubelet or app-safe";
+    for input in [modes_on_workload("strict"), modes_on_template(&modes_on_workload("app-safe"), "strict")] {
+        let out = run_with(&input, &["annotateRefusals=false", "modes=app-safe"]);
+        assert_eq!(out.text, input, "left byte for byte");
+        assert_eq!(out.events[0].outcome, Outcome::Refused(vec![why.to_string()]));
+        let annotated = doc(&run(&input).text);
+        assert_eq!(annotated.at(&["metadata", "annotations", REFUSED_ANNOTATION]).and_then(Node::as_str), Some(why));
+        assert!(annotated.at(&["spec", "template", "spec", "initContainers"]).is_none());
+    }
+    // Refused with the other reasons, not instead of them.
+    let mixed = modes_on_workload("\"\"").replace(
+        "configMap:\n            name: db\n            defaultMode: 0644",
+        "secret:\n            secretName: db\n            defaultMode: 0440",
+    );
+    let Outcome::Refused(reasons) = &run(&mixed).events[0].outcome else { panic!("refused") };
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[1].contains("'' is not a mode policy"), "{reasons:?}");
+    // An opted-out workload is left alone, whatever it says.
+    let out_opted = modes_on_workload("strict")
+        .replace("    volprep.io/modes", "    volprep.io/inject: \"false\"\n    volprep.io/modes");
+    assert!(matches!(&run(&out_opted).events[0].outcome, Outcome::Skipped(w) if w.contains("opted out")));
+}
+
+#[test]
+fn the_kubelet_policy_adds_nothing() {
+    let default = run(STS).text;
+    assert!(!default.contains("modes="), "{default}");
+    assert_eq!(run_with(STS, &["modes=kubelet"]).text, default, "byte for byte");
+    assert_eq!(run_with(STS, &["modes=null"]).text, default);
+    assert_eq!(init_args(&run_with(&modes_on_workload("kubelet"), &[])), init_args(&run(STS)));
+}
