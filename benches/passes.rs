@@ -158,7 +158,7 @@ fn in_ci() -> bool {
 fn missing(a: &Args, volprep: &Path) -> Vec<String> {
     let mut need = Vec::new();
     // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if rustix::process::geteuid().as_raw() != 0 {
         need.push("root (it makes loop devices, mounts, chowns and drops caches)".to_string());
     }
     let mkfs = match a.fs {

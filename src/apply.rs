@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ExitCode};
 use crate::escape::Escaped;
-use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter};
+use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter, Tolerance};
 use crate::report::{self, Load, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::state::Stop;
@@ -24,12 +24,11 @@ pub struct Options {
     pub shard: Option<ShardFilter>,
     /// Shared temp dirs to make (`--sticky`).
     pub sticky: Vec<PathBuf>,
-    /// Per-entry errors tolerated before the exit code becomes 1.
-    pub max_errors: u64,
+    /// Per-entry errors tolerated before the exit code becomes 1, and whether entries of other
+    /// users left (unprivileged) are a reason to exit 4.
+    pub tolerates: Tolerance,
     /// Where the JSON report goes ('-': stdout).
     pub report: Option<PathBuf>,
-    /// Entries of other users left (unprivileged) are not a reason to exit 4.
-    pub allow_foreign: bool,
     /// The Kubernetes termination message file (default: /dev/termination-log when it exists).
     pub termination_log: Option<PathBuf>,
     /// Prepare system directories (`/`, `/etc`, ...) too.
@@ -103,9 +102,7 @@ fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeR
             .into_iter()
             .map(|(path, spec, t)| {
                 t.join().unwrap_or_else(|payload| {
-                    let msg = format!("internal error: {}", crate::error::panic_text(&*payload));
-                    let e = Error::Other { path: path.clone(), msg };
-                    VolumeReport::failed(path, spec, opts.threads, &e)
+                    VolumeReport::failed(path, spec, opts.threads, &Error::internal(path, &*payload))
                 })
             })
             .collect()
@@ -121,7 +118,7 @@ fn one_volume(o: &Options, opts: &RunOptions, pool: &walk::Pool, path: &Path, sp
     };
     match lifecycle::contained(path, pass) {
         Ok(v) => {
-            log_summary(&v, o.max_errors, o.allow_foreign);
+            log_summary(&v, o.tolerates);
             v
         }
         Err(e) => {
@@ -133,7 +130,7 @@ fn one_volume(o: &Options, opts: &RunOptions, pool: &walk::Pool, path: &Path, sp
 
 /// The summaries in the log and the termination message, the report, and the exit code.
 fn finish(o: &Options, volumes: Vec<VolumeReport>) -> Result<ExitCode, Error> {
-    let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.max_errors, o.allow_foreign)).collect();
+    let codes: Vec<ExitCode> = volumes.iter().map(|v| v.exit_code(o.tolerates)).collect();
     let mut missing = missing_capabilities(&volumes);
     if crate::logsink::dropped() > 0 {
         missing.push(format!("{} log line(s) could not be written to stderr", crate::logsink::dropped()));
@@ -234,7 +231,7 @@ fn fit_threads(mut run: RunOptions, asked: bool) -> RunOptions {
 
 /// The summary line, with its figures as fields: an error when the volume fails the run (exit
 /// code 1), a warning when it had only tolerated errors (`--max-errors`).
-fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
+fn log_summary(v: &VolumeReport, tolerates: Tolerance) {
     let action = format!("{:?}", v.action).to_lowercase();
     macro_rules! summary {
         ($level:expr) => {
@@ -254,7 +251,7 @@ fn log_summary(v: &VolumeReport, max_errors: u64, allow_foreign: bool) {
             )
         };
     }
-    let code = v.exit_code(max_errors, allow_foreign);
+    let code = v.exit_code(tolerates);
     if matches!(code, ExitCode::Failure | ExitCode::OwnershipIgnored) {
         summary!(tracing::Level::ERROR)
     } else if v.counts.errors > 0 || v.counts.foreign_owned > 0 {
@@ -307,8 +304,7 @@ mod tests {
             sticky: Vec::new(),
             shard: None,
             run: RunOptions { privilege, ..RunOptions::new(Mode::Apply, 1) },
-            max_errors: 0,
-            allow_foreign: false,
+            tolerates: Tolerance::NONE,
             report: None,
             termination_log: None,
             allow_system_path: false,

@@ -9,8 +9,10 @@ use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::inject_args::InjectArgs;
-use crate::options::{self, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Verify, parse_duration};
-use crate::spec::{self, Spec};
+use crate::options::{
+    self, Foreign, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify, parse_duration,
+};
+use crate::spec::{self, Modes, Spec};
 use crate::throttle::{Concurrency, Policy};
 use crate::{apply, demo, inject, inspect, merge, status};
 
@@ -86,6 +88,38 @@ pub struct SpecArgs {
     /// Use the read-only mask (0440 instead of 0660), as the kubelet does for read-only volumes.
     #[arg(long, env = "VOLPREP_READ_ONLY", value_parser = BoolishValueParser::new())]
     pub read_only: bool,
+
+    /// How mode bits are decided: 'kubelet' (the kubelet's fsGroup rule, exactly) or 'app-safe'
+    /// (the group gets access without breaking apps that insist on private modes: PostgreSQL,
+    /// ssh, Erlang/RabbitMQ, GnuPG, etcd). Also for the --volume specs that set no modes=.
+    #[arg(long, value_name = "MODE", value_enum, env = "VOLPREP_MODES", ignore_case = true)]
+    pub modes: Option<ModesArg>,
+}
+
+/// `--modes`: the mode policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModesArg {
+    /// The default. Files get g+rw and directories g+rwx and setgid (old_mode | 0660, dirs
+    /// | 2770), like the kubelet's fsGroup pass; with --owner alone, modes are untouched.
+    Kubelet,
+    /// An entry with no group or other bits keeps its mode (its group still changes); the others
+    /// get the kubelet's bits. Known app-private paths lose the bits their app refuses, and gain
+    /// none: a PostgreSQL data directory (holding PG_VERSION and global/) drops group write and other bits,
+    /// its server.key, .pgpass, .erlang.cookie, .ssh/, private keys in it, a GnuPG homedir and
+    /// its private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group and other bits, and
+    /// .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop group and other write.
+    /// Bits are removed only on entries owned (after --owner) by the uid that owns the app's
+    /// path, never on another uid's; what was tightened is logged and reported.
+    AppSafe,
+}
+
+impl From<ModesArg> for Modes {
+    fn from(m: ModesArg) -> Modes {
+        match m {
+            ModesArg::Kubelet => Modes::Kubelet,
+            ModesArg::AppSafe => Modes::AppSafe,
+        }
+    }
 }
 
 /// Arguments of `apply` and `check`.
@@ -95,7 +129,8 @@ pub struct PassArgs {
     pub spec: SpecArgs,
 
     /// Worker threads (0: automatic: 4 per core, 32 to 64, and 4 times that on a network or FUSE
-    /// filesystem; at most 1024).
+    /// filesystem; at most 1024). More than the cores, even on 2: each stat or chown mostly waits
+    /// on the storage, so requests in flight, not cores, set the pace of a cold pass.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
@@ -173,9 +208,9 @@ pub struct PassArgs {
           env = "VOLPREP_LOCK_TIMEOUT")]
     pub lock_timeout: std::time::Duration,
 
-    /// A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only' (keys as the
-    /// spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES takes
-    /// several, separated by ';' or newlines.
+    /// A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only,modes=MODE' (keys
+    /// as the spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES
+    /// takes several, separated by ';' or newlines.
     #[arg(long = "volume", value_name = "PATH,KEY=VALUE,...", value_parser = parse_volume)]
     pub volumes: Vec<(PathBuf, SpecArgs)>,
 
@@ -204,7 +239,7 @@ fn threads_parser() -> clap::builder::RangedU64ValueParser<usize> {
     clap::builder::RangedU64ValueParser::new().range(0..=options::MAX_THREADS as u64)
 }
 
-/// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only`.
+/// Parses one `--volume` value: `PATH,fs-group=GID,owner=UID[:GID],read-only,modes=MODE`.
 pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
     let mut path = None;
     let mut spec = SpecArgs::default();
@@ -220,8 +255,16 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
             ("read-only", None) => spec.read_only = true,
             ("read-only", Some(v)) => spec.read_only = parse_bool(v)?,
+            ("modes", Some(v)) => {
+                spec.modes = Some(
+                    ModesArg::from_str(v, true)
+                        .map_err(|_| format!("modes='{v}' is not a mode policy: kubelet or app-safe"))?,
+                );
+            }
             _ => {
-                return Err(format!("'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only"));
+                return Err(format!(
+                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE"
+                ));
             }
         }
     }
@@ -297,6 +340,8 @@ pub struct StatusArgs {
         "Also show which entries `volprep apply --owner UID[:GID]` (with --fs-group, if given) would \
          change: a preview for a migrated volume")),
     mut_arg("read_only", |a| a.help("The volume is mounted read-only: the kubelet's read-only mask (0440)")),
+    mut_arg("modes", |a| a.help(
+        "The mode policy of the previews (kubelet or app-safe); the app paths found are shown under both")),
 )]
 pub struct InspectArgs {
     #[command(flatten)]
@@ -307,7 +352,8 @@ pub struct InspectArgs {
     pub json: bool,
 
     /// Worker threads (0: automatic: 4 per core, 32 to 64, and 4 times that on a network or FUSE
-    /// filesystem; at most 1024).
+    /// filesystem; at most 1024). More than the cores, even on 2: each stat or chown mostly waits
+    /// on the storage, so requests in flight, not cores, set the pace of a cold pass.
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
@@ -335,13 +381,18 @@ pub struct DemoArgs {
     /// Keep the demo volume afterwards.
     #[arg(long)]
     pub keep: bool,
+
+    /// Also write the JSON report of its three passes to FILE ('-': stdout).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
 }
 
 impl SpecArgs {
     /// The spec the flags ask for, as they are (maybe nothing).
     pub fn spec(&self) -> Spec {
         let owner = self.owner.map_or_else(Spec::default, |(uid, gid)| Spec::owner(uid, gid));
-        Spec { fs_group: self.fs_group, read_only: self.read_only, ..owner }
+        let modes = self.modes.map_or(Modes::Kubelet, Modes::from);
+        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, ..owner }
     }
 
     /// The spec, or a usage error when it asks for nothing.
@@ -379,6 +430,8 @@ impl PassArgs {
             &self.volumes
         };
         for (p, s) in volumes {
+            // --modes is a policy: a --volume without modes= takes it.
+            let s = SpecArgs { modes: s.modes.or(self.spec.modes), ..s.clone() };
             out.push((p.clone(), s.to_spec()?));
         }
         if out.is_empty() && self.sticky.is_empty() {
@@ -398,7 +451,7 @@ impl PassArgs {
         Ok(Some(ShardFilter { index, count, depth: self.shard_depth }))
     }
 
-    pub fn run_options(&self, mode: Mode, text_logs: bool, privilege: Privilege) -> RunOptions {
+    pub fn run_options(&self, mode: Mode, stderr: Stderr, privilege: Privilege) -> RunOptions {
         RunOptions {
             mode,
             // 0 (automatic) is resolved by `apply`, which knows the volumes' filesystems.
@@ -411,7 +464,7 @@ impl PassArgs {
             },
             reverify_after: self.reverify_after,
             lock_timeout: self.lock_timeout,
-            progress: ProgressStyle::pick(self.progress_interval, text_logs, std::io::stderr().is_terminal()),
+            progress: ProgressStyle::pick(self.progress_interval, stderr),
             checkpoint_interval: self.checkpoint_interval,
             privilege,
             load: Policy {
@@ -426,8 +479,8 @@ impl PassArgs {
     }
 
     /// The plain options of `apply` (`mode` Apply) or `check`, for a process whose effective
-    /// uid is `euid`.
-    pub fn to_options(&self, mode: Mode, text_logs: bool, euid: u32) -> Result<apply::Options, String> {
+    /// uid is `euid` and whose stderr is `stderr`.
+    pub fn to_options(&self, mode: Mode, stderr: Stderr, euid: u32) -> Result<apply::Options, String> {
         let targets = self.targets()?;
         let shard = self.shard_filter()?;
         let privilege = Privilege::pick(self.unprivileged, euid);
@@ -448,9 +501,11 @@ impl PassArgs {
             targets,
             sticky: self.sticky.clone(),
             shard,
-            run: self.run_options(mode, text_logs, privilege),
-            max_errors: self.max_errors,
-            allow_foreign: self.allow_foreign,
+            run: self.run_options(mode, stderr, privilege),
+            tolerates: Tolerance {
+                max_errors: self.max_errors,
+                foreign: if self.allow_foreign { Foreign::Allowed } else { Foreign::Partial },
+            },
             report: self.report.clone(),
             termination_log: self.termination_log.clone(),
             allow_system_path: self.allow_system_path,
@@ -473,10 +528,13 @@ pub enum Job {
 impl Cli {
     /// The command as plain values, or a usage error (flag combinations clap can't see).
     pub fn job(self) -> Result<Job, String> {
-        let text_logs = self.log_format == LogFormat::Text;
+        let stderr = match self.log_format {
+            LogFormat::Text if std::io::stderr().is_terminal() => Stderr::TextTerminal,
+            _ => Stderr::Log,
+        };
         Ok(match self.command {
-            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, text_logs, crate::sys::euid())?),
-            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, text_logs, crate::sys::euid())?),
+            Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, stderr, crate::sys::euid())?),
+            Command::Check(a) => Job::Pass(a.to_options(Mode::Check, stderr, crate::sys::euid())?),
             Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
             Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
             Command::Inspect(a) => Job::Inspect(inspect::Options {
@@ -486,7 +544,9 @@ impl Cli {
                 cross_devices: a.cross_devices,
                 path: a.path,
             }),
-            Command::Demo(a) => Job::Demo(demo::Options { dir: a.dir, entries: a.entries, keep: a.keep }),
+            Command::Demo(a) => {
+                Job::Demo(demo::Options { dir: a.dir, entries: a.entries, keep: a.keep, report: a.report })
+            }
             Command::Inject(a) => Job::Inject(a.to_options()?),
         })
     }
@@ -568,6 +628,33 @@ mod tests {
     }
 
     #[test]
+    fn modes_come_from_the_flag_the_volume_or_the_default() {
+        let targets = |args: &[&str]| {
+            let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
+            a.targets().unwrap().into_iter().map(|(_, s)| s.modes).collect::<Vec<_>>()
+        };
+        assert_eq!(targets(&["apply", "--fs-group", "1", "/v"]), [Modes::Kubelet]);
+        assert_eq!(targets(&["apply", "--fs-group", "1", "--modes", "app-safe", "/v"]), [Modes::AppSafe]);
+        assert_eq!(targets(&["apply", "--fs-group", "1", "--modes", "App-Safe", "/v"]), [Modes::AppSafe]);
+        assert_eq!(
+            targets(&[
+                "apply",
+                "--modes",
+                "app-safe",
+                "--volume",
+                "/a,fs-group=1",
+                "--volume",
+                "/b,fs-group=1,modes=kubelet"
+            ]),
+            [Modes::AppSafe, Modes::Kubelet],
+            "a --volume takes --modes unless it says modes="
+        );
+        assert_eq!(parse_volume("/v,owner=1,modes=app-safe").unwrap().1.spec().modes, Modes::AppSafe);
+        assert!(parse_volume("/v,fs-group=1,modes=safe").unwrap_err().contains("kubelet or app-safe"));
+        assert_eq!(parse(&["apply", "--fs-group", "1", "--modes", "strict", "/v"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
     fn yes_no_words() {
         assert!(parse_volume("/v,fs-group=1,read-only=on").unwrap().1.read_only);
         assert!(!parse_volume("/v,fs-group=1,read-only=no").unwrap().1.read_only);
@@ -579,7 +666,7 @@ mod tests {
     fn owner_is_refused_when_unprivileged() {
         let opts = |args: &[&str], euid: u32| {
             let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
-            a.to_options(Mode::Apply, true, euid)
+            a.to_options(Mode::Apply, Stderr::Log, euid)
         };
         let o = opts(&["apply", "--fs-group", "2000", "/v"], 1000).unwrap();
         assert_eq!(o.run.privilege, Privilege::Unprivileged { uid: 1000 });

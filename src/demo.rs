@@ -18,7 +18,7 @@ use tracing::info;
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::{Escaped, escape_bytes};
 use crate::options::{Mode, RunOptions, resolve_threads};
-use crate::report::{self, Report};
+use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::sys::{self, fd};
 use crate::volume;
@@ -33,9 +33,16 @@ pub struct Options {
     pub entries: u64,
     /// Keep the demo volume afterwards.
     pub keep: bool,
+    /// Where the JSON report of the three passes goes ('-': stdout); none by default, the
+    /// summary lines say what they did.
+    pub report: Option<PathBuf>,
 }
 
 pub fn run(args: &Options) -> Result<ExitCode, Error> {
+    if let Some(dest) = &args.report {
+        let areas: Vec<&Path> = args.dir.iter().map(PathBuf::as_path).collect();
+        crate::guard::output_file("--report", dest, &areas)?;
+    }
     let (dir, root, made_temp) = match &args.dir {
         Some(d) => (d.clone(), empty_dir(d)?, false),
         None => {
@@ -50,6 +57,28 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     Maker { top: &dir, is_root, seed: 0x9e37_79b9_7f4a_7c15 }.tree(fd(&root), args.entries)?;
     drop(root);
 
+    let volumes = check_apply_check(&dir, gid)?;
+    let last = volumes.last().expect("three steps");
+    let ok = last.counts.changed_owner + last.counts.changed_mode == 0 && volumes.iter().all(|v| v.counts.errors == 0);
+    let entries = last.counts.entries;
+    if let Some(dest) = &args.report {
+        report::write(&Report::new(volumes), dest)?;
+    }
+    if args.keep || !made_temp {
+        info!("demo volume kept at {}", Escaped(dir.as_os_str()));
+    } else {
+        info!("removing the demo volume ({entries} entries; --keep keeps it)");
+        // `remove_dir_all` works by dir fds and never follows a symlink.
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| Error::sys(&dir, Op::Open, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
+    }
+    info!("demo {}", if ok { "done: the volume conforms" } else { "found a problem (see above)" });
+    Ok(if ok { ExitCode::Success } else { ExitCode::Failure })
+}
+
+/// The demo's three passes over `dir` with `--fs-group gid`: check, apply, check, each with its
+/// summary line.
+fn check_apply_check(dir: &Path, gid: u32) -> Result<Vec<VolumeReport>, Error> {
     let spec = Spec::group(gid);
     let threads = resolve_threads(0, false);
     let pool = Pool::new(threads);
@@ -61,22 +90,11 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
             if mode == Mode::Apply { "apply" } else { "check" },
             Escaped(dir.as_os_str())
         );
-        let vol = volume::run(&dir, &spec, &opts, &pool)?;
+        let vol = volume::run(dir, &spec, &opts, &pool)?;
         info!("{}", vol.summary());
         volumes.push(vol);
     }
-    let last = volumes.last().expect("three steps");
-    let ok = last.counts.changed_owner + last.counts.changed_mode == 0 && volumes.iter().all(|v| v.counts.errors == 0);
-    report::write(&Report::new(volumes), Path::new("-"))?;
-    if args.keep || !made_temp {
-        info!("demo volume kept at {}", Escaped(dir.as_os_str()));
-    } else {
-        // `remove_dir_all` works by dir fds and never follows a symlink.
-        std::fs::remove_dir_all(&dir)
-            .map_err(|e| Error::sys(&dir, Op::Open, Errno::from_io_error(&e).unwrap_or(Errno::IO)))?;
-    }
-    info!("demo {}", if ok { "done: the volume conforms" } else { "found a problem (see above)" });
-    Ok(if ok { ExitCode::Success } else { ExitCode::Failure })
+    Ok(volumes)
 }
 
 /// Makes `volprep-demo-<16 random hex digits>` in `tmp`, mode 0700: `mkdirat` fails on any
@@ -84,7 +102,8 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
 /// drawn. Returns its path and fd, opened without following a symlink and checked to be ours.
 fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
     let parent = sys::open_root(tmp).map_err(|e| Error::sys(tmp, Op::Open, e))?;
-    for _ in 0..64 {
+    const TRIES: u32 = 64;
+    for _ in 0..TRIES {
         let n = sys::random_u64().map_err(|e| Error::sys(tmp, Op::Open, e))?;
         let name = format!("volprep-demo-{n:016x}");
         let path = tmp.join(&name);
@@ -94,31 +113,40 @@ fn new_temp_dir(tmp: &Path) -> Result<(PathBuf, OwnedFd), Error> {
             Err(e) => return Err(Error::sys(&path, Op::Mkdir, e)),
             Ok(()) => {}
         }
-        return match settle_dir(fd(&parent), &cname, 0o700, true) {
+        return match settle_dir(fd(&parent), &cname, 0o700, Owner::Me) {
             Ok(dir) => Ok((path, dir)),
-            Err(Settle::Replaced) => Err(Error::Other { path, msg: "was replaced right after mkdir".into() }),
+            Err(Settle::Replaced) => Err(Error::TempDirReplaced { path }),
             Err(Settle::Sys(op, e)) => Err(Error::sys(&path, op, e)),
         };
     }
-    Err(Error::Other { path: tmp.to_path_buf(), msg: "64 random temp dir names were all taken".into() })
+    Err(Error::TempNamesTaken { path: tmp.to_path_buf(), tries: TRIES })
 }
 
 /// Why [`settle_dir`] failed.
 enum Settle {
     Sys(Op, Errno),
-    /// Not a directory (or, with `own`, not this user's), or another inode by the time it was
-    /// opened.
+    /// Not a directory (or, with [`Owner::Me`], not this user's), or another inode by the time
+    /// it was opened.
     Replaced,
 }
 
+/// Whose directory [`settle_dir`] accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    /// Only this user's: a temp dir in a shared directory, which anyone could have made first.
+    Me,
+    /// Anyone's: a directory of the demo tree (as root, made for other users).
+    Anyone,
+}
+
 /// Directory `name` below `dir`, just made (or made before): pinned (`O_PATH|O_NOFOLLOW`: no
-/// permission needed, whatever the umask left), checked to be a directory (this user's, with
-/// `own`), made exactly `mode` through the pin, then opened without following a symlink and
-/// checked to be the same inode.
-fn settle_dir(dir: BorrowedFd<'_>, name: &std::ffi::CStr, mode: u32, own: bool) -> Result<OwnedFd, Settle> {
+/// permission needed, whatever the umask left), checked to be a directory (of `owner`), made
+/// exactly `mode` through the pin, then opened without following a symlink and checked to be
+/// the same inode.
+fn settle_dir(dir: BorrowedFd<'_>, name: &std::ffi::CStr, mode: u32, owner: Owner) -> Result<OwnedFd, Settle> {
     let pin = sys::pin_at(dir, name).map_err(|e| Settle::Sys(Op::Open, e))?;
     let meta = sys::stat_fd(fd(&pin)).map_err(|e| Settle::Sys(Op::Stat, e))?;
-    if meta.kind() != sys::Kind::Dir || (own && meta.uid != sys::euid()) {
+    if meta.kind() != sys::Kind::Dir || (owner == Owner::Me && meta.uid != sys::euid()) {
         return Err(Settle::Replaced);
     }
     sys::chmod_fd(fd(&pin), mode).map_err(|e| Settle::Sys(Op::Chmod, e))?;
@@ -224,7 +252,7 @@ impl Maker<'_> {
             Ok(()) | Err(Errno::EXIST) => {}
             Err(e) => return Err(self.err(rel, Op::Mkdir)(e)),
         }
-        settle_dir(dir, &c, mode, false).map_err(|s| match s {
+        settle_dir(dir, &c, mode, Owner::Anyone).map_err(|s| match s {
             Settle::Sys(op, e) => self.err(rel, op)(e),
             Settle::Replaced => self.err(rel, Op::Mkdir)(Errno::EXIST),
         })

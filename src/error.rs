@@ -3,10 +3,14 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::escape::Escaped;
+use rustix::io::Errno;
 
-/// The process exit codes volprep documents (README "Exit codes", docs/reference.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+use crate::escape::Escaped;
+use crate::state::Stop;
+
+/// The process exit codes volprep documents (README "Exit codes", docs/reference.md). Ordered
+/// by severity, which is not the number: the order [`ExitCode::merge`] keeps the most severe of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
     /// Every volume conforms (`apply`), or nothing would change (`check`).
     Success = 0,
@@ -34,20 +38,39 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
-    /// The code of a run made of several outcomes: the most severe wins
-    /// (failure over partial over "would change" over success).
+    /// Least severe first: success, "would change", partial, refused, failure, storage that
+    /// ignores ownership, usage, SIGINT, SIGTERM. A signal wins over everything (the run was stopped), a usage error over a failure.
+    const SEVERITY: [ExitCode; 9] = [
+        ExitCode::Success,
+        ExitCode::WouldChange,
+        ExitCode::Partial,
+        ExitCode::Refused,
+        ExitCode::Failure,
+        ExitCode::OwnershipIgnored,
+        ExitCode::Usage,
+        ExitCode::Interrupted,
+        ExitCode::Terminated,
+    ];
+
+    fn severity(self) -> usize {
+        Self::SEVERITY.iter().position(|c| *c == self).expect("every code has a severity")
+    }
+
+    /// The code of a run made of several outcomes: the most severe wins.
     pub fn merge(codes: impl IntoIterator<Item = ExitCode>) -> ExitCode {
-        codes.into_iter().fold(ExitCode::Success, |acc, c| match (acc, c) {
-            (ExitCode::Terminated, _) | (_, ExitCode::Terminated) => ExitCode::Terminated,
-            (ExitCode::Interrupted, _) | (_, ExitCode::Interrupted) => ExitCode::Interrupted,
-            (ExitCode::Usage, _) | (_, ExitCode::Usage) => ExitCode::Usage,
-            (ExitCode::OwnershipIgnored, _) | (_, ExitCode::OwnershipIgnored) => ExitCode::OwnershipIgnored,
-            (ExitCode::Failure, _) | (_, ExitCode::Failure) => ExitCode::Failure,
-            (ExitCode::Refused, _) | (_, ExitCode::Refused) => ExitCode::Refused,
-            (ExitCode::Partial, _) | (_, ExitCode::Partial) => ExitCode::Partial,
-            (ExitCode::WouldChange, _) | (_, ExitCode::WouldChange) => ExitCode::WouldChange,
-            _ => ExitCode::Success,
-        })
+        codes.into_iter().max().unwrap_or(ExitCode::Success)
+    }
+}
+
+impl Ord for ExitCode {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.severity().cmp(&other.severity())
+    }
+}
+
+impl PartialOrd for ExitCode {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
     }
 }
 
@@ -126,12 +149,14 @@ impl fmt::Display for Op {
     }
 }
 
-/// Every error volprep reports. `Display` prints one line naming the path and the cause.
+/// Every error volprep reports. `Display` prints one line naming the path and the cause; the
+/// exit code it stands for is [`Error::exit_code`]'s. A caller matches the variant, never the
+/// text.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A syscall failed on a path.
-    #[error("{}: {op} failed: {}", Escaped(path.as_os_str()), errno_text(*errno))]
-    Sys { path: PathBuf, op: Op, errno: i32 },
+    #[error("{}: {op} failed: {}", Escaped(path.as_os_str()), errno_text(errno.raw_os_error()))]
+    Sys { path: PathBuf, op: Op, errno: Errno },
     /// A volume root that is not a directory.
     #[error("{}: not a directory", Escaped(path.as_os_str()))]
     NotADirectory { path: PathBuf },
@@ -141,21 +166,177 @@ pub enum Error {
     /// The environment failed the run: a resource it needs could not be had (threads).
     #[error("{0}")]
     Environment(String),
-    /// Anything else that stops a volume, with its path.
-    #[error("{}: {msg}", Escaped(path.as_os_str()))]
-    Other { path: PathBuf, msg: String },
+    /// The volume lock stayed taken for `--lock-timeout`; `holder` says by whom, as far as
+    /// this host can tell.
+    #[error("{}: {holder}; gave up after {waited_s}s (--lock-timeout)", Escaped(path.as_os_str()))]
+    LockTimeout { path: PathBuf, holder: String, waited_s: u64 },
+    /// SIGTERM or SIGINT came while waiting for the volume lock.
+    #[error("{}: {sig} while waiting for the volume lock ({holder})", Escaped(path.as_os_str()))]
+    StoppedWaitingForLock { path: PathBuf, sig: Stop, holder: String },
+    /// SIGTERM or SIGINT came before shard `shard` (`I/N`) started walking.
+    #[error("{}: shard {shard}: {sig} before walking", Escaped(path.as_os_str()))]
+    ShardStopped { path: PathBuf, shard: String, sig: Stop },
+    /// Shard `shard` waited for its turn for `--lock-timeout`; `why` it had to wait.
+    #[error("{}: shard {shard}: {why}; gave up (--lock-timeout)", Escaped(path.as_os_str()))]
+    ShardTimeout { path: PathBuf, shard: String, why: String },
+    /// A sharded pass on a root without extended attributes.
+    #[error("{}: a sharded pass needs extended attributes: the root marker is where shards meet", Escaped(path.as_os_str()))]
+    ShardsNeedXattrs { path: PathBuf },
+    /// The sharded marker a shard walked under was gone when it came to record its part.
+    #[error("{}: the shard marker vanished during the walk", Escaped(path.as_os_str()))]
+    ShardMarkerVanished { path: PathBuf },
+    /// A run of another spec took the volume over while this shard walked.
+    #[error("{}: another spec took over the volume during the walk", Escaped(path.as_os_str()))]
+    SpecTookOver { path: PathBuf },
+    /// A panic in a volume's pass: that volume fails, the others go on.
+    #[error("{}: internal error: {panic}", Escaped(path.as_os_str()))]
+    Internal { path: PathBuf, panic: String },
+    /// A `--sticky` path reached through a symlink (`at`): it is resolved without following links.
+    #[error(
+        "{}: is a symlink: --sticky {} is resolved without following links, so a link planted in a parent can't redirect it",
+        Escaped(at.as_os_str()),
+        Escaped(path.as_os_str())
+    )]
+    StickyParentIsSymlink { at: PathBuf, path: PathBuf },
+    /// A `--sticky` path that is itself a symlink.
+    #[error("{}: is a symlink; refusing to make its target a shared temp dir", Escaped(path.as_os_str()))]
+    StickyIsSymlink { path: PathBuf },
+    /// A `--sticky` path whose last component names no directory (`..`, `/`).
+    #[error("{}: names no directory to make a temp dir of", Escaped(path.as_os_str()))]
+    StickyNamesNoDir { path: PathBuf },
+    /// `demo`'s new temp dir was not the directory it made by the time it was opened.
+    #[error("{}: was replaced right after mkdir", Escaped(path.as_os_str()))]
+    TempDirReplaced { path: PathBuf },
+    /// `demo` found every random temp dir name it drew in `path` taken.
+    #[error("{}: {tries} random temp dir names were all taken", Escaped(path.as_os_str()))]
+    TempNamesTaken { path: PathBuf, tries: u32 },
+    /// A report file (`report merge`) that could not be read.
+    #[error("{}: cannot read: {why}", Escaped(path.as_os_str()))]
+    ReportUnreadable { path: PathBuf, why: String },
+    /// A file (`report merge`) that is no volprep report.
+    #[error("{}: not a volprep report: {why}", Escaped(path.as_os_str()))]
+    NotAReport { path: PathBuf, why: String },
+    /// The report (`--report FILE`) could not be written.
+    #[error("{}: cannot write report: {why}", Escaped(path.as_os_str()))]
+    ReportUnwritable { path: PathBuf, why: String },
+    /// Standard output could not be written (other than a reader that went away).
+    #[error("-: cannot write to stdout: {why}")]
+    Stdout { why: String },
+    /// The shard record of a round of `shards` (`bytes` long) does not fit in the root's
+    /// extended attributes (`errno`); `on_1k` shards fit on ext4 with 1 KiB blocks, `max` with
+    /// 4 KiB blocks.
+    #[error(
+        "{}: a round of {shards} shards does not fit in the root's extended attributes ({}: the shard record takes {bytes} bytes, one per shard and about 50 per running shard); use fewer shards (ext4 with 1 KiB blocks holds up to {on_1k} shards, with 4 KiB blocks up to {max})",
+        Escaped(path.as_os_str()),
+        errno_text(errno.raw_os_error())
+    )]
+    ShardRoundTooBig { path: PathBuf, shards: u32, errno: Errno, bytes: usize, on_1k: u32, max: u32 },
+    /// `inject` could not read, parse or write back an input.
+    #[error("{0}")]
+    Inject(InjectError),
 }
 
-impl Error {
-    pub fn sys(path: impl Into<PathBuf>, op: Op, errno: rustix::io::Errno) -> Error {
-        Error::Sys { path: path.into(), op, errno: errno.raw_os_error() }
+/// Why `inject` could not rewrite an input (exit 1, nothing written): the input's name, the
+/// line and column when the cause has a place, and what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectError {
+    pub source: PathBuf,
+    pub line: Option<usize>,
+    pub col: Option<usize>,
+    pub kind: InjectErrorKind,
+}
+
+/// What went wrong with an `inject` input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InjectErrorKind {
+    /// It could not be opened or read (the I/O error's text).
+    Read { op: &'static str, cause: String },
+    /// The inputs together are larger than the limit (MiB).
+    TooBig { limit_mib: u64 },
+    /// Not UTF-8 from this byte on.
+    NotUtf8 { valid_up_to: usize },
+    /// The parser's (or the nesting and alias limits') cause.
+    NotYaml(String),
+    /// A KRM function config it could not use.
+    FunctionConfig(String),
+    /// A rewritten document could not be written as YAML (e.g. a key spanning lines).
+    Unwritable(String),
+    /// Writing the result failed.
+    Write(String),
+}
+
+impl InjectError {
+    /// An error of the input as a whole.
+    pub fn of(source: impl Into<PathBuf>, kind: InjectErrorKind) -> InjectError {
+        InjectError { source: source.into(), line: None, col: None, kind }
     }
 
-    /// The exit code this error stands for when it stops the run.
+    /// An error at a line (and column) of the input.
+    pub fn at(source: impl Into<PathBuf>, line: usize, col: Option<usize>, kind: InjectErrorKind) -> InjectError {
+        InjectError { source: source.into(), line: Some(line), col, kind }
+    }
+}
+
+impl fmt::Display for InjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", Escaped(self.source.as_os_str()))?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.col {
+                write!(f, ":{col}")?;
+            }
+        }
+        match &self.kind {
+            InjectErrorKind::Read { op, cause } => write!(f, ": {op} failed: {cause}"),
+            InjectErrorKind::TooBig { limit_mib } => write!(f, ": input over {limit_mib} MiB"),
+            InjectErrorKind::NotUtf8 { valid_up_to } => write!(f, ": not UTF-8 (byte {valid_up_to})"),
+            InjectErrorKind::NotYaml(cause) => write!(f, ": not YAML: {cause}"),
+            InjectErrorKind::FunctionConfig(cause) => write!(f, ": {cause}"),
+            InjectErrorKind::Unwritable(cause) => write!(f, ": cannot write the document back: {cause}"),
+            InjectErrorKind::Write(cause) => write!(f, ": write failed: {cause}"),
+        }
+    }
+}
+
+impl std::error::Error for InjectError {}
+
+impl Error {
+    pub fn sys(path: impl Into<PathBuf>, op: Op, errno: Errno) -> Error {
+        Error::Sys { path: path.into(), op, errno }
+    }
+
+    /// A panic of `path`'s pass, with the message it was raised with.
+    pub fn internal(path: impl Into<PathBuf>, payload: &(dyn std::any::Any + Send)) -> Error {
+        Error::Internal { path: path.into(), panic: panic_text(payload) }
+    }
+
+    /// The exit code this error stands for when it stops the run: a usage error is 2, every
+    /// other error 1 (a signal's own code, 130 or 143, is the run's: see `apply`).
     pub fn exit_code(&self) -> ExitCode {
         match self {
             Error::Usage(_) => ExitCode::Usage,
-            _ => ExitCode::Failure,
+            Error::Sys { .. }
+            | Error::NotADirectory { .. }
+            | Error::Environment(_)
+            | Error::LockTimeout { .. }
+            | Error::StoppedWaitingForLock { .. }
+            | Error::ShardStopped { .. }
+            | Error::ShardTimeout { .. }
+            | Error::ShardsNeedXattrs { .. }
+            | Error::ShardMarkerVanished { .. }
+            | Error::SpecTookOver { .. }
+            | Error::Internal { .. }
+            | Error::StickyParentIsSymlink { .. }
+            | Error::StickyIsSymlink { .. }
+            | Error::StickyNamesNoDir { .. }
+            | Error::TempDirReplaced { .. }
+            | Error::TempNamesTaken { .. }
+            | Error::ReportUnreadable { .. }
+            | Error::NotAReport { .. }
+            | Error::ReportUnwritable { .. }
+            | Error::Stdout { .. }
+            | Error::ShardRoundTooBig { .. }
+            | Error::Inject(_) => ExitCode::Failure,
         }
     }
 }
@@ -262,6 +443,20 @@ mod tests {
         assert_eq!(ExitCode::merge([Failure, OwnershipIgnored, Partial]), OwnershipIgnored);
         assert_eq!(ExitCode::merge([OwnershipIgnored, Usage]), Usage);
         assert_eq!(OwnershipIgnored as u8, 6);
+        assert_eq!(ExitCode::merge([Refused, Partial]), Refused);
+        assert_eq!(ExitCode::merge([Refused, Failure]), Failure);
+    }
+
+    #[test]
+    fn the_order_is_the_merge_precedence_and_every_pair_merges_to_its_max() {
+        let all = ExitCode::SEVERITY;
+        assert!(all.windows(2).all(|w| w[0] < w[1]), "strictly increasing severity");
+        for a in all {
+            for b in all {
+                assert_eq!(ExitCode::merge([a, b]), a.max(b), "{a:?} {b:?}");
+                assert_eq!(ExitCode::merge([a, b]), ExitCode::merge([b, a]));
+            }
+        }
     }
 
     #[test]
@@ -285,15 +480,51 @@ mod tests {
 
     #[test]
     fn errnos_are_spelled_by_name_number_or_dash() {
-        use rustix::io::Errno;
         for (e, w) in [(Some(Errno::PERM), "EPERM"), (Some(Errno::from_raw_os_error(4000)), "4000"), (None, "-")] {
             assert_eq!((errno_word::word(e), errno_word::parse(w)), (w.to_string(), e));
         }
     }
 
     #[test]
+    fn each_variant_prints_its_one_line() {
+        let p = || PathBuf::from("/v");
+        let holder = || "another volprep (pid 42) is preparing this volume".to_string();
+        for (e, line) in [
+            (
+                Error::LockTimeout { path: p(), holder: holder(), waited_s: 30 },
+                "/v: another volprep (pid 42) is preparing this volume; gave up after 30s (--lock-timeout)",
+            ),
+            (
+                Error::StoppedWaitingForLock { path: p(), sig: Stop::Term, holder: holder() },
+                "/v: SIGTERM while waiting for the volume lock (another volprep (pid 42) is preparing this volume)",
+            ),
+            (
+                Error::ShardStopped { path: p(), shard: "1/4".into(), sig: Stop::Int },
+                "/v: shard 1/4: SIGINT before walking",
+            ),
+            (
+                Error::ShardsNeedXattrs { path: p() },
+                "/v: a sharded pass needs extended attributes: the root marker is where shards meet",
+            ),
+            (Error::internal("/v", &"boom"), "/v: internal error: boom"),
+            (
+                Error::StickyParentIsSymlink { at: "/l".into(), path: "/l/tmp".into() },
+                "/l: is a symlink: --sticky /l/tmp is resolved without following links, so a link planted in a parent can't redirect it",
+            ),
+            (Error::TempNamesTaken { path: "/tmp".into(), tries: 64 }, "/tmp: 64 random temp dir names were all taken"),
+            (
+                Error::Stdout { why: "No space left on device".into() },
+                "-: cannot write to stdout: No space left on device",
+            ),
+        ] {
+            assert_eq!(e.to_string(), line);
+            assert_eq!(e.exit_code(), ExitCode::Failure, "{line}");
+        }
+    }
+
+    #[test]
     fn sys_error_is_one_line_with_path_op_and_errno() {
-        let e = Error::Sys { path: "/v/a\nb".into(), op: Op::Chown, errno: libc::EROFS };
+        let e = Error::sys("/v/a\nb", Op::Chown, Errno::ROFS);
         let s = e.to_string();
         assert_eq!(s, "/v/a\\nb: chown failed: Read-only file system (EROFS)");
         assert!(!s.contains('\n'));

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use rustix::io::Errno;
 
+use crate::apps::{self, Private};
 use crate::error::Op;
 use crate::options::Privilege;
 use crate::spec::Spec;
@@ -44,9 +45,9 @@ pub struct Fixed {
 }
 
 impl Fixed {
-    /// The decision for `meta`, nothing applied (`check`).
-    pub fn decided(meta: &Meta, spec: &Spec) -> Fixed {
-        Fixed { change: decide(meta, spec), old_perm: meta.perm() }
+    /// The decision for `meta` at `private`, nothing applied (`check`).
+    pub fn decided(meta: &Meta, spec: &Spec, private: Option<Private>) -> Fixed {
+        Fixed { change: decide_at(meta, spec, private), old_perm: meta.perm() }
     }
 
     /// Whether the entry's final mode differs from its initial one.
@@ -55,23 +56,31 @@ impl Fixed {
     }
 }
 
-/// The kubelet's rule (`pkg/volume/volume_linux.go`), made change-only: the group (and owner)
-/// the spec names, and for every non-symlink `old_mode | mask` (directories also `| 0110 |
-/// S_ISGID`). When a non-directory's owner changes, the kernel clears its setuid/setgid bits,
-/// so a chmod to `old_mode | mask` follows whenever the old mode had them.
+/// The decision for an entry at no app-private path: [`decide_at`] with `None`.
 pub fn decide(meta: &Meta, spec: &Spec) -> Change {
+    decide_at(meta, spec, None)
+}
+
+/// The kubelet's rule (`pkg/volume/volume_linux.go`), made change-only: the group (and owner)
+/// the spec names, and for every non-symlink the mode bits of the spec's mode policy
+/// ([`apps::want_mode`]: with `--modes kubelet`, `old_mode | mask`, directories also `| 0110 |
+/// S_ISGID`). `private` is the app-private path the entry is at, if any (app-safe tightens it).
+/// When a non-directory's owner changes, the kernel clears its setuid/setgid bits, so a chmod to
+/// the wanted mode follows whenever the old mode had them.
+pub fn decide_at(meta: &Meta, spec: &Spec, private: Option<Private>) -> Change {
     let uid = spec.uid().filter(|&u| u != meta.uid);
     let gid = spec.gid().filter(|&g| g != meta.gid);
     let chown = uid.is_some() || gid.is_some();
     let kind = meta.kind();
-    let mode = match spec.mode_mask(kind == Kind::Dir) {
-        Some(mask) if kind != Kind::Symlink => {
-            let old = meta.perm();
-            let want = old | mask;
+    let mode = if kind == Kind::Symlink {
+        None
+    } else {
+        let old = meta.perm();
+        let owner = uid.unwrap_or(meta.uid);
+        apps::want_mode(spec.modes, old, spec.mode_mask(kind == Kind::Dir), private, owner).and_then(|want| {
             let special_cleared = chown && kind != Kind::Dir && old & (libc::S_ISUID | libc::S_ISGID) != 0;
             (want != old || special_cleared).then_some(want)
-        }
-        _ => None,
+        })
     };
     Change { uid, gid, mode }
 }
@@ -89,8 +98,8 @@ pub enum Verdict {
 /// The decision, given who runs the pass. An unprivileged process may change the group (to one
 /// of its groups) and the mode of the entries it owns, and nothing of any other entry; an entry
 /// of another user that already conforms needs nothing.
-pub fn judge(meta: &Meta, spec: &Spec, privilege: Privilege) -> Verdict {
-    let change = decide(meta, spec);
+pub fn judge(meta: &Meta, spec: &Spec, private: Option<Private>, privilege: Privilege) -> Verdict {
+    let change = decide_at(meta, spec, private);
     match privilege {
         Privilege::Unprivileged { uid } if meta.uid != uid && !change.is_none() => Verdict::NotOurs(change),
         _ => Verdict::Fix(change),
@@ -206,10 +215,11 @@ pub fn fix_entry(
     name: &CStr,
     seen: &Meta,
     spec: &Spec,
+    private: Option<Private>,
     pin: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<OwnedFd, Errno>,
     how: How,
 ) -> Result<Fixed, Failure> {
-    if decide(seen, spec).is_none() {
+    if decide_at(seen, spec, private).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let first = one_at_a_time(seen);
@@ -228,11 +238,11 @@ pub fn fix_entry(
         // Swapped for a directory after it was read: its contents were not walked.
         return Err(Failure::new(Op::Stat, Errno::AGAIN));
     }
-    if now.other_mount(seen) {
+    if now.other_mount(seen) || now.dev != seen.dev {
         // Another mount took the name's place: not the inode that was looked at.
         return Err(Failure::new(Op::Stat, Errno::XDEV));
     }
-    fix_inode(sys::fd(&pinned), &now, spec, how)
+    fix_inode(sys::fd(&pinned), &now, spec, private, how)
 }
 
 /// Fixes a non-directory entry through `pin`, an O_PATH|O_NOFOLLOW fd of it whose own `fstat`
@@ -247,13 +257,19 @@ pub fn fix_entry(
 /// go stale is the metadata itself, as with any `lstat`-then-change (the kubelet's too): an
 /// inode with several names may be fixed by several threads at once, so such inodes are
 /// re-read under a lock (see [`fix_entry`]).
-pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec, how: How) -> Result<Fixed, Failure> {
-    if decide(seen, spec).is_none() {
+pub fn fix_pinned(
+    pin: BorrowedFd<'_>,
+    seen: &Meta,
+    spec: &Spec,
+    private: Option<Private>,
+    how: How,
+) -> Result<Fixed, Failure> {
+    if decide_at(seen, spec, private).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let _one_at_a_time = one_at_a_time(seen);
     let now = if seen.nlink > 1 { sys::stat_fd(pin).map_err(|e| Failure::new(Op::Stat, e))? } else { *seen };
-    fix_inode(pin, &now, spec, how)
+    fix_inode(pin, &now, spec, private, how)
 }
 
 /// An inode with several names may be fixed by several threads: each re-reads and changes it
@@ -266,8 +282,14 @@ fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
 /// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`
 /// (or the file opened through it: see [`Through`]); with `Readback::Yes`, reads it back: a
 /// change that did not hold is `Cause::Ignored`.
-fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec, how: How) -> Result<Fixed, Failure> {
-    let change = decide(now, spec);
+fn fix_inode(
+    pin: BorrowedFd<'_>,
+    now: &Meta,
+    spec: &Spec,
+    private: Option<Private>,
+    how: How,
+) -> Result<Fixed, Failure> {
+    let change = decide_at(now, spec, private);
     let both = change.owner() && change.mode.is_some();
     // Opened only when the pin is a regular file: never a device, FIFO or socket.
     let opened = (how.through == Through::OpenFile && both && now.kind() == Kind::File)
@@ -341,10 +363,11 @@ pub fn fix_dir(
     fd: BorrowedFd<'_>,
     seen: &Meta,
     spec: &Spec,
+    private: Option<Private>,
     setgid: &SetgidRule,
     readback: Readback,
 ) -> Result<Fixed, Failure> {
-    let change = decide(seen, spec);
+    let change = decide_at(seen, spec, private);
     if change.is_none() {
         return Ok(Fixed { change, old_perm: seen.perm() });
     }
@@ -456,11 +479,11 @@ mod tests {
 
     #[test]
     fn a_mode_put_back_after_a_chown_is_no_mode_change() {
-        let f = Fixed::decided(&meta(libc::S_IFREG, 0o4775, 0, 1), &fs(2000));
+        let f = Fixed::decided(&meta(libc::S_IFREG, 0o4775, 0, 1), &fs(2000), None);
         assert_eq!(f.change.mode, Some(0o4775), "the chmod is needed");
         assert!(!f.mode_changed(), "but the final mode is the initial one");
-        assert!(Fixed::decided(&meta(libc::S_IFREG, 0o4755, 0, 1), &fs(2000)).mode_changed());
-        assert!(!Fixed::decided(&meta(libc::S_IFREG, 0o660, 0, 1), &fs(2000)).mode_changed());
+        assert!(Fixed::decided(&meta(libc::S_IFREG, 0o4755, 0, 1), &fs(2000), None).mode_changed());
+        assert!(!Fixed::decided(&meta(libc::S_IFREG, 0o660, 0, 1), &fs(2000), None).mode_changed());
     }
 
     #[test]
@@ -477,19 +500,21 @@ mod tests {
         let me = Privilege::Unprivileged { uid: 1000 };
         // Its own entry, whatever its group: group and mode are the owner's to change.
         let own = meta(libc::S_IFREG, 0o600, 1000, 0);
-        assert_eq!(judge(&own, &fs(2000), me), Verdict::Fix(decide(&own, &fs(2000))));
-        assert!(matches!(judge(&own, &fs(2000), me), Verdict::Fix(c) if c.gid == Some(2000) && c.mode == Some(0o660)));
+        assert_eq!(judge(&own, &fs(2000), None, me), Verdict::Fix(decide(&own, &fs(2000))));
+        assert!(
+            matches!(judge(&own, &fs(2000), None, me), Verdict::Fix(c) if c.gid == Some(2000) && c.mode == Some(0o660))
+        );
         // Another user's entry that conforms needs nothing.
         let theirs_ok = meta(libc::S_IFDIR, 0o2770, 0, 2000);
-        assert_eq!(judge(&theirs_ok, &fs(2000), me), Verdict::Fix(Change::default()));
+        assert_eq!(judge(&theirs_ok, &fs(2000), None, me), Verdict::Fix(Change::default()));
         // Another user's entry that does not conform is left, with what root would change.
         for theirs in [meta(libc::S_IFREG, 0o644, 0, 0), meta(libc::S_IFLNK, 0o777, 1001, 1001)] {
-            let v = judge(&theirs, &fs(2000), me);
+            let v = judge(&theirs, &fs(2000), None, me);
             assert_eq!(v, Verdict::NotOurs(decide(&theirs, &fs(2000))), "{theirs:?}");
         }
         // Root changes everything.
         let theirs = meta(libc::S_IFREG, 0o644, 0, 0);
-        assert_eq!(judge(&theirs, &fs(2000), Privilege::Full), Verdict::Fix(decide(&theirs, &fs(2000))));
+        assert_eq!(judge(&theirs, &fs(2000), None, Privilege::Full), Verdict::Fix(decide(&theirs, &fs(2000))));
     }
 
     #[test]
@@ -502,6 +527,70 @@ mod tests {
         assert!(root.keeps(1, 1000, 3000), "CAP_FSETID over an inode whose owner is mapped");
         assert!(!root.keeps(1, 65534, 3000), "an owner unmapped in this user namespace");
         assert!(!SetgidRule::default().keeps(1, 0, 0), "nothing known: always read back");
+    }
+
+    fn app_safe(g: u32) -> Spec {
+        Spec { modes: crate::spec::Modes::AppSafe, ..Spec::group(g) }
+    }
+
+    #[test]
+    fn app_safe_keeps_private_modes_and_changes_the_group() {
+        let c = decide(&meta(libc::S_IFREG, 0o600, 5, 1), &app_safe(2000));
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: None });
+        let c = decide(&meta(libc::S_IFDIR, 0o700, 5, 1), &app_safe(2000));
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: None }, "no setgid added either");
+        // Entries the group shares already get the kubelet's bits.
+        assert_eq!(decide(&meta(libc::S_IFREG, 0o640, 5, 1), &app_safe(2000)).mode, Some(0o660));
+        assert_eq!(decide(&meta(libc::S_IFDIR, 0o755, 5, 1), &app_safe(2000)).mode, Some(0o2775));
+        // A setuid file keeps its bits across the chown.
+        assert_eq!(decide(&meta(libc::S_IFREG, 0o4700, 5, 1), &app_safe(2000)).mode, Some(0o4700));
+    }
+
+    #[test]
+    fn app_safe_tightens_an_app_path_of_its_owner_only() {
+        use crate::apps::{Anchor, AppPath};
+        let data = Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself });
+        // A data directory an earlier kubelet walked with another group (K).
+        let c = decide_at(&meta(libc::S_IFDIR, 0o2770, 2000, 4000), &app_safe(2000), data);
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: Some(0o2750) });
+        // Restored as another uid (R), with --owner: the owner is the app's after the change.
+        let key = Some(Private { path: AppPath::PostgresKey, anchor: Anchor::Owner(2000) });
+        let owner = Spec { owner_uid: Some(2000), ..app_safe(2000) };
+        let c = decide_at(&meta(libc::S_IFREG, 0o660, 3000, 3000), &owner, key);
+        assert_eq!(c, Change { uid: Some(2000), gid: Some(2000), mode: Some(0o600) });
+        // Without --owner, the key of uid 3000 in a data directory of uid 2000 is left as it is.
+        let c = decide_at(&meta(libc::S_IFREG, 0o660, 3000, 3000), &app_safe(2000), key);
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: None });
+        // The kubelet's rule ignores the place.
+        assert_eq!(decide_at(&meta(libc::S_IFDIR, 0o2750, 2000, 2000), &fs(2000), data).mode, Some(0o2770));
+    }
+
+    #[test]
+    fn app_safe_decisions_are_fixed_points() {
+        use crate::apps::{Anchor, AppPath};
+        let places = [None, Some(Private { path: AppPath::SshHome, anchor: Anchor::Owner(42) })];
+        let places = places.into_iter().chain(AppPath::ALL.map(|path| Some(Private { path, anchor: Anchor::Itself })));
+        for private in places {
+            for kind in [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK] {
+                for perm in 0..=0o7777 {
+                    for spec in [
+                        app_safe(7),
+                        Spec { owner_uid: Some(42), ..app_safe(7) },
+                        Spec { modes: crate::spec::Modes::AppSafe, ..Spec::owner(42, Some(7)) },
+                    ] {
+                        let m = meta(kind, perm, 9, 8);
+                        let c = decide_at(&m, &spec, private);
+                        let after = Meta {
+                            uid: c.uid.unwrap_or(m.uid),
+                            gid: c.gid.unwrap_or(m.gid),
+                            mode: (m.mode & libc::S_IFMT) | c.mode.unwrap_or(m.perm()),
+                            ..m
+                        };
+                        assert!(decide_at(&after, &spec, private).is_none(), "{kind:o} {perm:o} {private:?} {spec}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -3,18 +3,47 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, PossibleValuesParser, TypedValueParser as _};
+use clap::{Args, ValueEnum};
 
 use crate::inject::{self, Config, Node};
+use crate::spec::Modes;
+
+/// `--mode`: inject's `mode` key, as clap parses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    Root,
+    Unprivileged,
+}
+
+impl From<ModeArg> for inject::Mode {
+    fn from(m: ModeArg) -> inject::Mode {
+        match m {
+            ModeArg::Root => inject::Mode::Root,
+            ModeArg::Unprivileged => inject::Mode::Unprivileged,
+        }
+    }
+}
+
+/// `--emit`: what goes to stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum EmitArg {
+    /// The rewritten manifests.
+    #[default]
+    Manifests,
+    /// Kustomize patches (JSON 6902 with targets) that make the same change, for a Flux
+    /// HelmRelease's `postRenderers[].kustomize.patches` or a kustomization's `patches`.
+    Patches,
+}
 
 /// Arguments of `inject`.
 #[derive(Debug, Args)]
 pub struct InjectArgs {
     /// A YAML file of configuration keys: the volprep chart's value names (image.registry,
-    /// image.repository, image.tag, image.digest, image.pullPolicy, pullSecrets, resources,
-    /// securityContext, extraArgs, mode, runAsUser, runAsGroup, allowForeign, threads,
-    /// maxErrors, logFormat, terminationLog) and tmpDirs, select.
+    /// global.imageRegistry, image.repository, image.tag, image.digest, image.pullPolicy,
+    /// pullSecrets, resources, securityContext, extraArgs, mode, modes, runAsUser, runAsGroup,
+    /// allowForeign, threads, maxErrors, logFormat, terminationLog) and tmpDirs, select,
+    /// annotateRefusals.
     #[arg(long, value_name = "FILE", env = "VOLPREP_INJECT_CONFIG")]
     pub config: Option<PathBuf>,
 
@@ -26,8 +55,22 @@ pub struct InjectArgs {
 
     /// root: the init container runs as root with four capabilities and fixes every entry;
     /// unprivileged: it runs as the app's user with none (emptyDirs are then left alone).
-    #[arg(long, value_name = "MODE", value_parser = ["root", "unprivileged"], env = "VOLPREP_INJECT_MODE")]
-    pub mode: Option<String>,
+    #[arg(long, value_name = "MODE", value_enum, env = "VOLPREP_INJECT_MODE")]
+    pub mode: Option<ModeArg>,
+
+    /// The mode policy of every volume volprep prepares (`modes=` on each --volume): kubelet
+    /// (the kubelet's fsGroup rule, exactly; the default) or app-safe (the group gets access
+    /// without breaking apps that insist on private modes: PostgreSQL, ssh, Erlang/RabbitMQ,
+    /// GnuPG, etcd). A workload's `volprep.io/modes` annotation wins.
+    #[arg(long, value_name = "MODE", env = "VOLPREP_INJECT_MODES", ignore_case = true,
+          value_parser = PossibleValuesParser::new(Modes::ALL.map(Modes::word))
+              .map(|w| w.parse::<Modes>().expect("a listed policy")))]
+    pub modes: Option<Modes>,
+
+    /// What to write: the rewritten manifests, or the kustomize patches that make the same
+    /// change (for Flux, whose HelmRelease post-renderers take patches only).
+    #[arg(long, value_name = "WHAT", value_enum, default_value_t = EmitArg::Manifests, env = "VOLPREP_INJECT_EMIT")]
+    pub emit: EmitArg,
 
     /// The volprep image's registry ('' for none).
     #[arg(long, value_name = "HOST", env = "VOLPREP_INJECT_IMAGE_REGISTRY")]
@@ -85,9 +128,14 @@ impl InjectArgs {
             overrides.push((k.trim().to_string(), inject::value_of(v).map_err(|e| format!("--set {k}: {e}"))?));
         }
         let text = |key: &str, v: &Option<String>| v.as_ref().map(|v| (key.to_string(), Node::str(v)));
+        if let Some(m) = self.mode {
+            overrides.push(("mode".into(), Node::str(inject::Mode::from(m).as_str())));
+        }
+        if let Some(m) = self.modes {
+            overrides.push(("modes".into(), Node::str(m.word())));
+        }
         overrides.extend(
             [
-                text("mode", &self.mode),
                 text("image.registry", &self.image_registry),
                 text("image.repository", &self.image_repository),
                 text("image.tag", &self.image_tag),
@@ -115,6 +163,10 @@ impl InjectArgs {
             config_file: self.config.clone(),
             overrides,
             strict: self.strict,
+            emit: match self.emit {
+                EmitArg::Manifests => inject::Emit::Manifests,
+                EmitArg::Patches => inject::Emit::Patches,
+            },
         })
     }
 }

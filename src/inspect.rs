@@ -3,6 +3,7 @@
 //! `volprep apply` would do with a given fsGroup and/or owner (which entries it would change: a
 //! preview for a migration). Changes nothing; output is in `render`.
 
+mod apps;
 mod owners;
 mod render;
 
@@ -15,20 +16,23 @@ use std::time::Instant;
 
 use rustix::io::Errno;
 
+use crate::apps::Private;
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::options::resolve_threads;
+use crate::pass::Places;
 use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList};
-use crate::spec::{EXEC_MASK, RO_MASK, RW_MASK, Spec};
+use crate::spec::{EXEC_MASK, Ownership, RO_MASK, RW_MASK, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
-use crate::walk::{self, At, Dir, Pool, Visitor, Walk};
+use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 
 use owners::Owners;
 
-pub use render::{Finding, Inspection, Kinds, LinkOut, OwnerView};
+pub use apps::AppPathView;
+pub use render::{AclGroup, Finding, Inspection, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -146,6 +150,33 @@ pub fn link_escapes(dir_depth: u32, target: &[u8]) -> bool {
     false
 }
 
+/// In a POSIX access ACL (the kernel's `system.posix_acl_access`: a version word, then 8-byte
+/// entries of tag, permissions and id), the owning group's permissions (`group::`) and the
+/// mask's, if it has them.
+pub fn acl_group_and_mask(acl: &[u8]) -> Option<(u16, Option<u16>)> {
+    const GROUP_OBJ: u16 = 0x04;
+    const MASK: u16 = 0x10;
+    let entries = acl.get(4..)?;
+    if entries.len() % 8 != 0 || acl[..4] != 2u32.to_le_bytes() {
+        return None;
+    }
+    let (mut group, mut mask) = (None, None);
+    for e in entries.chunks_exact(8) {
+        let (tag, perm) = (u16::from_le_bytes([e[0], e[1]]), u16::from_le_bytes([e[2], e[3]]) & 7);
+        match tag {
+            GROUP_OBJ => group = Some(perm),
+            MASK => mask = Some(perm),
+            _ => {}
+        }
+    }
+    Some((group?, mask))
+}
+
+/// `rwx` bits as `getfacl` writes them (`r-x`).
+fn rwx(perm: u16) -> String {
+    [(4, 'r'), (2, 'w'), (1, 'x')].iter().map(|&(b, c)| if perm & b != 0 { c } else { '-' }).collect()
+}
+
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
 fn mode_policy(read_only: bool) -> Spec {
     Spec { read_only, ..Spec::group(0) }
@@ -193,6 +224,10 @@ struct Inspector<'a> {
     mounts: Examples<EscapedPath>,
     hardlinked: Examples<EscapedPath>,
     links_out: Examples<LinkOut>,
+    /// App-private paths (PostgreSQL's data directory, `.ssh` ...), whatever the mode policy.
+    places: Places,
+    app_paths: Examples<AppPathView>,
+    acl_group: Examples<AclGroup>,
     errors: Mutex<ErrorList>,
 }
 
@@ -210,7 +245,18 @@ impl<'a> Inspector<'a> {
             mounts: Examples::new(),
             hardlinked: Examples::new(),
             links_out: Examples::new(),
+            places: Places::new(apply_spec.and_then(Spec::uid)),
+            app_paths: Examples::new(),
+            acl_group: Examples::new(),
             errors: Mutex::default(),
+        }
+    }
+
+    /// An entry at an app-private path: what each setting leaves on it.
+    fn app_path(&self, meta: &Meta, private: Option<Private>, rel: impl Fn() -> PathBuf) {
+        if let Some(p) = private {
+            let view = || AppPathView::of(EscapedPath::relative(&rel()), meta, p, &self.policy, self.apply_spec);
+            self.app_paths.add(view);
         }
     }
 
@@ -245,10 +291,26 @@ impl<'a> Inspector<'a> {
         }
     }
 
-    /// What `apply` would change on this entry; `rel` builds its path when an example is kept.
-    fn decide(&self, meta: &Meta, rel: impl Fn() -> PathBuf) {
+    /// An entry's POSIX access ACL (`acl`, if it has one): listed when its `group::` lacks the
+    /// group bits of the kubelet's mask for it, which a chmod puts in the ACL mask only.
+    fn check_acl(&self, meta: &Meta, acl: Result<Option<Vec<u8>>, Errno>, rel: impl Fn() -> PathBuf) {
+        let Ok(Some(acl)) = acl else { return };
+        let Some((group, mask)) = acl_group_and_mask(&acl) else { return };
+        let need = (self.policy.mode_mask(meta.kind() == Kind::Dir).unwrap_or(0) >> 3 & 7) as u16;
+        if group & need != need {
+            self.acl_group.add(|| AclGroup {
+                path: EscapedPath::relative(&rel()),
+                group_obj: rwx(group),
+                mask: mask.map_or_else(|| "(none)".into(), rwx),
+            });
+        }
+    }
+
+    /// What `apply` would change on this entry (at `private`); `rel` builds its path when an
+    /// example is kept.
+    fn decide(&self, meta: &Meta, private: Option<Private>, rel: impl Fn() -> PathBuf) {
         let Some(spec) = self.apply_spec else { return };
-        let fixed = fix::Fixed::decided(meta, spec);
+        let fixed = fix::Fixed::decided(meta, spec, private);
         let change = fixed.change;
         if change.owner() {
             self.counters.changed_owner.inc();
@@ -269,6 +331,7 @@ impl<'a> Inspector<'a> {
             changed: would_change.count,
             changed_owner: c.changed_owner,
             changed_mode: c.changed_mode,
+            ownership: self.apply_spec.map_or(Ownership::Group, Spec::ownership),
         };
         let owner = self.apply_spec.and_then(|spec| {
             let uid = spec.owner_uid?;
@@ -291,6 +354,7 @@ impl<'a> Inspector<'a> {
             seen,
             file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
             dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
+            modes: self.apply_spec.map_or(crate::spec::Modes::Kubelet, |s| s.modes).word(),
             owners: self.owners.finish(),
             lacking_group_bits: self.lacking_bits.finish(),
             dirs_without_setgid: self.no_setgid.finish(),
@@ -298,6 +362,8 @@ impl<'a> Inspector<'a> {
             nested_mounts: self.mounts.finish(),
             hardlinked: self.hardlinked.finish(),
             symlinks_outside: self.links_out.finish(),
+            app_paths: self.app_paths.finish(),
+            acl_group_entry_lacking_bits: self.acl_group.finish(),
             errors: c.errors,
             error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,
@@ -317,8 +383,13 @@ impl Visitor for Inspector<'_> {
         self.check_mode(meta, || walk::rel_child(parent, name));
         if meta.kind() == Kind::Symlink {
             self.check_link(parent, name);
+        } else if matches!(meta.kind(), Kind::File | Kind::Dir) {
+            self.check_acl(meta, sys::acl_at(parent.fd(), name), || walk::rel_child(parent, name));
         }
-        self.decide(meta, || walk::rel_child(parent, name));
+        self.places.note(parent, name, meta.kind());
+        let private = self.places.of_entry(parent, name, meta.kind());
+        self.app_path(meta, private, || walk::rel_child(parent, name));
+        self.decide(meta, private, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
         false
     }
@@ -327,11 +398,20 @@ impl Visitor for Inspector<'_> {
         self.counters.seen(Kind::Dir);
         self.owners.dir_done(dir);
         self.check_mode(&dir.meta, || dir.rel_path());
-        self.decide(&dir.meta, || dir.rel_path());
+        self.check_acl(&dir.meta, sys::acl_fd(dir.fd()), || dir.rel_path());
+        let private = self.places.of_dir(dir);
+        self.app_path(&dir.meta, private, || dir.rel_path());
+        self.decide(&dir.meta, private, || dir.rel_path());
     }
 
-    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        self.places.note(parent, name, meta.kind());
         self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
+    }
+
+    fn enter(&self, parent: &Dir<'_>, name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
+        self.places.note(parent, name, Kind::Dir);
+        Descend::Read
     }
 
     fn error(&self, at: At<'_>, op: Op, errno: Errno) {
@@ -346,6 +426,30 @@ mod tests {
 
     fn dir(perm: u32, gid: u32) -> Meta {
         Meta { dev: 1, ino: 2, mode: libc::S_IFDIR | perm, uid: 0, gid, nlink: 1, mnt_id: 0 }
+    }
+
+    #[test]
+    fn an_acls_group_entry_and_mask_are_read_from_its_xattr() {
+        // user::rw- user:1000:rwx group::r-- group:2000:rw- mask::rw- other::---
+        let entries: [(u16, u16, u32); 6] = [
+            (0x01, 6, u32::MAX),
+            (0x02, 7, 1000),
+            (0x04, 4, u32::MAX),
+            (0x08, 6, 2000),
+            (0x10, 6, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ];
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in entries {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        assert_eq!(acl_group_and_mask(&acl), Some((4, Some(6))));
+        assert_eq!((rwx(4), rwx(6), rwx(5), rwx(0)), ("r--".into(), "rw-".into(), "r-x".into(), "---".into()));
+        assert_eq!(acl_group_and_mask(&acl[..acl.len() - 3]), None, "a truncated ACL");
+        assert_eq!(acl_group_and_mask(&[1, 0, 0, 0]), None, "another version");
+        assert_eq!(acl_group_and_mask(&acl[..4]), None, "no group:: entry");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::Instant;
 use rustix::io::Errno;
 use tracing::{info, warn};
 
-use crate::error::{Error, Op, panic_text};
+use crate::error::{Error, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::marker::{self, Checkpoint, Decision, Found};
@@ -73,9 +73,8 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, Error> {
 /// Runs one volume's pass `f`. A panic anywhere in it (in a walker thread too) becomes that
 /// volume's error, "internal error: …": its report says so, and the other volumes go on.
 pub fn contained(path: &Path, f: impl FnOnce() -> Result<VolumeReport, Error>) -> Result<VolumeReport, Error> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(Error::Other { path: path.to_path_buf(), msg: format!("internal error: {}", panic_text(&*payload)) })
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .unwrap_or_else(|payload| Err(Error::internal(path, &*payload)))
 }
 
 /// One pass (of a volume, or of one shard of it) once its root is open.
@@ -113,7 +112,7 @@ impl<'a> Pass<'a> {
         started: Instant,
         shard: Option<ShardFilter>,
     ) -> Self {
-        let (fs, estimate) = sys::fs_info(root);
+        let sys::FsInfo { name: fs, estimate } = sys::fs_info(root);
         let mounted = sys::stat_fd(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_name(m.mnt_id));
         let fs_named = mounted.unwrap_or_else(|| fs.clone());
         Pass {
@@ -138,17 +137,21 @@ impl<'a> Pass<'a> {
     }
 
     /// The skip rule of every run (spec, root, `--force`, `--verify`, `--reverify-after`),
-    /// which is [`marker::decide`]'s.
-    pub fn decide(&self, found: &Found, root_meta: &Meta) -> Decision {
+    /// which is [`marker::decide`]'s. `root_meta` is the root's (`root`) metadata.
+    pub fn decide(&self, root: BorrowedFd<'_>, found: &Found, root_meta: &Meta) -> Decision {
         marker::decide(&marker::Inputs {
             found,
             digest: &self.digest,
             spec: &self.spec_text,
-            root_conforms: fix::decide(root_meta, self.spec).is_none(),
+            root_conforms: fix::decide_at(root_meta, self.spec, crate::pass::root_place(root, self.spec)).is_none(),
             force: self.opts.force,
             verify: self.opts.verify,
             reverify_after: self.opts.reverify_after,
             now: marker::now(),
+            mounts_now: match found {
+                Found::Marker(m) if m.mounts.is_some() => mounts_now(root),
+                _ => None,
+            },
         })
     }
 
@@ -207,7 +210,8 @@ impl<'a> Pass<'a> {
         then: &str,
     ) {
         let visitor: &Fixer<'_> = fixer;
-        progress::watch(&visitor.counters, self.estimate, self.opts.progress, &self.shown, || {
+        let shown = progress::Shown { path: &self.shown, estimate: self.estimate, ownership: self.spec.ownership() };
+        progress::watch(&visitor.counters, &shown, self.opts.progress, || {
             threads.install(|| Walk::new(visitor, &root_meta, self.opts.cross_devices).run(root_fd, root_meta))
         });
         fixer.interrupted = sys::termination();
@@ -251,6 +255,19 @@ impl<'a> Pass<'a> {
     pub fn skipped(&self, before: MarkerState) -> VolumeReport {
         self.report(Fixer::new(self.path, self.spec, self.opts.mode, None), Action::Skipped, before, None)
     }
+}
+
+/// What a `done` marker records of the mount points below the root after a pass that met
+/// some (see [`Marker::mounts`](marker::Marker)): their digest now, or a word no digest equals
+/// when they cannot be listed (every start then walks); nothing after a pass that met none.
+pub fn mounts_to_record(root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Option<String> {
+    let met = fixer.mount_points.load(std::sync::atomic::Ordering::Relaxed) > 0;
+    met.then(|| mounts_now(root).unwrap_or_else(|| "unlisted".into()))
+}
+
+/// The [`marker::mounts_digest`] of the mount points below the root now.
+pub fn mounts_now(root: BorrowedFd<'_>) -> Option<String> {
+    marker::mounts_digest(sys::mounts_below(root).as_deref())
 }
 
 #[cfg(test)]

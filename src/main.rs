@@ -36,6 +36,8 @@ mod report;
 // honours ownership changes:
 mod honour;
 mod verify;
+// App-private paths and the app-safe mode rule:
+mod apps;
 // Ground: syscalls, the spec, option values, errors, run ids, escaping, the log sink, state words:
 mod bounded;
 mod error;

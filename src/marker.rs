@@ -24,7 +24,11 @@ use crate::sys;
 
 mod shards;
 
-pub use shards::{Claim, Heartbeat, Shards, anchor_digest};
+pub use shards::{Heartbeat, Shards, anchor_digest, xor_digests};
+
+/// The most shards a round can have on ext4 with 1 KiB blocks (what mke2fs picks below 512
+/// MiB): the root's xattr space holds no bigger record (measured; see docs/shards.md).
+pub const SHARDS_ON_1K_EXT4: u32 = 600;
 
 /// A string read from the root (the app may have written it), escaped for logs and messages.
 pub fn escape_str(s: &str) -> String {
@@ -91,6 +95,23 @@ pub struct Marker {
     /// conform (the state stays `in-progress`: only a privileged run can finish the volume).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub left: Option<u64>,
+    /// The pass that marked it done met mount points: the [`mounts_digest`] of the mount points
+    /// below the root then. What a mount hides was not walked, so a start that finds another
+    /// set (one unmounted) walks again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mounts: Option<String>,
+}
+
+/// The digest of a set of mount points (paths relative to the root, sorted): 16 hex digits of
+/// SHA-256; `None` (never equal to a recorded digest) when they could not be listed.
+pub fn mounts_digest(points: Option<&[Vec<u8>]>) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in points? {
+        h.update(p);
+        h.update([0]);
+    }
+    Some(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
 }
 
 /// The state a marker records (see [`MarkerState`] for what a report says of a root).
@@ -166,6 +187,7 @@ impl Marker {
             entries: None,
             shards: None,
             left: None,
+            mounts: None,
         }
     }
 
@@ -191,6 +213,8 @@ impl Marker {
 
 /// What was found on the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
+// One per volume and run: boxing the marker would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Found {
     /// The filesystem has no user xattrs (ramfs, some NFS).
     Unsupported,
@@ -224,6 +248,9 @@ pub struct Inputs<'a> {
     pub verify: Verify,
     pub reverify_after: Option<Duration>,
     pub now: u64,
+    /// The [`mounts_digest`] of the mount points below the root now, when the marker records
+    /// one (else not looked up).
+    pub mounts_now: Option<String>,
 }
 
 /// Skip the walk, or walk and why.
@@ -258,6 +285,10 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         }
         Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
         Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into(), false),
+        Found::Marker(m) if m.mounts.is_some() && m.mounts != i.mounts_now => walk(
+            "the mount points below the root are not those of the pass that marked it done (what an unmounted one hid was never walked)".into(),
+            false,
+        ),
         Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into(), false),
         Found::Marker(m) => by_age(i, m),
     }
@@ -397,6 +428,7 @@ pub fn remove_checkpoint(root: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::marker::shards::MAX_CLAIMS;
 
     fn marker(state: State, digest: &str) -> Marker {
         Marker { finished: Some(1100), entries: Some(5), ..Marker::new(state, digest, "fs-group=1000", "r1", 1000) }
@@ -412,6 +444,7 @@ mod tests {
             verify: Verify::Marker,
             reverify_after: None,
             now: 2000,
+            mounts_now: None,
         }
     }
 
@@ -457,6 +490,24 @@ mod tests {
     }
 
     #[test]
+    fn a_done_marker_that_met_mounts_skips_only_while_the_same_mounts_are_there() {
+        let digest = mounts_digest(Some(&[b"a/m".to_vec(), b"f".to_vec()]));
+        assert_eq!(digest.as_deref().map(str::len), Some(16));
+        assert_ne!(digest, mounts_digest(Some(&[b"a/m".to_vec()])));
+        assert_ne!(mounts_digest(Some(&[])), None);
+        let f = Found::Marker(Marker { mounts: digest.clone(), ..marker(State::Done, "d1") });
+        assert!(matches!(decide(&Inputs { mounts_now: digest.clone(), ..inputs(&f) }), Decision::Skip(_)));
+        for now in [mounts_digest(Some(&[b"f".to_vec()])), None] {
+            let Decision::Walk { reason, resume: false } = decide(&Inputs { mounts_now: now, ..inputs(&f) }) else {
+                panic!("a mount point gone (or mounts that can't be listed) walks");
+            };
+            assert!(reason.contains("mount points"), "{reason}");
+        }
+        // A marker of a pass that met none does not look.
+        assert!(matches!(decide(&inputs(&Found::Marker(marker(State::Done, "d1")))), Decision::Skip(_)));
+    }
+
+    #[test]
     fn only_an_interrupted_run_of_the_same_spec_resumes() {
         let ip = Found::Marker(marker(State::InProgress, "d1"));
         assert!(matches!(decide(&inputs(&ip)), Decision::Walk { resume: true, .. }));
@@ -490,40 +541,84 @@ mod tests {
 
     #[test]
     fn shard_records_must_fit_the_layout() {
-        let s = |done: Vec<u32>| Shards { n: 2, depth: 1, done, ..Default::default() };
-        assert_eq!(s(vec![0, 1]).misfit(2, 1), None);
-        assert!(s(vec![0, 1]).complete());
-        assert!(s(vec![1, 1]).misfit(2, 1).is_some());
-        assert!(s(vec![1, 0]).misfit(2, 1).is_some());
-        assert!(s(vec![0, 5]).misfit(2, 1).is_some());
-        assert!(s(vec![]).misfit(3, 1).is_some());
-        assert!(s(vec![]).misfit(2, 2).is_some());
-        let running = Shards { running: vec![(7, "r".to_string(), 1).into()], ..s(vec![]) };
+        let s = |parts: &str| Shards { n: 2, depth: 1, parts: parts.into(), ..Default::default() };
+        assert_eq!(s("11").misfit(2, 1), None);
+        assert!(s("11").complete() && !s("10").complete() && s("10").is_done(0));
+        assert_eq!(Shards::new(2, 1), s("00"));
+        for bad in ["", "1", "111", "1x", "1\u{e9}"] {
+            assert!(s(bad).misfit(2, 1).is_some(), "{bad:?}");
+        }
+        assert!(s("11").misfit(3, 1).is_some() && s("11").misfit(2, 2).is_some());
+        let running = Shards { running: vec![(7, "r".to_string(), 1).into()], ..s("00") };
         assert!(running.misfit(2, 1).is_some());
+        // A record of an earlier version (a `done` list, per-shard claims): a new round.
+        let old = br#"{"n":2,"depth":1,"done":[0],"entries":5,"running":[],"claims":[{"i":0,"t":[1,2],"a":"00"}]}"#;
+        assert!(serde_json::from_slice::<Shards>(old).map_or(true, |s| s.misfit(2, 1).is_some()));
     }
 
     #[test]
-    fn shard_claims_are_optional_and_only_count_for_done_shards() {
-        let old = br#"{"v":1,"state":"in-progress","digest":"d","spec":"s","run":"r","started":1,
-            "shards":{"n":2,"depth":1,"done":[0],"entries":5,"running":[]}}"#;
-        let m = Marker::decode(old).unwrap();
-        let mut s = m.shards.unwrap();
-        assert!(s.claims.is_empty() && s.claim(0).is_none(), "a record of an earlier version has no claims");
-        let c = Claim { i: 1, t: (1_700_000_000, 5), a: "00112233aabbccdd".into() };
-        s.set_done(1, Some(c.clone()));
-        assert_eq!((s.done.clone(), s.claim(1)), (vec![0, 1], Some(&c)));
-        s.undo(1);
-        assert!(s.claim(1).is_none() && s.claims.is_empty());
-        s.claims.push(c.clone());
-        assert!(s.claim(1).is_none(), "a claim of a shard not in done is no claim");
-        let mut m = marker(State::InProgress, "d1");
-        m.shards = Some(Shards { n: 16, depth: 1, done: (0..16).collect(), ..Default::default() });
-        for i in 0..16 {
-            m.shards.as_mut().unwrap().set_done(i, Some(Claim { i, ..c.clone() }));
+    fn shard_claims_group_by_clock_and_the_record_does_not_grow_with_the_shards_done() {
+        let t = |sec: i64| (1_700_000_000 + sec, 5);
+        let digest = |i: u32| format!("{:016x}", 0x1234_5678_9abc_def0u64.rotate_left(i));
+        let mut s = Shards::new(40, 1);
+        s.set_done(3, None);
+        assert!(s.is_done(3) && s.claim(3).is_none(), "done without a claim");
+        s.set_done(5, Some((t(0), &digest(5))));
+        let (k, c) = s.claim(5).expect("a claim");
+        assert_eq!((k, c.t, c.a.clone()), (0, t(0), digest(5)));
+        // Every shard done, each at its own time: at most MAX_CLAIMS groups, each the earliest
+        // clock of its members and the XOR of their digests.
+        let mut sizes = Vec::new();
+        for i in 0..40 {
+            s.set_done(i, Some((t(i as i64 * 7 % 13), &digest(i))));
+            sizes.push(serde_json::to_vec(&s).unwrap().len());
         }
-        let bytes = m.encode();
-        assert_eq!(Marker::decode(&bytes).unwrap(), m);
-        assert!(bytes.len() < 1200, "16 claims take {} bytes", bytes.len());
+        assert!(s.complete() && s.claims.len() <= MAX_CLAIMS, "{s:?}");
+        assert!(sizes.iter().skip(MAX_CLAIMS).all(|&n| n <= sizes[MAX_CLAIMS]), "{sizes:?}");
+        for (k, c) in s.claims.iter().enumerate() {
+            let members = s.members(k);
+            let ds: Vec<String> = members.iter().map(|&i| digest(i)).collect();
+            assert_eq!(c.a, xor_digests(ds.iter().map(String::as_str)), "group {k}");
+            assert_eq!(c.t, members.iter().map(|&i| t(i as i64 * 7 % 13)).min().unwrap(), "group {k}");
+        }
+        // Undone with its digest: the group keeps the others'; without: the others lose the claim.
+        let (k, _) = s.claim(7).unwrap();
+        let others: Vec<u32> = s.members(k).into_iter().filter(|&i| i != 7).collect();
+        s.undo(7, Some(&digest(7)));
+        assert!(!s.is_done(7));
+        if let Some(&o) = others.first() {
+            let (k, c) = s.claim(o).unwrap();
+            let ds: Vec<String> = s.members(k).iter().map(|&i| digest(i)).collect();
+            assert_eq!(c.a, xor_digests(ds.iter().map(String::as_str)));
+        }
+        let (k, _) = s.claim(8).unwrap();
+        let group = s.members(k);
+        s.undo(8, None);
+        assert!(group.iter().all(|&i| i == 8 || (s.is_done(i) && s.claim(i).is_none())), "{s:?}");
+        let m = Marker { shards: Some(s.clone()), ..marker(State::InProgress, "d1") };
+        assert_eq!(Marker::decode(&m.encode()).unwrap(), m);
+        let mut dangling = s.clone();
+        dangling.claims.truncate(1);
+        dangling.forget_dangling();
+        assert!((0..40).all(|i| dangling.claim(i).is_none_or(|(k, _)| k == 0)), "{dangling:?}");
+        assert_eq!(dangling.done(), s.done());
+        s.drop_claims();
+        assert!(s.claims.is_empty() && s.done().len() == 38 && (0..40).all(|i| s.claim(i).is_none()));
+    }
+
+    #[test]
+    fn a_round_of_1024_shards_fits_a_4k_block_with_room_for_running_ones() {
+        let mut m = Marker {
+            run: "61b8369b5344-4f53@volprep-fleet-1023-abcde".into(),
+            ..marker(State::InProgress, "0123456789abcdef")
+        };
+        let mut s = Shards::new(1024, 3);
+        for i in 0..1023 {
+            s.set_done(i, Some(((1_800_000_000 + i as i64, 999_999_999), "0123456789abcdef")));
+        }
+        m.shards = Some(s);
+        let bytes = m.encode().len();
+        assert!(bytes < 2100, "1023 of 1024 shards done: {bytes} bytes");
     }
 
     #[test]
@@ -595,7 +690,7 @@ mod tests {
 
     #[test]
     fn heartbeats_keep_their_wire_format() {
-        let old = br#"{"n":2,"depth":1,"done":[],"entries":0,"running":[[1,"5f-7@h",1700000000]]}"#;
+        let old = br#"{"n":2,"depth":1,"parts":"00","entries":0,"running":[[1,"5f-7@h",1700000000]]}"#;
         let s: Shards = serde_json::from_slice(old).unwrap();
         assert_eq!(s.running, [Heartbeat { shard: 1, run: "5f-7@h".into(), at: 1_700_000_000 }]);
         assert_eq!(serde_json::to_vec(&s).unwrap(), old.to_vec());

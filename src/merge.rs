@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::error::{Error, ExitCode};
+use crate::options::Tolerance;
 use crate::report::{self, Report, Timing, VolumeReport};
 
 /// What `report merge` was asked.
@@ -20,9 +21,9 @@ pub struct Options {
 pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     let mut merged: Vec<(VolumeReport, Vec<String>)> = Vec::new();
     for f in &opts.files {
-        let text = std::fs::read(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("cannot read: {e}") })?;
-        let report: Report = serde_json::from_slice(&text)
-            .map_err(|e| Error::Other { path: f.clone(), msg: format!("not a volprep report: {e}") })?;
+        let text = std::fs::read(f).map_err(|e| Error::ReportUnreadable { path: f.clone(), why: e.to_string() })?;
+        let report: Report =
+            serde_json::from_slice(&text).map_err(|e| Error::NotAReport { path: f.clone(), why: e.to_string() })?;
         for v in report.volumes {
             let label = v.shard.clone().unwrap_or_else(|| f.display().to_string());
             match merged.iter_mut().find(|(m, _)| m.path == v.path) {
@@ -39,7 +40,7 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     for (mut v, parts) in merged {
         v.shard = Some(format!("merged from {}: {}", parts.len(), parts.join(", ")));
         v.timing = Timing::of(Duration::from_millis(v.timing.elapsed_ms), v.counts.entries);
-        codes.push(v.exit_code(0, false));
+        codes.push(v.exit_code(Tolerance::NONE));
         if !opts.json {
             let line = format!("{} [{}, marker {}]\n", v.summary(), v.shard.as_deref().unwrap_or(""), v.marker_after);
             report::print(line.as_bytes())?;

@@ -36,15 +36,21 @@ pub enum ProgressStyle {
     Bar,
 }
 
+/// Who reads stderr: a person at a terminal with text logs, or a log collector (JSON logs, a
+/// container's log, a file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stderr {
+    TextTerminal,
+    Log,
+}
+
 impl ProgressStyle {
-    /// A bar when stderr is a terminal and logs are text; lines otherwise; off for a zero interval.
-    pub fn pick(interval: Duration, text_logs: bool, stderr_is_terminal: bool) -> ProgressStyle {
-        if interval.is_zero() {
-            ProgressStyle::Off
-        } else if text_logs && stderr_is_terminal {
-            ProgressStyle::Bar
-        } else {
-            ProgressStyle::Lines(interval)
+    /// A bar for a person at a terminal, lines for a log; off for a zero interval.
+    pub fn pick(interval: Duration, stderr: Stderr) -> ProgressStyle {
+        match stderr {
+            _ if interval.is_zero() => ProgressStyle::Off,
+            Stderr::TextTerminal => ProgressStyle::Bar,
+            Stderr::Log => ProgressStyle::Lines(interval),
         }
     }
 }
@@ -66,6 +72,29 @@ impl Privilege {
     pub fn pick(asked: bool, euid: u32) -> Privilege {
         if asked || euid != 0 { Privilege::Unprivileged { uid: euid } } else { Privilege::Full }
     }
+}
+
+/// What a run tolerates before its exit code says so: per-entry errors (`--max-errors`), and
+/// entries of other users left for a privileged run (`--allow-foreign`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tolerance {
+    pub max_errors: u64,
+    pub foreign: Foreign,
+}
+
+impl Tolerance {
+    /// Nothing tolerated.
+    pub const NONE: Tolerance = Tolerance { max_errors: 0, foreign: Foreign::Partial };
+}
+
+/// What entries of other users left by an unprivileged pass make of the exit code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Foreign {
+    /// Exit 4 (partial): a privileged run is needed.
+    #[default]
+    Partial,
+    /// Not a reason to exit 4 (`--allow-foreign`); the report and the marker still say so.
+    Allowed,
 }
 
 /// How to run a pass over one volume (everything that is not the desired state).
@@ -190,6 +219,11 @@ impl ShardFilter {
 }
 
 /// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `job_index` (`JOB_COMPLETION_INDEX`).
+/// The most shards of one round (`--shard I/N`, N at most this): the shard record on the root
+/// takes one byte per shard, and the root's xattr space (about 4 KiB on ext4 with 4 KiB blocks,
+/// 1 KiB with 1 KiB blocks) must hold it beside the marker.
+pub const MAX_SHARDS: u32 = 1024;
+
 pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), String> {
     let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4) or auto/N"))?;
     let n: u32 = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("'{s}': N must be a number above 0"))?;
@@ -201,6 +235,12 @@ pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), Strin
             .map_err(|_| "JOB_COMPLETION_INDEX is not a number".to_string())?,
         i => i.parse().map_err(|_| format!("'{s}': I must be a number or 'auto'"))?,
     };
+    if n > MAX_SHARDS {
+        return Err(format!(
+            "'{s}': at most {} shards (the root's extended attributes hold one byte per shard)",
+            MAX_SHARDS
+        ));
+    }
     if i >= n {
         return Err(format!("shard {i} of {n} does not exist (shards are 0..{})", n - 1));
     }
@@ -287,9 +327,9 @@ mod tests {
     #[test]
     fn progress_style_follows_interval_and_terminal() {
         let s = Duration::from_secs(5);
-        assert_eq!(ProgressStyle::pick(Duration::ZERO, true, true), ProgressStyle::Off);
-        assert_eq!(ProgressStyle::pick(s, true, true), ProgressStyle::Bar);
-        assert_eq!(ProgressStyle::pick(s, false, true), ProgressStyle::Lines(s));
-        assert_eq!(ProgressStyle::pick(s, true, false), ProgressStyle::Lines(s));
+        assert_eq!(ProgressStyle::pick(Duration::ZERO, Stderr::TextTerminal), ProgressStyle::Off);
+        assert_eq!(ProgressStyle::pick(Duration::ZERO, Stderr::Log), ProgressStyle::Off);
+        assert_eq!(ProgressStyle::pick(s, Stderr::TextTerminal), ProgressStyle::Bar);
+        assert_eq!(ProgressStyle::pick(s, Stderr::Log), ProgressStyle::Lines(s));
     }
 }

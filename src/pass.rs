@@ -1,17 +1,24 @@
 //! The visitor of one pass: decides each entry, fixes it in `apply` (unprivileged: only the
 //! entries this user owns; the others that do not conform are listed), counts everything, and
-//! feeds the resume state (finished subtrees at any depth, special bits in flight).
+//! feeds the resume state (finished subtrees at any depth, special bits in flight). With
+//! `--modes app-safe`, `places` says which entries are app-private paths.
+
+mod places;
+
+pub use places::{Places, root_place};
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rustix::io::Errno;
 use tracing::{debug, warn};
 
+use crate::apps::Private;
 use crate::caps;
 use crate::error::Op;
 use crate::escape::{Escaped, EscapedPath, escape_bytes};
@@ -38,6 +45,9 @@ pub struct Fixer<'a> {
     pub counters: Counters,
     pub errors: Mutex<ErrorList>,
     pub skipped_mounts: Mutex<Vec<PathBuf>>,
+    /// Mount points met (entered or not): what they hide was not walked, so no directory above
+    /// one is recorded finished, and a shard whose part holds one claims nothing.
+    pub mount_points: AtomicU64,
     pub resume: Option<Resume<'a>>,
     /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
     pub shard: Option<ShardFilter>,
@@ -60,6 +70,8 @@ pub struct Fixer<'a> {
     /// process may make every change it attempts (root with CAP_CHOWN and CAP_FOWNER, or
     /// unprivileged, which changes only its own entries).
     pub may_change: bool,
+    /// `--modes app-safe`: which entries are app-private paths, and which were tightened.
+    places: Option<Places>,
 }
 
 impl<'a> Fixer<'a> {
@@ -71,6 +83,7 @@ impl<'a> Fixer<'a> {
             counters: Counters::default(),
             errors: Mutex::default(),
             skipped_mounts: Mutex::new(Vec::new()),
+            mount_points: AtomicU64::new(0),
             resume,
             shard: None,
             verify_part: None,
@@ -81,6 +94,16 @@ impl<'a> Fixer<'a> {
             probe: Probe::default(),
             through: if mode == Mode::Apply { through(root) } else { Through::Pin },
             may_change: false,
+            places: Places::of(spec),
+        }
+    }
+
+    /// Counts and records an entry at an app-private path that lost bits (see `places`).
+    fn tightened(&self, private: Option<Private>, outcome: &Result<Fixed, Failure>, path: impl FnOnce() -> PathBuf) {
+        if let (Some(places), Ok(fixed)) = (&self.places, outcome) {
+            if places.record(private, fixed, self.mode, || walk::full_path(self.root, &path())) {
+                self.counters.tightened.inc();
+            }
         }
     }
 
@@ -205,7 +228,8 @@ impl<'a> Fixer<'a> {
         let Ok(meta) = crate::sys::stat_at(parent.fd(), name) else {
             return false;
         };
-        match fix::judge(&meta, self.spec, self.privilege) {
+        let private = self.places.as_ref().and_then(|p| p.of_unread_dir(parent, name));
+        match fix::judge(&meta, self.spec, private, self.privilege) {
             Verdict::NotOurs(change) => {
                 self.counters.seen(meta.kind());
                 self.left(parent, Some(name), &meta, change, true);
@@ -224,6 +248,9 @@ impl<'a> Fixer<'a> {
         }
         r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
         r.foreign_owned_list = crate::sync::into_inner(self.foreign);
+        if let Some(p) = self.places {
+            r.tightened_list = crate::sync::into_inner(p.tightened);
+        }
         r.timing = Timing::of(elapsed, r.counts.entries);
         r.error_list = crate::sync::into_inner(self.errors);
         r.skipped_mounts = crate::sync::into_inner(self.skipped_mounts).iter().map(EscapedPath::new).collect();
@@ -301,18 +328,33 @@ impl<'a> Fixer<'a> {
         }
     }
 
+    /// A mount point `name` in `parent` (of this shard's part: returns whether it is). What the
+    /// mount hides (a directory or file of the volume's own filesystem under the same name) is
+    /// not walked, and shows again once it is unmounted: `parent` and every directory above it
+    /// are not finished work, so no resume verifies them on this run's word.
+    fn mount_point(&self, parent: &Dir<'_>, name: &CStr) -> bool {
+        if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
+            return false;
+        }
+        self.mount_points.fetch_add(1, Ordering::Relaxed);
+        parent.taint();
+        true
+    }
+
     /// Counts, judges and (in `apply`) fixes a directory whose contents are all visited.
     fn fix_dir(&self, dir: &Dir<'_>) {
         self.counters.seen(Kind::Dir);
-        if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, self.privilege) {
+        let private = self.places.as_ref().and_then(|p| p.of_dir(dir));
+        if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, private, self.privilege) {
             return self.left(dir, None, &dir.meta, change, false);
         }
         let readback = self.readback();
         let outcome = match self.mode {
-            Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec)),
-            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, &self.setgid, readback),
+            Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec, private)),
+            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, private, &self.setgid, readback),
         };
         self.probe(At::Dir(dir), readback, &outcome);
+        self.tightened(private, &outcome, || dir.rel_path());
         self.record(At::Dir(dir), outcome);
     }
 
@@ -321,12 +363,12 @@ impl<'a> Fixer<'a> {
     fn fix_special(
         &self,
         resume: &Resume<'_>,
-        dir: &Dir<'_>,
-        name: &CStr,
+        (dir, name): (&Dir<'_>, &CStr),
         meta: &Meta,
+        private: Option<Private>,
         pin: Option<BorrowedFd<'_>>,
     ) -> Result<Fixed, Failure> {
-        let change = fix::decide(meta, self.spec);
+        let change = fix::decide_at(meta, self.spec, private);
         let rel = escape_bytes(walk::rel_child(dir, name).as_os_str().as_bytes());
         let record = SpecialRecord { path: rel, ino: meta.ino, mode: change.mode.unwrap_or(meta.perm()) };
         // Best effort: if the record can't be kept (too long a path, a full filesystem), the file
@@ -334,9 +376,9 @@ impl<'a> Fixer<'a> {
         if record.path.len() > marker::CHECKPOINT_MAX_BYTES / 4 || resume.stage_pending(record.clone()).is_err() {
             resume.forget_pending(&record);
             debug!(path = %record.path, "cannot record the mode to restore on the root; fixing without it");
-            return self.fix_one(dir, name, meta, pin);
+            return self.fix_one(dir, name, meta, private, pin);
         }
-        let out = self.fix_one(dir, name, meta, pin);
+        let out = self.fix_one(dir, name, meta, private, pin);
         resume.forget_pending(&record);
         out
     }
@@ -344,6 +386,9 @@ impl<'a> Fixer<'a> {
     /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
     /// whether `apply` had a change to make (the walk then pins the next entries first).
     fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
+        if let Some(p) = &self.places {
+            p.note(parent, name, meta.kind());
+        }
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return false;
         }
@@ -351,17 +396,19 @@ impl<'a> Fixer<'a> {
         if self.resume.is_some() {
             parent.add_entries(1);
         }
-        if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, self.privilege) {
+        let private = self.places.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
+        if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, private, self.privilege) {
             self.left(parent, Some(name), meta, change, false);
             return false;
         }
         let outcome = match (self.mode, &self.resume) {
-            (Mode::Check, _) => Ok(Fixed::decided(meta, self.spec)),
+            (Mode::Check, _) => Ok(Fixed::decided(meta, self.spec, private)),
             (Mode::Apply, Some(r)) if needs_special_care(meta, self.spec) => {
-                self.fix_special(r, parent, name, meta, pin)
+                self.fix_special(r, (parent, name), meta, private, pin)
             }
-            (Mode::Apply, _) => self.fix_one(parent, name, meta, pin),
+            (Mode::Apply, _) => self.fix_one(parent, name, meta, private, pin),
         };
+        self.tightened(private, &outcome, || walk::rel_child(parent, name));
         // A failed change was a change to make all the same: its neighbours likely need one too.
         let changed = self.mode == Mode::Apply && outcome.as_ref().map_or(true, |f| !f.change.is_none());
         self.record(At::Entry(*parent, name), outcome);
@@ -369,14 +416,27 @@ impl<'a> Fixer<'a> {
     }
 
     /// Fixes one non-directory entry (reading it back while the probe wants it).
-    fn fix_one(&self, dir: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Result<Fixed, Failure> {
+    fn fix_one(
+        &self,
+        dir: &Dir<'_>,
+        name: &CStr,
+        meta: &Meta,
+        private: Option<Private>,
+        pin: Option<BorrowedFd<'_>>,
+    ) -> Result<Fixed, Failure> {
         let readback = self.readback();
         let how = How { readback, through: self.through };
         let outcome = match pin {
-            Some(pin) => fix::fix_pinned(pin, meta, self.spec, how),
-            None => {
-                fix::fix_entry(dir.fd(), name, meta, self.spec, |d, n| walk::with_fd_relief(|| sys::pin_at(d, n)), how)
-            }
+            Some(pin) => fix::fix_pinned(pin, meta, self.spec, private, how),
+            None => fix::fix_entry(
+                dir.fd(),
+                name,
+                meta,
+                self.spec,
+                private,
+                |d, n| walk::with_fd_relief(|| sys::pin_at(d, n)),
+                how,
+            ),
         };
         self.probe(At::Entry(*dir, name), readback, &outcome);
         outcome
@@ -402,16 +462,32 @@ impl Visitor for Fixer<'_> {
         self.finish_resumable(dir, owned);
     }
 
-    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
-        if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
-            return;
+    fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        if let Some(p) = &self.places {
+            p.note(parent, name, meta.kind());
         }
-        let path = self.path_of(parent, Some(name));
-        warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
-        crate::sync::lock(&self.skipped_mounts).push(path);
+        if self.mount_point(parent, name) {
+            let path = self.path_of(parent, Some(name));
+            warn!(path = %Escaped(path.as_os_str()), "nested mount not entered (use --cross-devices to enter it)");
+            crate::sync::lock(&self.skipped_mounts).push(path);
+        }
+    }
+
+    fn mount_crossed(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+        self.mount_point(parent, name);
+    }
+
+    fn placeholder(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) {
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let path = self.path_of(parent, Some(name));
+            debug!(path = %Escaped(path.as_os_str()), "the stand-in of a btrfs subvolume a snapshot did not include: empty, takes no change, left as it is");
+        }
     }
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
+        if let Some(p) = &self.places {
+            p.note(parent, name, Kind::Dir);
+        }
         let depth = parent.depth + 1;
         if self.shard.is_some_and(|s| depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name))) {
             return Descend::Skip;

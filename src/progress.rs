@@ -11,6 +11,7 @@ use tracing::info;
 use crate::escape::EscapedPath;
 use crate::options::ProgressStyle as Style;
 use crate::report::Counts;
+use crate::spec::Ownership;
 use crate::state::MarkerState;
 use crate::sys::{self, Kind, Meta};
 use crate::throttle::Policy;
@@ -29,6 +30,8 @@ pub enum Hook {
     Panic { after: u64 },
 }
 
+/// Whether this binary has the test hooks (`--features test-hooks`); see [`arm_test_hook`].
+const HOOKS: bool = cfg!(feature = "test-hooks");
 /// Entries after which the armed hook fires (u64::MAX: never). See [`arm_test_hook`].
 static HOOK_AFTER: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The armed hook's signal, or [`PANIC`].
@@ -36,7 +39,9 @@ static HOOK_ACTION: AtomicI32 = AtomicI32::new(libc::SIGKILL);
 /// The hook's action that stands for a panic rather than a signal.
 const PANIC: i32 = 0;
 
-/// TEST HOOKS, read once at the start of `apply`/`check`; at most one may be set.
+/// TEST HOOKS, only in a binary built with `--features test-hooks` (what the tests run); the
+/// shipped binary (the image, the release binaries, `cargo install`) has none: it never reads
+/// the variables. Read once at the start of `apply`/`check`; at most one may be set.
 /// `VOLPREP_TEST_KILL_AFTER=<entries>` (or `<entries>:kill`) makes the process SIGKILL itself
 /// when one volume's pass has counted that many entries; `<entries>:term` sends SIGTERM instead,
 /// which takes the graceful-stop path (checkpoint, report, exit 143); `<entries>:stop` sends
@@ -44,12 +49,12 @@ const PANIC: i32 = 0;
 /// hold) a pass at an exact point rather than racing a progress line. `VOLPREP_TEST_PANIC_AFTER=<entries>`
 /// makes the walker thread that counts that many entries panic, as a bug would: tests see that
 /// volume end with a failed report and the others go on. When unset, each entry costs one
-/// relaxed atomic load. They are in release builds because tests run the release binary; they
-/// give nothing to anyone: only the process's own environment sets them (the operator's, for an
-/// init container; never the app's), and all they can do is end the process or a volume early,
-/// which that environment can do anyway. Returns the hook armed, or an error text for a value
-/// that does not parse or for both set.
+/// relaxed atomic load (none without the feature). Returns the hook armed, or an error text for
+/// a value that does not parse or for both set.
 pub fn arm_test_hook() -> Result<Option<Hook>, String> {
+    if !HOOKS {
+        return Ok(None);
+    }
     let var = |name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned());
     let hook = parse_hook(var(KILL_AFTER_ENV).as_deref(), var(PANIC_AFTER_ENV).as_deref())?;
     if let Some(h) = hook {
@@ -135,6 +140,7 @@ pub struct Counters {
     pub hardlinked: Counter,
     pub foreign_owned: Counter,
     pub foreign_unread: Counter,
+    pub tightened: Counter,
 }
 
 impl Counters {
@@ -148,7 +154,7 @@ impl Counters {
 
     pub fn seen(&self, kind: Kind) {
         let n = self.entries.inc();
-        if n == HOOK_AFTER.load(Relaxed) {
+        if HOOKS && n == HOOK_AFTER.load(Relaxed) {
             fire(n);
         }
         let by_kind = match kind {
@@ -177,33 +183,39 @@ impl Counters {
             skipped_subtrees: self.skipped_subtrees.get(),
             verified_dirs: self.verified_dirs.get(),
             hardlinked: self.hardlinked.get(),
+            tightened: self.tightened.get(),
         }
     }
 }
 
 /// Runs `work` while a side thread shows the progress of `counters`; returns `work`'s result.
 /// The side thread only reads the atomics: it costs the walk nothing.
-pub fn watch<T>(
-    counters: &Counters,
-    estimate: Option<u64>,
-    style: Style,
-    path: &EscapedPath,
-    work: impl FnOnce() -> T,
-) -> T {
+pub fn watch<T>(counters: &Counters, shown: &Shown<'_>, style: Style, work: impl FnOnce() -> T) -> T {
     if style == Style::Off {
         return work();
     }
     std::thread::scope(|s| {
         let (stop, stopped) = mpsc::channel::<()>();
-        s.spawn(move || show(counters, estimate, style, path, &stopped));
+        s.spawn(move || show(counters, shown, style, &stopped));
         let out = work();
         drop(stop);
         out
     })
 }
 
+/// What a progress line names besides the counts.
+pub struct Shown<'a> {
+    /// The volume's path, escaped.
+    pub path: &'a EscapedPath,
+    /// The entries expected, when known.
+    pub estimate: Option<u64>,
+    /// What `changed_owner` counts changes of.
+    pub ownership: Ownership,
+}
+
 /// Shows the progress of `counters` until `stopped` fires: a bar, or a log line every interval.
-fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &EscapedPath, stopped: &mpsc::Receiver<()>) {
+fn show(counters: &Counters, shown: &Shown<'_>, style: Style, stopped: &mpsc::Receiver<()>) {
+    let Shown { path, estimate, ownership } = *shown;
     let start = Instant::now();
     let bar = (style == Style::Bar).then(|| new_bar(estimate));
     let tick = match style {
@@ -212,7 +224,7 @@ fn show(counters: &Counters, estimate: Option<u64>, style: Style, path: &Escaped
     };
     while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(tick) {
         // One read of the counters: the line and its fields show the same figures.
-        let snap = Snapshot::take(counters, start.elapsed(), estimate);
+        let snap = Snapshot::take(counters, start.elapsed(), estimate, ownership);
         let line = snap.line();
         match &bar {
             Some(b) => {
@@ -316,10 +328,12 @@ pub struct Snapshot {
     pub errors: u64,
     pub elapsed: Duration,
     pub estimate: Option<u64>,
+    /// What `changed_owner` counts changes of.
+    pub ownership: Ownership,
 }
 
 impl Snapshot {
-    fn take(c: &Counters, elapsed: Duration, estimate: Option<u64>) -> Snapshot {
+    fn take(c: &Counters, elapsed: Duration, estimate: Option<u64>, ownership: Ownership) -> Snapshot {
         Snapshot {
             entries: c.entries.get(),
             changed_owner: c.changed_owner.get(),
@@ -327,6 +341,7 @@ impl Snapshot {
             errors: c.errors.get(),
             elapsed,
             estimate,
+            ownership,
         }
     }
 
@@ -340,12 +355,12 @@ impl Snapshot {
         self.estimate.filter(|&t| t > 0).map(|t| (self.entries as f64 * 100.0 / t as f64).min(100.0))
     }
 
-    /// `12000 entries, changed owner 9000 mode 100, 0 errors, 4000/s, 40%, ETA 4.5s`.
+    /// `12000 entries, changed group 9000 mode 100, 0 errors, 4000/s, 40%, ETA 4.5s`.
     pub fn line(&self) -> String {
         let rate = self.rate();
         let mut s = format!(
-            "{} entries, changed owner {} mode {}, {} errors, {:.0}/s",
-            self.entries, self.changed_owner, self.changed_mode, self.errors, rate
+            "{} entries, changed {} {} mode {}, {} errors, {:.0}/s",
+            self.entries, self.ownership, self.changed_owner, self.changed_mode, self.errors, rate
         );
         if let Some(pct) = self.percent() {
             s += &format!(", {pct:.0}%");
@@ -390,15 +405,17 @@ mod tests {
             errors: 1,
             elapsed: Duration::from_secs(2),
             estimate: Some(4000),
+            ownership: Ownership::Group,
         };
-        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s, 25%, ETA 6.0s");
+        assert_eq!(s.line(), "1000 entries, changed group 10 mode 5, 1 errors, 500/s, 25%, ETA 6.0s");
         assert_eq!((s.rate(), s.percent()), (500.0, Some(25.0)));
         let s = Snapshot { estimate: None, ..s };
-        assert_eq!(s.line(), "1000 entries, changed owner 10 mode 5, 1 errors, 500/s");
+        let s = Snapshot { ownership: Ownership::OwnerAndGroup, ..s };
+        assert_eq!(s.line(), "1000 entries, changed owner and group 10 mode 5, 1 errors, 500/s");
         assert_eq!(s.percent(), None);
         // More entries than estimated (the estimate counts inodes, not names): capped, no ETA.
         let s = Snapshot { entries: 5000, estimate: Some(4000), ..s };
-        assert_eq!(s.line(), "5000 entries, changed owner 10 mode 5, 1 errors, 2500/s, 100%");
+        assert_eq!(s.line(), "5000 entries, changed owner and group 10 mode 5, 1 errors, 2500/s, 100%");
         assert_eq!(s.eta(), None);
     }
 

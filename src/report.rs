@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
 use crate::escape::EscapedPath;
+use crate::options::{Foreign, Tolerance};
+use crate::spec::Ownership;
 use crate::state::{MarkerState, Stop};
 use crate::throttle::{Concurrency, Figures, Policy};
 
@@ -28,6 +30,12 @@ pub type ErrorList = Bounded<EntryError, MAX_LISTED_ERRORS>;
 
 /// The first [`MAX_LISTED_FOREIGN`] entries of other users left as they are.
 pub type ForeignList = Bounded<ForeignEntry, MAX_LISTED_FOREIGN>;
+
+/// At most this many tightened entries are listed (all are counted).
+pub const MAX_LISTED_TIGHTENED: usize = 100;
+
+/// The first [`MAX_LISTED_TIGHTENED`] entries at app-private paths that lost bits.
+pub type TightenedList = Bounded<TightenedEntry, MAX_LISTED_TIGHTENED>;
 
 /// The JSON report: `{"version":1,"volumes":[...]}`. Key names are a stable interface.
 #[derive(Debug, Serialize, Deserialize)]
@@ -112,6 +120,18 @@ pub struct ForeignEntry {
     pub unread: bool,
 }
 
+/// An entry at an app-private path that `--modes app-safe` tightened (in `check`: would).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TightenedEntry {
+    /// The entry's path, escaped (see `escape`).
+    pub path: EscapedPath,
+    /// What it is, e.g. `PostgreSQL data directory`.
+    pub app: String,
+    /// Its permission bits before and after, octal (`2770`, `2750`).
+    pub mode: String,
+    pub want_mode: String,
+}
+
 /// One volume's figures. Serialized by hand (`report/wire.rs`) to keep the key order of earlier
 /// versions while the counts live in one [`Counts`].
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -127,7 +147,8 @@ pub struct VolumeReport {
     pub threads: usize,
     /// The filesystem type (from `statfs`).
     pub fs_type: String,
-    /// Inodes in use when PATH is a filesystem root (the walk's expected size), else null.
+    /// Inodes in use when PATH is a whole filesystem (the walk's expected size), else null: a
+    /// directory of a larger filesystem has no estimate.
     pub estimated_entries: Option<u64>,
     /// Why the volume was walked or skipped.
     pub reason: String,
@@ -145,6 +166,9 @@ pub struct VolumeReport {
     /// Unprivileged mode: the first entries of other users that do not conform (`counts`
     /// has how many), left as they are for a privileged run (in `check`: that would be left).
     pub foreign_owned_list: ForeignList,
+    /// `--modes app-safe`: the first entries at app-private paths that lost bits their app
+    /// refuses (`counts` has how many).
+    pub tightened_list: TightenedList,
     /// Wall time of the volume, and entries per second over it.
     #[serde(flatten)]
     pub timing: Timing,
@@ -215,15 +239,14 @@ impl VolumeReport {
         matches!(self.action, Action::Walked | Action::Checked) && self.counts.foreign_owned > 0
     }
 
-    /// The exit code this volume alone asks for, with `max_errors` tolerated, and entries of
-    /// other users left too when `allow_foreign`.
-    pub fn exit_code(&self, max_errors: u64, allow_foreign: bool) -> ExitCode {
+    /// The exit code this volume alone asks for, with what the run `tolerates`.
+    pub fn exit_code(&self, tolerates: Tolerance) -> ExitCode {
         ExitCode::for_volume(VolumeOutcome {
             ownership_ignored: self.ownership.is_some(),
             fatal: self.fatal.is_some(),
             errors: self.counts.errors,
-            max_errors,
-            left_foreign: self.left_foreign() && !allow_foreign,
+            max_errors: tolerates.max_errors,
+            left_foreign: self.left_foreign() && tolerates.foreign == Foreign::Partial,
             would_change: self.would_change(),
         })
     }
@@ -254,6 +277,12 @@ impl VolumeReport {
                 c.skipped_subtrees, c.verified_dirs
             );
         }
+        if c.tightened > 0 {
+            let verb = if self.action == Action::Checked { "would tighten" } else { "tightened" };
+            let first =
+                self.tightened_list.first().map_or_else(String::new, |t| format!(" (first: {} {})", t.path, t.app));
+            s += &format!(", {verb} {} app-private path(s){first}", c.tightened);
+        }
         if c.foreign_owned > 0 {
             let verb = if self.action == Action::Checked { "would leave" } else { "left" };
             s += &format!(
@@ -268,7 +297,8 @@ impl VolumeReport {
         s
     }
 
-    /// `PATH: prepared N entries in 1.00s (N/s): changed owner N, mode N`.
+    /// `PATH: prepared N entries in 1.00s (N/s): changed group N, mode N` (`owner`, `owner and
+    /// group`: what the spec sets).
     fn headline(&self) -> String {
         let c = &self.counts;
         // "prepared" only when every entry conforms: with any error (tolerated or not) some may not.
@@ -279,8 +309,9 @@ impl VolumeReport {
             _ if c.errors > 0 || c.foreign_owned > 0 => ("walked".into(), "changed"),
             _ => ("prepared".into(), "changed"),
         };
+        let ownership = Ownership::of_words(&self.spec).map_or("owner or group".into(), |o| o.to_string());
         format!(
-            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} owner {}, mode {}",
+            "{}: {verb} {} entries in {:.2}s ({}/s): {changed} {ownership} {}, mode {}",
             self.path,
             c.entries,
             self.timing.elapsed_ms as f64 / 1000.0,
@@ -365,8 +396,7 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
     if crate::options::is_stdout(dest) {
         return print(&json);
     }
-    write_file(dest, &json)
-        .map_err(|why| Error::Other { path: dest.to_path_buf(), msg: format!("cannot write report: {why}") })
+    write_file(dest, &json).map_err(|why| Error::ReportUnwritable { path: dest.to_path_buf(), why })
 }
 
 /// Writes `bytes` to stdout. A reader that went away (`volprep status --json | grep -q ...`,
@@ -374,9 +404,7 @@ pub fn write(report: &Report, dest: &Path) -> Result<(), Error> {
 pub fn print(bytes: &[u8]) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Error::Other { path: "-".into(), msg: format!("cannot write to stdout: {e}") })
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Stdout { why: e.to_string() }),
         _ => Ok(()),
     }
 }
@@ -405,6 +433,7 @@ impl VolumeReport {
         m.error_list.append(v.error_list);
         m.skipped_mounts.extend(v.skipped_mounts);
         m.foreign_owned_list.append(v.foreign_owned_list);
+        m.tightened_list.append(v.tightened_list);
         m.unprivileged |= v.unprivileged;
         if v.marker_after == MarkerState::Done {
             m.marker_after = v.marker_after;
@@ -440,6 +469,24 @@ mod tests {
         assert!(s.contains("left 3 entries of other users"), "{s}");
         v.action = Action::Skipped;
         assert!(!v.left_foreign(), "a skip walked nothing");
+    }
+
+    #[test]
+    fn the_summary_names_what_the_spec_changes() {
+        let mut v = VolumeReport::sample("/a", 0);
+        v.action = Action::Checked;
+        (v.counts.changed_owner, v.counts.changed_mode) = (11, 10);
+        for (spec, said) in [
+            ("fs-group=2000", "would change group 11, mode 10"),
+            ("fs-group=2000 read-only cross-devices", "would change group 11, mode 10"),
+            ("owner=1000", "would change owner 11, mode 10"),
+            ("owner=1000:2000", "would change owner and group 11, mode 10"),
+            ("fs-group=2000 owner=1000", "would change owner and group 11, mode 10"),
+            ("edited by hand", "would change owner or group 11, mode 10"),
+        ] {
+            v.spec = spec.into();
+            assert!(v.summary().contains(said), "{spec}: {}", v.summary());
+        }
     }
 
     #[test]

@@ -202,9 +202,10 @@ impl<'a> Resume<'a> {
         c
     }
 
-    /// Whether `dir` may have records: it is on the root's mount.
+    /// Whether `dir` may have records: it is on the root's mount and device (not in a nested
+    /// filesystem, nor in a btrfs subvolume, whose snapshots are clones: see [`Meta::on_root_fs`]).
     fn recordable(&self, dir: &Node) -> bool {
-        self.root_meta.is_some_and(|root| !dir.meta.other_mount(&root))
+        self.root_meta.is_some_and(|root| dir.meta.on_root_fs(&root))
     }
 
     /// The seal of a directory as read when the walk opened it, before reading it. The root's

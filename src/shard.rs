@@ -16,7 +16,7 @@ use crate::error::{Error, Op};
 use crate::escape::{Escaped, EscapedPath};
 use crate::fix;
 use crate::lifecycle::{self, Pass, ResumePlan};
-use crate::marker::{self, Claim, Decision, Found, Heartbeat, Marker, Shards, State};
+use crate::marker::{self, Decision, Found, Heartbeat, Marker, Shards, State};
 use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::report::{Action, VolumeReport};
@@ -128,8 +128,7 @@ impl Run<'_, '_> {
         let mut waited_log = Duration::ZERO;
         loop {
             if let Some(sig) = sys::termination() {
-                let msg = format!("shard {name}: {sig} before walking");
-                return Err(Error::Other { path: self.path().to_path_buf(), msg });
+                return Err(Error::ShardStopped { path: self.path().to_path_buf(), shard: name, sig });
             }
             match self.locked(|root| self.register(root))? {
                 (Step::Wait(why), _) if pass.started.elapsed() < pass.opts.lock_timeout => {
@@ -140,8 +139,7 @@ impl Run<'_, '_> {
                     std::thread::sleep(Duration::from_millis(500));
                 }
                 (Step::Wait(why), _) => {
-                    let msg = format!("shard {name}: {why}; gave up (--lock-timeout)");
-                    return Err(Error::Other { path: self.path().to_path_buf(), msg });
+                    return Err(Error::ShardTimeout { path: self.path().to_path_buf(), shard: name, why });
                 }
                 done => return Ok(done),
             }
@@ -155,22 +153,74 @@ impl Run<'_, '_> {
         let found = marker::read(root);
         let before = found.state();
         if found == Found::Unsupported {
-            return Err(Error::Other {
-                path: self.path().to_path_buf(),
-                msg: "a sharded pass needs extended attributes: the root marker is where shards meet".into(),
-            });
+            return Err(Error::ShardsNeedXattrs { path: self.path().to_path_buf() });
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(self.path(), Op::Stat, e))?;
-        if let Decision::Skip(why) = self.pass.decide(&found, &root_meta) {
+        if let Decision::Skip(why) = self.pass.decide(root, &found, &root_meta) {
             return Ok((Step::Skip(why), before));
         }
         let mut m = self.round(found);
         let round = m.run.clone();
-        let step = self.join(m.shards.as_mut().expect("sharded marker"), round);
+        let own = || own_anchors(root, &root_meta, self.pass.opts, self.f, &self.pass.shown);
+        let step = self.join(m.shards.as_mut().expect("sharded marker"), round, own);
         if let Step::Walk { .. } = step {
-            marker::write(root, &m).map_err(|e| Error::sys(self.path(), Op::Xattr, e))?;
+            if let Err(e) = marker::write(root, &m) {
+                return Ok((self.no_room(root, &mut m, e)?, before));
+            }
         }
         Ok((step, before))
+    }
+
+    /// The registration `m` did not fit on the root (`e`). Heartbeats of runs gone stale and
+    /// merged claim groups make room; while other shards are walking, this one waits for one of
+    /// them to finish; alone, with no claim left to merge, the round is more than the root's
+    /// xattrs hold: refused, before any walk.
+    fn no_room(&self, root: BorrowedFd<'_>, m: &mut Marker, e: rustix::io::Errno) -> Result<Step, Error> {
+        let (f, path) = (self.f, self.path());
+        if !marker::no_room(e) {
+            return Err(Error::sys(path, Op::Xattr, e));
+        }
+        let now = marker::now();
+        let walk = |m: &Marker| Step::Walk {
+            why: format!("shard {}/{} of spec {}", f.index, f.count, self.pass.spec),
+            round: m.run.clone(),
+        };
+        let shards = m.shards.as_mut().expect("sharded marker");
+        shards.running.retain(|h| h.shard == f.index || fresh(h.at, now));
+        let others = shards.running.iter().filter(|h| h.shard != f.index).count();
+        loop {
+            match marker::write(root, m) {
+                Ok(()) => return Ok(walk(m)),
+                Err(e) if !marker::no_room(e) => return Err(Error::sys(path, Op::Xattr, e)),
+                Err(_) => {}
+            }
+            let shards = m.shards.as_mut().expect("sharded marker");
+            if !shards.merge_closest() {
+                break;
+            }
+        }
+        if others > 0 {
+            return Ok(Step::Wait(format!(
+                "the root's extended attributes hold no more running shards ({others} running): waiting for one to finish"
+            )));
+        }
+        let shards = m.shards.as_mut().expect("sharded marker");
+        if !shards.claims.is_empty() {
+            warn!(path = %self.pass.shown, "the shard record does not fit on the root with its claims: the run that completes the volume walks the done parts again");
+            shards.drop_claims();
+            if marker::write(root, m).is_ok() {
+                return Ok(walk(m));
+            }
+        }
+        let bytes = m.encode().len();
+        Err(Error::ShardRoundTooBig {
+            path: path.to_path_buf(),
+            shards: f.count,
+            errno: e,
+            bytes,
+            on_1k: marker::SHARDS_ON_1K_EXT4,
+            max: crate::options::MAX_SHARDS,
+        })
     }
 
     /// The round of shards on the root for this spec and layout, or a new one.
@@ -179,7 +229,11 @@ impl Run<'_, '_> {
         match found {
             Found::Marker(m) if m.digest == pass.digest && m.state == State::InProgress && m.shards.is_some() => {
                 match m.shards.as_ref().and_then(|s| s.misfit(f.count, f.depth)) {
-                    None => m,
+                    None => {
+                        let mut m = m;
+                        m.shards.as_mut().expect("sharded").forget_dangling();
+                        m
+                    }
                     Some(why) => {
                         warn!(path = %pass.shown,
                               "the shard record on the root does not fit --shard {}/{} --shard-depth {}: {why}; starting a new round",
@@ -194,22 +248,21 @@ impl Run<'_, '_> {
 
     /// This shard's place in the round: done already (skip, or finish the volume), walked by a
     /// live run (wait), or this run's to walk (registered in `shards`).
-    fn join(&self, shards: &mut Shards, round: String) -> Step {
+    fn join(&self, shards: &mut Shards, round: String, own: impl FnOnce() -> Option<String>) -> Step {
         let f = self.f;
         let now = marker::now();
-        if shards.done.contains(&f.index) && self.pass.opts.verify == Verify::Full {
-            // Nothing is skipped on the word of the root: this shard walks its part again.
-            shards.undo(f.index);
-        } else if shards.done.contains(&f.index) && shards.complete() {
+        if shards.is_done(f.index) && self.pass.opts.verify == Verify::Full {
+            // Nothing is skipped on the word of the root: this shard walks its part again (its
+            // anchors' digest leaves its claim group's).
+            shards.undo(f.index, own().as_deref());
+        } else if shards.is_done(f.index) && shards.complete() {
             return Step::Finish;
-        } else if shards.done.contains(&f.index) {
+        } else if shards.is_done(f.index) {
             return Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count));
         }
         if let Some(h) = shards.running.iter().find(|h| h.shard == f.index && h.run != self.id) {
-            let (other, beat) = (marker::escape_str(&h.run), &h.at);
-            // A heartbeat from the future (forged, or a clock far ahead) would hold the shard forever.
-            let fresh = now.saturating_sub(*beat) < STALE_AFTER && *beat <= now + STALE_AFTER;
-            if fresh && !crate::runid::run_is_dead_here(&other) {
+            let other = marker::escape_str(&h.run);
+            if fresh(h.at, now) && !crate::runid::run_is_dead_here(&other) {
                 return Step::Wait(format!("run {other} is walking this shard"));
             }
             warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
@@ -223,7 +276,7 @@ impl Run<'_, '_> {
     fn new_round(&self) -> Marker {
         let (pass, f) = (self.pass, self.f);
         Marker {
-            shards: Some(Shards { n: f.count, depth: f.depth, ..Default::default() }),
+            shards: Some(Shards::new(f.count, f.depth)),
             ..Marker::new(State::InProgress, &pass.digest, &pass.spec_text, &self.id, marker::now())
         }
     }
@@ -325,30 +378,37 @@ impl Run<'_, '_> {
             Err(word) => return Ok(Outcome::Left(word)),
         };
         let shards = m.shards.as_mut().expect("checked");
+        shards.forget_dangling();
         shards.running.retain(|h| !(h.shard == f.index && h.run == self.id));
         if let Some(why) = shards.misfit(f.count, f.depth) {
             // Changed during the walk: the other shards' completions are not trusted.
             warn!(path = %self.pass.shown, "the shard record on the root no longer fits the layout: {why}; starting a new round");
-            *shards = Shards { n: f.count, depth: f.depth, ..Default::default() };
+            *shards = Shards::new(f.count, f.depth);
         }
-        let done = clean(fixer) && !shards.done.contains(&f.index);
+        let done = clean(fixer) && !shards.is_done(f.index);
         if done {
             shards.entries = shards.entries.saturating_add(fixer.counters.entries.get());
         }
-        if !done || anchors.is_none() {
-            // Not done, or nothing to claim (a finishing run, or anchors that could not be listed).
+        let mounts = fixer.mount_points.load(std::sync::atomic::Ordering::Relaxed);
+        if done && anchors.is_some() && mounts > 0 {
+            info!(path = %self.pass.shown, shard = %self.name(),
+                  "this shard's part holds {mounts} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
+        }
+        if !done || anchors.is_none() || mounts > 0 {
+            // Not done, or nothing to claim (a finishing run, anchors that could not be listed,
+            // or mount points in the part: what they hide was not walked).
             if done {
                 shards.set_done(f.index, None);
             }
             return written(root, path, m);
         }
+        let anchors = anchors.expect("checked");
         // The filesystem's clock past the walk: the root's ctime right after a write on it (this
         // very record, its registration gone). A filesystem that did not move the ctime leaves an
         // earlier time, which only makes the check stricter.
         marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
         let (_, times) = sys::stat_fd_times(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
-        let claim = anchors.map(|a| Claim { i: f.index, t: times.ctime, a: a.to_string() });
-        m.shards.as_mut().expect("checked").set_done(f.index, claim);
+        m.shards.as_mut().expect("checked").set_done(f.index, Some((times.ctime, anchors)));
         written(root, path, m)
     }
 
@@ -357,10 +417,7 @@ impl Run<'_, '_> {
     fn ours(&self, root: BorrowedFd<'_>) -> Result<Result<Marker, MarkerState>, Error> {
         let (path, shown) = (self.path(), &self.pass.shown);
         let Found::Marker(m) = marker::read(root) else {
-            return Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: "the shard marker vanished during the walk".into(),
-            });
+            return Err(Error::ShardMarkerVanished { path: path.to_path_buf() });
         };
         match (m.digest == self.pass.digest, m.shards.is_some(), m.state) {
             (true, true, _) => Ok(Ok(m)),
@@ -372,10 +429,7 @@ impl Run<'_, '_> {
                 info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
                 Ok(Err(MarkerState::InProgress))
             }
-            (false, ..) => Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: "another spec took over the volume during the walk".into(),
-            }),
+            (false, ..) => Err(Error::SpecTookOver { path: path.to_path_buf() }),
         }
     }
 
@@ -393,11 +447,17 @@ impl Run<'_, '_> {
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
-        match fix::fix_dir(root, &root_meta, self.pass.spec, &fixer.setgid, fix::Readback::No) {
+        let private = crate::pass::root_place(root, self.pass.spec);
+        match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid, fix::Readback::No) {
             Ok(fixed) => {
                 fixer.count(fixed.change.owner(), fixed.mode_changed());
                 m.state = State::Done;
                 m.finished = Some(marker::now());
+                // Sealed: the claims were checked and are needed no more (room for the rest).
+                if let Some(s) = m.shards.as_mut() {
+                    s.drop_claims();
+                }
+                m.mounts = lifecycle::mounts_to_record(root, fixer);
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
                 // No shard's checkpoint is needed any more.
                 for i in marker::shard_indices(f.count) {
@@ -448,9 +508,31 @@ impl Run<'_, '_> {
     }
 }
 
-/// Writes `m`; a record with every shard done asks the caller to check and seal.
-fn written(root: BorrowedFd<'_>, path: &Path, m: Marker) -> Result<Outcome, Error> {
-    marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
+/// Whether a heartbeat at `beat` is fresh at `now`: younger than [`STALE_AFTER`], and not from
+/// the future (forged, or a clock far ahead: it would hold a shard forever).
+fn fresh(beat: u64, now: u64) -> bool {
+    now.saturating_sub(beat) < STALE_AFTER && beat <= now + STALE_AFTER
+}
+
+/// Writes `m`; a record with every shard done asks the caller to check and seal. A record that
+/// does not fit (a claim group more than at registration) merges claim groups until it does,
+/// down to none (every done part then walked again by the completing run).
+fn written(root: BorrowedFd<'_>, path: &Path, mut m: Marker) -> Result<Outcome, Error> {
+    loop {
+        match marker::write(root, &m) {
+            Err(e) if marker::no_room(e) => {
+                let s = m.shards.as_mut().expect("sharded marker");
+                if s.claims.is_empty() {
+                    return Err(Error::sys(path, Op::Xattr, e));
+                }
+                if !s.merge_closest() {
+                    warn!(path = %Escaped(path.as_os_str()), "the shard record does not fit on the root with its claim: the run that completes the volume walks the done parts again");
+                    s.drop_claims();
+                }
+            }
+            other => break other.map_err(|e| Error::sys(path, Op::Xattr, e))?,
+        }
+    }
     match m.shards {
         Some(s) if s.complete() => Ok(Outcome::Complete(s)),
         _ => Ok(Outcome::Left(MarkerState::InProgress)),

@@ -1,4 +1,4 @@
-//! The desired state of a volume (group, owner, mode masks) and its stable digest.
+//! The desired state of a volume (group, owner, mode masks, mode policy) and its stable digest.
 
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -9,6 +9,49 @@ pub const RW_MASK: u32 = 0o660;
 pub const RO_MASK: u32 = 0o440;
 /// Search bits added to directories (`execMask`).
 pub const EXEC_MASK: u32 = 0o110;
+
+/// `--modes`: how an entry's mode bits are decided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Modes {
+    /// The kubelet's rule, exactly: `old_mode | mask` for every non-symlink (`--owner` alone:
+    /// modes untouched).
+    #[default]
+    Kubelet,
+    /// The group gets what it needs without widening what an app keeps private: an entry with
+    /// no group or other bits keeps its mode, and known app-private paths lose the bits their
+    /// app refuses (see `apps`).
+    AppSafe,
+}
+
+impl Modes {
+    /// Every policy, in the order `--help` lists them.
+    pub const ALL: [Modes; 2] = [Modes::Kubelet, Modes::AppSafe];
+
+    /// The word on the command line, in `--volume`, the spec text and the marker.
+    pub fn word(self) -> &'static str {
+        match self {
+            Modes::Kubelet => "kubelet",
+            Modes::AppSafe => "app-safe",
+        }
+    }
+}
+
+impl fmt::Display for Modes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
+impl std::str::FromStr for Modes {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Modes, String> {
+        Modes::ALL
+            .into_iter()
+            .find(|m| m.word().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| format!("'{s}' is not a mode policy: kubelet or app-safe"))
+    }
+}
 
 /// What every entry of a volume must look like. Immutable once built by `cli`. The default
 /// asks for nothing.
@@ -22,6 +65,8 @@ pub struct Spec {
     pub owner_gid: Option<u32>,
     /// `--read-only`: mask 0440 instead of 0660.
     pub read_only: bool,
+    /// `--modes`: the kubelet's mode rule, or app-safe.
+    pub modes: Modes,
 }
 
 impl Spec {
@@ -45,6 +90,15 @@ impl Spec {
         self.owner_uid
     }
 
+    /// Which of an entry's owner and group this spec sets: what a summary says it changed.
+    pub fn ownership(&self) -> Ownership {
+        match (self.uid(), self.gid()) {
+            (Some(_), Some(_)) => Ownership::OwnerAndGroup,
+            (Some(_), None) => Ownership::Owner,
+            (None, _) => Ownership::Group,
+        }
+    }
+
     /// The permission bits a non-symlink entry must have (ORed into its mode),
     /// or `None` when the spec does not touch modes (`--owner` alone).
     pub fn mode_mask(&self, is_dir: bool) -> Option<u32> {
@@ -59,18 +113,46 @@ impl Spec {
     }
 
     /// The canonical text the digest is computed from. Any field that changes the
-    /// desired state appears here; the format version prefix changes if the rules do.
+    /// desired state appears here; the format version prefix changes if the rules do. The
+    /// kubelet's mode rule adds nothing (markers written before `--modes` existed stay valid);
+    /// app-safe adds ` modes=app-safe`.
     pub fn canonical(&self) -> String {
         fn opt(v: Option<u32>) -> String {
             v.map_or_else(|| "-".to_string(), |v| v.to_string())
         }
+        let modes = match self.modes {
+            Modes::Kubelet => String::new(),
+            m => format!(" modes={m}"),
+        };
         format!(
-            "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}",
+            "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}{modes}",
             opt(self.gid()),
             opt(self.uid()),
             self.mode_mask(false).map_or_else(|| "-".into(), |m| format!("{m:o}")),
             self.mode_mask(true).map_or_else(|| "-".into(), |m| format!("{m:o}")),
         )
+    }
+
+    /// The spec as `apply` flags (`--fs-group=2000 --owner=1001:2000 --read-only`): what a log
+    /// line tells an operator to run.
+    pub fn to_args(&self) -> Vec<String> {
+        let Spec { fs_group, owner_uid, owner_gid, read_only, modes } = self;
+        let mut args = Vec::new();
+        if let Some(g) = fs_group {
+            args.push(format!("--fs-group={g}"));
+        }
+        match (owner_uid, owner_gid) {
+            (Some(u), Some(g)) => args.push(format!("--owner={u}:{g}")),
+            (Some(u), None) => args.push(format!("--owner={u}")),
+            _ => {}
+        }
+        if *read_only {
+            args.push("--read-only".into());
+        }
+        if *modes != Modes::Kubelet {
+            args.push(format!("--modes={modes}"));
+        }
+        args
     }
 
     /// A stable digest of the desired state: 16 hex digits of SHA-256 over [`Spec::canonical`].
@@ -105,7 +187,55 @@ impl fmt::Display for Spec {
         if self.read_only {
             parts.push("read-only".into());
         }
+        if self.modes != Modes::Kubelet {
+            parts.push(format!("modes={}", self.modes));
+        }
         f.write_str(&parts.join(" "))
+    }
+}
+
+/// Which of an entry's owner and group a spec sets (`changed_owner` counts an entry whose owner or
+/// group changed): the word a summary uses for that count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ownership {
+    /// `--fs-group` alone: the group only.
+    Group,
+    /// `--owner UID` alone: the owner only.
+    Owner,
+    /// `--owner UID:GID`, or `--owner UID` with `--fs-group`.
+    OwnerAndGroup,
+}
+
+impl Ownership {
+    /// What the spec words a report keeps (`Spec`'s `Display`, maybe with ` cross-devices`)
+    /// set; `None` for words no spec writes (a report edited by hand, `sticky`).
+    pub fn of_words(words: &str) -> Option<Ownership> {
+        let (mut group, mut owner) = (false, None);
+        for word in words.split(' ') {
+            match word.split_once('=') {
+                Some(("fs-group", _)) => group = true,
+                Some(("owner", id)) => owner = Some(id.contains(':')),
+                Some(("modes", _)) => {}
+                None if matches!(word, "read-only" | "cross-devices") => {}
+                _ => return None,
+            }
+        }
+        match owner {
+            Some(with_gid) if with_gid || group => Some(Ownership::OwnerAndGroup),
+            Some(_) => Some(Ownership::Owner),
+            None if group => Some(Ownership::Group),
+            None => None,
+        }
+    }
+}
+
+impl fmt::Display for Ownership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ownership::Group => "group",
+            Ownership::Owner => "owner",
+            Ownership::OwnerAndGroup => "owner and group",
+        })
     }
 }
 
@@ -177,6 +307,31 @@ mod tests {
     }
 
     #[test]
+    fn the_mode_policy_is_in_the_digest_and_kubelet_adds_nothing() {
+        let kubelet = Spec::group(2000);
+        let safe = Spec { modes: Modes::AppSafe, ..Spec::group(2000) };
+        // Pinned: the kubelet's rule keeps the digest of every marker written before --modes.
+        assert_eq!(kubelet.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770");
+        assert_eq!(safe.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770 modes=app-safe");
+        assert_ne!(kubelet.digest(), safe.digest(), "switching the policy walks again");
+        assert_ne!(safe.coverage_digest(true), kubelet.coverage_digest(true));
+        let owner_safe = Spec { modes: Modes::AppSafe, ..Spec::owner(5, Some(5)) };
+        assert_ne!(owner_safe.digest(), Spec::owner(5, Some(5)).digest());
+        assert_eq!(safe.to_string(), "fs-group=2000 modes=app-safe");
+        assert_eq!(kubelet.to_string(), "fs-group=2000");
+    }
+
+    #[test]
+    fn mode_policies_parse_from_their_words() {
+        for m in Modes::ALL {
+            assert_eq!(m.word().parse::<Modes>(), Ok(m));
+        }
+        assert_eq!("App-Safe".parse::<Modes>(), Ok(Modes::AppSafe));
+        assert!("appsafe".parse::<Modes>().unwrap_err().contains("kubelet or app-safe"));
+        assert!("".parse::<Modes>().is_err());
+    }
+
+    #[test]
     fn cross_devices_changes_the_coverage_digest_only() {
         assert_eq!(
             Spec::group(2000).coverage_digest(false),
@@ -186,6 +341,47 @@ mod tests {
         assert_ne!(Spec::group(2000).coverage_digest(true), Spec::group(2000).digest());
         assert_ne!(Spec::group(2000).coverage_digest(true), Spec::group(1000).coverage_digest(true));
         assert_eq!(Spec::group(2000).coverage_text(true), "fs-group=2000 cross-devices");
+    }
+
+    #[test]
+    fn ownership_names_what_the_spec_sets_and_reads_back_from_its_words() {
+        let specs = [
+            (Spec::group(2000), Ownership::Group),
+            (Spec { read_only: true, ..Spec::group(2000) }, Ownership::Group),
+            (Spec::owner(1000, None), Ownership::Owner),
+            (Spec::owner(1000, Some(2000)), Ownership::OwnerAndGroup),
+            (Spec { owner_uid: Some(1000), ..Spec::group(2000) }, Ownership::OwnerAndGroup),
+            (
+                Spec { owner_uid: Some(1000), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
+                Ownership::OwnerAndGroup,
+            ),
+            (Spec { modes: Modes::AppSafe, ..Spec::group(2000) }, Ownership::Group),
+        ];
+        for (spec, want) in specs {
+            assert_eq!(spec.ownership(), want, "{spec}");
+            assert_eq!(Ownership::of_words(&spec.to_string()), Some(want), "{spec}");
+            assert_eq!(Ownership::of_words(&spec.coverage_text(true)), Some(want), "{spec}");
+        }
+        for words in ["sticky", "", "read-only", "fs-group=1 colour=red"] {
+            assert_eq!(Ownership::of_words(words), None, "{words:?}");
+        }
+        assert_eq!(Ownership::OwnerAndGroup.to_string(), "owner and group");
+    }
+
+    #[test]
+    fn to_args_are_the_words_as_flags() {
+        for spec in [
+            Spec::group(2000),
+            Spec { read_only: true, ..Spec::group(2000) },
+            Spec::owner(1001, None),
+            Spec::owner(1001, Some(2000)),
+            Spec { owner_uid: Some(1), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
+            Spec { modes: Modes::AppSafe, ..Spec::group(2000) },
+        ] {
+            let words: Vec<String> = spec.to_string().split(' ').map(|w| format!("--{w}")).collect();
+            assert_eq!(spec.to_args(), words, "{spec}");
+        }
+        assert_eq!(Spec::owner(1, Some(2)).to_args(), ["--owner=1:2"]);
     }
 
     #[test]

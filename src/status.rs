@@ -60,12 +60,22 @@ fn checkpoints(root: BorrowedFd<'_>, found: &Found) -> Vec<(Option<u32>, Checkpo
 }
 
 /// One volume's state as JSON.
+/// The marker as JSON, with the done shards of a sharded one listed (`shards.done`: the record
+/// keeps one digit per shard).
+fn marker_json(m: &marker::Marker) -> Option<serde_json::Value> {
+    let mut v = serde_json::to_value(m).ok()?;
+    if let (Some(sh), Some(obj)) = (&m.shards, v.get_mut("shards").and_then(|s| s.as_object_mut())) {
+        obj.insert("done".into(), json!(sh.done()));
+    }
+    Some(v)
+}
+
 fn json_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Checkpoint)]) -> serde_json::Value {
     let checkpoint = checkpoints.iter().find(|(i, _)| i.is_none()).map(|(_, c)| c);
     json!({
         "path": shown,
         "state": found.state().name(),
-        "marker": match found { Found::Marker(m) => serde_json::to_value(m).ok(), _ => None },
+        "marker": match found { Found::Marker(m) => marker_json(m), _ => None },
         "checkpoint": checkpoint.map(|c| summary(c, None)),
         "shard_checkpoints": checkpoints.iter().filter(|(i, _)| i.is_some()).map(|(i, c)| summary(c, *i)).collect::<Vec<_>>(),
     })
@@ -104,7 +114,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
     if let Some(sh) = &m.shards {
         let running: Vec<String> =
             sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
-        s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done, running.join(", "));
+        s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done(), running.join(", "));
     }
     for (i, c) in checkpoints {
         let f = Frontier::decode(c.records());

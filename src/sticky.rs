@@ -74,13 +74,7 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
 /// The parent of PATH, reached without following any symlink.
 fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, Error> {
     sys::open_dir_no_symlinks(parent).map_err(|(at, link, e)| match (link, e) {
-        (true, _) => Error::Other {
-            path: at,
-            msg: format!(
-                "is a symlink: --sticky {} is resolved without following links, so a link planted in a parent can't redirect it",
-                Escaped(path.as_os_str())
-            ),
-        },
+        (true, _) => Error::StickyParentIsSymlink { at, path: path.to_path_buf() },
         (false, Errno::NOTDIR) => Error::NotADirectory { path: at },
         (false, e) => Error::sys(at, Op::Open, e),
     })
@@ -90,10 +84,7 @@ fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, Error> {
 /// a symlink or a non-directory there is refused.
 fn existing(parent: BorrowedFd<'_>, name: &CStr, path: &Path) -> Result<Option<u32>, Error> {
     match sys::stat_at(parent, name) {
-        Ok(m) if m.kind() == Kind::Symlink => Err(Error::Other {
-            path: path.to_path_buf(),
-            msg: "is a symlink; refusing to make its target a shared temp dir".into(),
-        }),
+        Ok(m) if m.kind() == Kind::Symlink => Err(Error::StickyIsSymlink { path: path.to_path_buf() }),
         Ok(m) if m.kind() != Kind::Dir => Err(Error::NotADirectory { path: path.to_path_buf() }),
         Ok(m) => Ok(Some(m.perm())),
         Err(Errno::NOENT) => Ok(None),
@@ -116,10 +107,10 @@ fn make_sticky(parent: BorrowedFd<'_>, name: &CStr, path: &Path) -> Result<u32, 
 
 /// `/a/b/tmp` → (`/a/b`, `tmp`); refuses paths whose last component is `.`, `..` or empty.
 fn split(path: &Path) -> Result<(&Path, CString), Error> {
-    let name = path.file_name().filter(|n| *n != OsStr::new("..")).ok_or_else(|| Error::Other {
-        path: path.to_path_buf(),
-        msg: "names no directory to make a temp dir of".into(),
-    })?;
+    let name = path
+        .file_name()
+        .filter(|n| *n != OsStr::new(".."))
+        .ok_or_else(|| Error::StickyNamesNoDir { path: path.to_path_buf() })?;
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

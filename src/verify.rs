@@ -118,9 +118,10 @@ pub fn claim(root: BorrowedFd<'_>, patient: &AtomicBool) -> Result<Stamp, Errno>
 pub const CLAIM_PATIENCE: Duration = Duration::from_millis(12);
 
 /// Whether a directory recorded inside a subtree finished before `bound` still lists what it
-/// listed then: it is on the root's mount and its change time is strictly before `bound`.
+/// listed then: it is on the root's mount and device (see [`Meta::on_root_fs`]) and its change
+/// time is strictly before `bound`.
 pub fn unchanged(meta: &Meta, times: &Times, root: &Meta, bound: Stamp) -> bool {
-    !meta.other_mount(root) && Stamp::from(times.ctime) < bound
+    meta.on_root_fs(root) && Stamp::from(times.ctime) < bound
 }
 
 /// Whether a directory's seal (its change time, or the root's modification time, when the run
@@ -153,8 +154,11 @@ mod tests {
         // Another filesystem, or a bind mount of this one: walked, whatever its time.
         assert!(!unchanged(&meta(8, 31), &times(1, 0), &root, t));
         assert!(!unchanged(&meta(7, 31), &times(1, 0), &root, t));
+        // The same mount, another device (a btrfs subvolume, maybe a snapshot): walked too.
+        assert!(!unchanged(&meta(8, 30), &times(1, 0), &root, t));
         // No mount ids (old kernels): the device decides.
         assert!(unchanged(&meta(7, 0), &times(1, 0), &root, t));
+        assert!(!unchanged(&meta(8, 0), &times(1, 0), &root, t));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
 use crate::spec::Spec;
 use crate::state::MarkerState;
-use crate::sys::{self, Meta};
+use crate::sys::{self, LockHolder, Meta};
 use crate::walk::Pool;
 
 /// Prepares (or checks) the volume at `path`, walking on `pool` (started here if this volume is
@@ -37,7 +37,7 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let found = marker::read(root);
     let mut pass = Pass::new(path, spec, opts, root, started, None);
-    let decision = pass.decide(&found, &root_meta);
+    let decision = pass.decide(root, &found, &root_meta);
     if let Found::Unsupported = found {
         warn!(path = %pass.shown, "no extended attributes on this filesystem: no marker, no resume; falling back to the root-only check");
     }
@@ -208,7 +208,7 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
         first.join(" "),
         spec.gid().map_or_else(|| "-".to_string(), |g| g.to_string()),
         spec,
-        spec.to_string().split(' ').map(|w| format!("--{w}")).collect::<Vec<_>>().join(" "),
+        spec.to_args().join(" "),
         r.path,
     );
 }
@@ -233,6 +233,7 @@ fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut F
         finished: Some(marker::now()),
         entries: Some(fixer.counters.entries.get()),
         left: (left > 0).then_some(left),
+        mounts: lifecycle::mounts_to_record(root, fixer),
         ..pass_marker(pass, if left > 0 { State::InProgress } else { State::Done }, run)
     };
     // The checkpoint goes first, so that the `done` marker never lacks room beside it (a small
@@ -268,15 +269,13 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
         }
         let waited = start.elapsed();
         if let Some(sig) = sys::termination() {
-            return Err(Error::Other {
-                path: path.to_path_buf(),
-                msg: format!("{sig} while waiting for the volume lock ({})", lock_holder(root)),
-            });
+            return Err(Error::StoppedWaitingForLock { path: path.to_path_buf(), sig, holder: lock_holder(root) });
         }
         if waited >= timeout {
-            return Err(Error::Other {
+            return Err(Error::LockTimeout {
                 path: path.to_path_buf(),
-                msg: format!("{}; gave up after {}s (--lock-timeout)", lock_holder(root), waited.as_secs()),
+                holder: lock_holder(root),
+                waited_s: waited.as_secs(),
             });
         }
         if waited >= next_log {
@@ -291,16 +290,18 @@ pub fn lock(root: BorrowedFd<'_>, path: &Path, timeout: Duration) -> Result<(), 
 fn lock_holder(root: BorrowedFd<'_>) -> String {
     let holders = sys::lock_holders(root);
     let me = std::process::id();
-    match holders.iter().find(|(pid, _)| *pid != me).or(holders.first()) {
+    match holders.iter().find(|h| h.pid != me).or(holders.first()) {
         None => "a process not visible from here holds a lock on the volume root (another container's, or another \
                  node's on a network filesystem; maybe another volprep)"
             .into(),
-        Some((0, _)) => "a process in another pid namespace holds a lock on the volume root".into(),
-        Some((pid, Some(name))) if name == "volprep" => format!("another volprep (pid {pid}) is preparing this volume"),
-        Some((pid, Some(name))) => {
+        Some(LockHolder { pid: 0, .. }) => "a process in another pid namespace holds a lock on the volume root".into(),
+        Some(LockHolder { pid, command: Some(name) }) if name == "volprep" => {
+            format!("another volprep (pid {pid}) is preparing this volume")
+        }
+        Some(LockHolder { pid, command: Some(name) }) => {
             format!("a process (pid {pid}, {}) holds a lock on the volume root", escape_bytes(name.as_bytes()))
         }
-        Some((pid, None)) => format!("a process (pid {pid}) holds a lock on the volume root"),
+        Some(LockHolder { pid, command: None }) => format!("a process (pid {pid}) holds a lock on the volume root"),
     }
 }
 

@@ -64,10 +64,9 @@ fn equivalence(base: &Path, read_only: bool, extra: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn apply_equals_kubelet_on_ext4() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     equivalence(fs.path(), false, &[]);
 }
@@ -75,10 +74,9 @@ fn apply_equals_kubelet_on_ext4() {
 /// mke2fs gives images under 512 MiB 1 KiB blocks: small PVCs look like this (and an xattr
 /// holds at most ~1 KiB there).
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn apply_equals_kubelet_on_ext4_with_1k_blocks() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 256, &["-b", "1024"]);
     equivalence(fs.path(), false, &[]);
 }
@@ -87,10 +85,9 @@ fn apply_equals_kubelet_on_ext4_with_1k_blocks() {
 /// below a path longer than PATH_MAX must be fixed like the others, and must not keep the
 /// others from being fixed (ext4: an xattr holds at most one block).
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn setuid_files_below_a_long_path_on_ext4() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 128);
     let mut t = Tree::new();
     t.root(0, 0, 0o755);
@@ -130,9 +127,7 @@ fn setuid_files_below_a_long_path_on_ext4() {
 #[test]
 #[ignore = "needs root, loop devices and mkfs.xfs (apt-get install xfsprogs)"]
 fn apply_equals_kubelet_on_xfs() {
-    if !privileged(&["mkfs.xfs"]) {
-        return;
-    }
+    privileged(&["mkfs.xfs"]);
     let fs = LoopFs::new(FsKind::Xfs, 300);
     equivalence(fs.path(), false, &[]);
 }
@@ -140,27 +135,23 @@ fn apply_equals_kubelet_on_xfs() {
 #[test]
 #[ignore = "needs root, loop devices and mkfs.btrfs (apt-get install btrfs-progs)"]
 fn apply_equals_kubelet_on_btrfs() {
-    if !privileged(&["mkfs.btrfs"]) {
-        return;
-    }
+    privileged(&["mkfs.btrfs"]);
     let fs = LoopFs::new(FsKind::Btrfs, 256);
     equivalence(fs.path(), false, &[]);
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn apply_equals_kubelet_on_tmpfs() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     equivalence(fs.path(), false, &[]);
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn read_only_equals_kubelet_read_only() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     equivalence(fs.path(), true, &[]);
 }
@@ -168,10 +159,9 @@ fn read_only_equals_kubelet_read_only() {
 /// The harness itself: the reference pass gives every entry the kubelet formula's target, and
 /// snapshots see long paths, non-UTF-8 names and every file type.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn reference_follows_the_kubelet_formula() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
@@ -200,10 +190,9 @@ fn reference_follows_the_kubelet_formula() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn one_thread_and_eight_threads_agree() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     let outside = make_outside(fs.path());
     let t = big_tree(&outside, 11, BIG, GenOpts::default());
@@ -276,19 +265,17 @@ fn ctime_and_check(base: &Path) {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn conforming_entries_keep_their_ctime_on_ext4() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     ctime_and_check(fs.path());
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn conforming_entries_keep_their_ctime_on_tmpfs() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     ctime_and_check(fs.path());
 }
@@ -330,10 +317,9 @@ fn truth(before: &Snapshot, after: &Snapshot) -> Truth {
 /// Without hardlinks and special bits, every changed entry is one name and one chown/chmod:
 /// the report's counts (and `check`'s would-change counts) equal the truth exactly.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn report_counts_equal_the_truth() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
@@ -358,10 +344,9 @@ fn report_counts_equal_the_truth() {
 /// their mode does not change: `changed_mode` counts entries whose final mode differs from their
 /// initial one, so with special bits (and no hardlinks) it still equals the truth exactly.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn changed_mode_counts_final_modes_not_chmods() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
@@ -380,10 +365,9 @@ fn changed_mode_counts_final_modes_not_chmods() {
 /// With hardlinks (one inode, several names) and setuid/setgid files (a chmod that restores
 /// the mode after the chown), the counts lie between the per-inode and the per-name truth.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn report_counts_bound_the_truth_with_hardlinks_and_special_bits() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
@@ -415,16 +399,9 @@ fn report_counts_bound_the_truth_with_hardlinks_and_special_bits() {
 /// and re-opens them, so it completes with any thread count (64 threads are cut to what the
 /// limit carries, with a warning) and leaves exactly the kubelet's result, marker `done`.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn a_3000_deep_chain_completes_under_an_fd_limit_of_64() {
-    if !privileged(&[]) {
-        return;
-    }
-    // The snapshot and reference helpers recurse once per level.
-    let body = std::thread::Builder::new().stack_size(512 << 20).spawn(deep_chain_under_fd_limit).unwrap();
-    body.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-}
-
-fn deep_chain_under_fd_limit() {
+    privileged(&[]);
     let fs = Tmpfs::new();
     let mut t = Tree::new();
     t.root(0, 0, 0o755);
@@ -442,6 +419,7 @@ fn deep_chain_under_fd_limit() {
     t.build(&vol);
     t.build(&want);
     kubelet_reference(&want, GID, false, snap::Mounts::Skip);
+    let want = snapshot(&want);
     let n = t.len() as u64;
     for (i, threads) in ["1", "8", "64"].iter().enumerate() {
         if i > 0 {
@@ -454,7 +432,7 @@ fn deep_chain_under_fd_limit() {
         assert_eq!(v["marker_after"], "done", "{}", run.describe());
         assert_eq!(run.count("errors"), 0, "{}", run.describe());
         assert_eq!(run.count("entries"), n, "{}", run.describe());
-        assert_same(&snapshot(&want), &snapshot(&vol), Meta::attrs, &format!("kubelet vs volprep -j{threads}"));
+        assert_same(&want, &snapshot(&vol), Meta::attrs, &format!("kubelet vs volprep -j{threads}"));
         if *threads == "64" {
             assert!(run.stderr.contains("open-file limit"), "64 threads are cut, saying so\n{}", run.describe());
             assert!(run.count("threads") < 64, "{}", run.describe());
@@ -486,10 +464,9 @@ fn skipped_mounts(run: &Run) -> Vec<String> {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn nested_mount_is_skipped_and_reported() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let (want, _m1) = tree_with_nested_mount(&fs.path().join("ref"));
     let (got, _m2) = tree_with_nested_mount(&fs.path().join("vol"));
@@ -517,10 +494,9 @@ fn nested_mount_is_skipped_and_reported() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn cross_devices_enters_nested_mount() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let (want, _m1) = tree_with_nested_mount(&fs.path().join("ref"));
     let (got, _m2) = tree_with_nested_mount(&fs.path().join("vol"));
@@ -537,10 +513,9 @@ fn cross_devices_enters_nested_mount() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn env_vars_work_like_the_flags() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let t = big_tree(&outside, 19, 500, GenOpts::default());
@@ -568,10 +543,9 @@ fn env_vars_work_like_the_flags() {
 
 /// `--owner U:G` alone: chown only (symlinks included), modes untouched.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn owner_alone_changes_owner_not_mode() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let (vol, env) = (fs.path().join("vol"), fs.path().join("env"));
@@ -591,10 +565,9 @@ fn owner_alone_changes_owner_not_mode() {
 
 /// `--fs-group G --owner U`: uid U, gid G, and the fsGroup mode policy.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn owner_with_fs_group() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");

@@ -18,7 +18,9 @@ use serde_json::json;
 /// A pipe whose read end is already closed: every write to the other end fails with EPIPE.
 fn closed_pipe() -> OwnedFd {
     let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
     assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just created by pipe2 and are owned by nothing else; the read end is closed once.
     unsafe {
         libc::close(fds[0]);
         OwnedFd::from_raw_fd(fds[1])
@@ -68,10 +70,9 @@ fn marker_state(vol: &Path) -> String {
 /// info: the pass ends as it would with a reader (exit 0, marker `done`, `check` exit 0), and
 /// the lines it could not write are counted in the report.
 #[test]
+#[ignore = "needs root, loop devices, head and mkfs.ext4"]
 fn a_log_reader_that_went_away_changes_nothing_of_the_pass() {
-    if !privileged(&["mkfs.ext4", "head"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4", "head"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let out = tempfile::tempdir().unwrap();
     for (i, level) in ["debug", "info"].into_iter().enumerate() {
@@ -137,8 +138,9 @@ fn a_fifo_or_device_as_an_output_file_is_refused_at_once() {
     std::fs::write(vol.join("f"), b"x").unwrap();
     let fifo = t.path().join("out.fifo");
     let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `c` is a valid C string alive across the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     for flag in ["--report", "--termination-log"] {
         for dest in [fifo.as_path(), Path::new("/dev/null")] {
             let what = format!("{flag} {}", dest.display());
@@ -177,10 +179,9 @@ fn a_fifo_or_device_as_an_output_file_is_refused_at_once() {
 /// (`volprep-demo-<pid>`) with symlinks into a directory of theirs. `demo` makes its own
 /// unpredictable directory, never follows their links, and leaves nothing behind.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn demo_in_a_shared_temp_dir_never_follows_a_planted_link() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let t = tempfile::tempdir().unwrap();
     let tmp = t.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
@@ -202,11 +203,12 @@ fn demo_in_a_shared_temp_dir_never_follows_a_planted_link() {
     // TMPDIR itself gets the demo's directory and loses it again: its times change.
     let below = |s: Snapshot| s.into_iter().filter(|(k, _)| k != common::snap::ROOT).collect::<Snapshot>();
     let before_tmp = below(snapshot(&tmp));
-    let r = run(volprep().args(["demo", "--entries", "500"]).env("TMPDIR", &tmp));
+    let r = run(volprep().args(["demo", "--entries", "500", "--report", "-"]).env("TMPDIR", &tmp));
     assert_same(&before_victim, &snapshot(&victim), Meta::attrs_ctime, "the victim directory");
     assert_same(&before_tmp, &below(snapshot(&tmp)), Meta::attrs_ctime, "the planted names, and nothing left behind");
     let r = r.expect_code(0);
     assert_eq!(r.report()["volumes"].as_array().unwrap().len(), 3, "{}", r.describe());
+    assert!(r.stderr.contains("removing the demo volume"), "the pause before the end is named\n{}", r.describe());
 }
 
 /// `demo DIR` on a directory with entries is refused (exit 2, one line naming it and an entry)
@@ -231,18 +233,21 @@ fn demo_refuses_a_directory_that_is_not_empty() {
     assert_same(&before, &snapshot(&dir), Meta::attrs_ctime, "the non-empty DIR");
     let empty = t.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    run(volprep().args(["demo", "--entries", "100"]).arg(&empty)).expect_code(0);
+    let r = run(volprep().args(["demo", "--entries", "100"]).arg(&empty)).expect_code(0);
     assert!(std::fs::read_dir(&empty).unwrap().count() > 0, "an empty DIR holds the demo volume");
+    // Its three summary lines say what it did; the JSON report only with --report.
+    assert!(r.stdout.is_empty(), "{}", r.describe());
+    assert_eq!(r.stderr.matches("/s): ").count(), 3, "{}", r.describe());
+    assert!(r.stderr.contains("demo volume kept at"), "{}", r.describe());
 }
 
 /// Names with line and paragraph separators, zero-width, tag and no-break space characters,
 /// and a forged run id made of them: none reaches the text logs, the JSON report or the new
 /// marker raw (each shows as `\u{…}`).
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn non_printing_characters_never_reach_logs_reports_or_the_marker_raw() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     const RAW: [char; 6] = ['\u{2028}', '\u{2029}', '\u{200b}', '\u{e0041}', '\u{a0}', '\u{feff}'];
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("vol");

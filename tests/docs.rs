@@ -23,7 +23,10 @@ fn help_flags(args: &[&str]) -> BTreeMap<String, Option<String>> {
     let mut entries: Vec<(String, String)> = Vec::new();
     for line in text.lines() {
         let t = line.trim_start();
-        let flag = t.starts_with('-').then(|| t.split_whitespace().find(|w| w.starts_with("--"))).flatten();
+        // `-j, --threads` or `--modes`; not `- kubelet: ...`, a possible value's line.
+        let is_flag =
+            t.starts_with("--") || t.starts_with('-') && t[1..].starts_with(|c: char| c.is_ascii_alphanumeric());
+        let flag = is_flag.then(|| t.split_whitespace().find(|w| w.starts_with("--"))).flatten();
         match flag {
             Some(f) => entries.push((f.trim_end_matches(',').split('=').next().unwrap().to_string(), t.to_string())),
             None => {
@@ -100,6 +103,7 @@ fn reference_flag_tables_match_help() {
         assert!(help.contains(fact), "apply --help: threads: {fact}");
         assert!(threads.contains(fact), "docs/reference.md: threads: {fact}");
     }
+    assert!(help.contains("requests in flight, not cores"), "apply --help says why threads outnumber cores");
 }
 
 /// The report sample and the report key table of docs/reference.md have exactly the keys of a
@@ -110,7 +114,7 @@ fn reference_report_keys_match_a_real_report() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("vol")).unwrap();
     std::fs::write(dir.path().join("vol/f"), b"x").unwrap();
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     let out = volprep()
         .args(["check", "--fs-group", &gid, "--report", "-", "--termination-log"])
         .arg(dir.path().join("termination-log"))
@@ -175,6 +179,22 @@ fn readme_is_short_and_links_resolve() {
                 continue;
             }
             assert!(base.join(file).exists(), "{rel}: link to {link}: no such file");
+        }
+    }
+}
+
+/// docs/inject.md names every flag of `volprep inject --help`, and every VOLPREP_INJECT_*
+/// variable of a flag it gives one.
+#[test]
+fn inject_doc_names_every_flag() {
+    let doc = read("docs/inject.md");
+    for (flag, env) in help_flags(&["inject"]) {
+        if flag == "--log-format" || flag == "--log-level" {
+            continue;
+        }
+        assert!(doc.contains(flag.as_str()), "docs/inject.md never names `inject {flag}`");
+        if let Some(env) = env.filter(|e| e.starts_with("VOLPREP_INJECT_") && e != "VOLPREP_INJECT_STRICT") {
+            assert!(doc.contains(env.as_str()), "docs/inject.md never names {env} ({flag})");
         }
     }
 }

@@ -36,7 +36,7 @@ fn missing_path_is_fatal() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-such-volume");
     // A group this process is in, so a non-root run gets as far as the path too.
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     for cmd in ["apply", "check"] {
         let run = run(volprep().args([cmd, "--fs-group", &gid]).arg(&missing)).expect_code(1);
         assert_one_line_naming(&run, &missing, None);
@@ -49,7 +49,7 @@ fn regular_file_path_is_not_a_directory() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, b"x").unwrap();
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     for cmd in ["apply", "check"] {
         let run = run(volprep().args([cmd, "--fs-group", &gid]).arg(&file)).expect_code(1);
         assert_one_line_naming(&run, &file, Some("not a directory"));
@@ -96,10 +96,9 @@ fn no_spec_is_a_usage_error() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn read_only_mount_reports_erofs() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
@@ -152,10 +151,9 @@ fn read_only_mount_reports_erofs() {
 /// is not in is refused before anything is read; with the group, root's entries are listed,
 /// not failed on, and none changes.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn non_root_changes_nothing_of_roots() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
@@ -182,10 +180,9 @@ fn non_root_changes_nothing_of_roots() {
 /// message, the termination message says "internal error", its marker is not `done`; a smaller
 /// volume of the same run (it never reaches 40 entries) is prepared and marked done.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_panic_in_a_volume_fails_that_volume_only() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (big, small) = (fs.path().join("big"), fs.path().join("small"));
     let mut t = Tree::new();
@@ -203,7 +200,7 @@ fn a_panic_in_a_volume_fails_that_volume_only() {
     let out = tempfile::tempdir().unwrap();
     let term = out.path().join("termination-log");
     let mut cmd = volprep();
-    cmd.env("VOLPREP_TEST_PANIC_AFTER", "40")
+    common::kill::hook(&mut cmd, "VOLPREP_TEST_PANIC_AFTER", "40")
         .args(["apply", "--fs-group", "2000", "--threads", "4", "--report", "-", "--termination-log"])
         .arg(&term)
         .args([&big, &small]);
@@ -227,12 +224,13 @@ fn a_panic_in_a_volume_fails_that_volume_only() {
 /// With JSON logs, a panic is one JSON line like every other (with where in the code it was
 /// raised), not Rust's raw "thread … panicked at" text, which would break a log pipeline.
 #[test]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
 fn a_panic_is_logged_as_one_json_line() {
     let vol = tempfile::tempdir().unwrap();
     std::fs::create_dir(vol.path().join("d")).unwrap();
     std::fs::write(vol.path().join("d/f"), "x").unwrap();
     let mut cmd = volprep();
-    cmd.env("VOLPREP_TEST_PANIC_AFTER", "1")
+    common::kill::hook(&mut cmd, "VOLPREP_TEST_PANIC_AFTER", "1")
         .args(["check", "--fs-group", "2000", "--log-format", "json", "--threads", "2"])
         .arg(vol.path());
     let r = run(&mut cmd).expect_code(1);
@@ -250,10 +248,9 @@ fn a_panic_is_logged_as_one_json_line() {
 /// Threads the machine refuses (RLIMIT_NPROC reached) are a failure of the environment: exit 1,
 /// one line saying so, not the usage error (exit 2) of a bad command line.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn threads_that_cannot_start_are_a_failure_not_a_usage_error() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let dir = tempfile::tempdir().unwrap();
     let vol = dir.path().join("vol");
     plain_tree(&vol);

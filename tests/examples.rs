@@ -142,6 +142,7 @@ volumePermissions:
   fsGroup: 2000
   owner: "1001:1001"
   readOnly: true
+  modes: app-safe
   sticky: []
   threads: 16
   load: adaptive
@@ -159,6 +160,7 @@ volumePermissions:
             "--fs-group=2000",
             "--owner=1001:1001",
             "--read-only",
+            "--modes=app-safe",
             "--threads=16",
             "--load=adaptive",
             "--max-ops=2000",
@@ -359,6 +361,96 @@ fn demo_chart_renders_volume_permissions_values() {
     }
 }
 
+/// The three yaml blocks of the README's "Add it to your own chart" (Chart.yaml, values.yaml and
+/// the pod spec of a StatefulSet template), made into a chart as written: its dependency points
+/// at examples/helm/volprep (file://) instead of the registry, and the pod spec is wrapped in a
+/// StatefulSet.
+fn readme_chart(charts: &Charts) -> PathBuf {
+    let readme = read("README.md");
+    let section = readme.split("## Add it to your own chart").nth(1).expect("the README's own-chart section");
+    let section = section.split("\n## ").next().unwrap();
+    let blocks: Vec<&str> = section.split("```yaml\n").skip(1).map(|b| b.split("```").next().unwrap()).collect();
+    assert_eq!(blocks.len(), 3, "three yaml blocks: Chart.yaml, values.yaml, the template");
+    let [chart, values, pod] = [blocks[0], blocks[1], blocks[2]];
+    assert!(chart.starts_with("# Chart.yaml") && values.starts_with("# values.yaml"), "{chart}{values}");
+    let (head, pod) = pod.split_once('\n').unwrap();
+    assert!(head.contains("in the pod spec"), "{head}");
+    let dir = charts.dir.path().join("readme-app");
+    fs::create_dir_all(dir.join("templates")).unwrap();
+    let registry = chart.lines().find(|l| l.contains("repository:")).expect("a repository line");
+    let chart = chart.replace(registry, "    repository: file://../volprep");
+    fs::write(dir.join("Chart.yaml"), format!("apiVersion: v2\nname: readme-app\nversion: 0.1.0\n{chart}")).unwrap();
+    // The README's digest is a placeholder (`sha256:…`): a real-looking one.
+    let values = values.replace("sha256:…", &format!("sha256:{}", "ab".repeat(32)));
+    fs::write(dir.join("values.yaml"), values).unwrap();
+    let sts = format!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: app\nspec:\n  serviceName: app\n  selector:\n    \
+         matchLabels: {{app: app}}\n  template:\n    metadata:\n      labels: {{app: app}}\n    spec:\n{pod}      \
+         containers:\n        - name: app\n          image: app:1\n          volumeMounts:\n            - {{name: data, mountPath: /data}}\n  \
+         volumeClaimTemplates:\n    - metadata: {{name: data}}\n      spec:\n        accessModes: [ReadWriteOnce]\n        \
+         resources: {{requests: {{storage: 1Gi}}}}\n"
+    );
+    fs::write(dir.join("templates/statefulset.yaml"), sts).unwrap();
+    run_ok(charts.helm().arg("dependency").arg("build").arg(&dir));
+    dir
+}
+
+/// The README's own-chart snippet renders as written: with volprep the pod has the group as a
+/// supplemental group and no fsGroup, without it (`enabled: false`) the kubelet's fsGroup; pull
+/// secrets render as a list or not at all; no line is blank but for spaces, none a lone `[]`.
+/// A group that is no number names its key and says GID.
+#[test]
+#[ignore = "needs helm: source .ci/k8s-tools.sh"]
+fn readme_chart_snippet_renders_with_and_without_volprep() {
+    let Some(helm) = tool("VOLPREP_HELM", "readme_chart_snippet_renders_with_and_without_volprep") else {
+        return;
+    };
+    let charts = Charts::new(helm);
+    let app = readme_chart(&charts);
+    let render = |sets: &[&str]| {
+        let mut cmd = charts.helm();
+        cmd.args(["template", "r"]).arg(&app);
+        for s in sets {
+            cmd.args(["--set", s]);
+        }
+        output(&mut cmd)
+    };
+    for (sets, volprep, secrets) in [
+        (&[][..], true, &[][..]),
+        (&["volumePermissions.enabled=false"], false, &[]),
+        (&["volumePermissions.image.pullSecrets={mirror-a,mirror-b}"], true, &["mirror-a", "mirror-b"]),
+        (&["volumePermissions.enabled=false", "global.imagePullSecrets={mirror-a}"], false, &["mirror-a"]),
+    ] {
+        let out = render(sets);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "{sets:?}: {}", String::from_utf8_lossy(&out.stderr));
+        for line in text.lines() {
+            assert!(line.is_empty() || !line.trim().is_empty(), "{sets:?}: a line of spaces only:\n{text}");
+            assert_ne!(line.trim(), "[]", "{sets:?}: a lone []:\n{text}");
+        }
+        let all = docs(&text);
+        let spec = pod_spec(workloads(&all)[0]);
+        let psc = &spec["securityContext"];
+        if volprep {
+            assert!(psc["fsGroup"].is_null(), "{sets:?}: no fsGroup with volprep\n{text}");
+            assert_eq!(strs(&psc["supplementalGroups"]), ["1000"], "{sets:?}\n{text}");
+            check_volprep_pod(spec, &format!("README chart {sets:?}"));
+        } else {
+            assert_eq!(psc["fsGroup"].as_u64(), Some(1000), "{sets:?}: the kubelet's fsGroup without volprep\n{text}");
+            assert!(psc["supplementalGroups"].is_null() && spec["initContainers"].is_null(), "{sets:?}\n{text}");
+        }
+        let names: Vec<&str> = spec["imagePullSecrets"]
+            .as_sequence()
+            .map_or(Vec::new(), |s| s.iter().filter_map(|s| s["name"].as_str()).collect());
+        assert_eq!(names, secrets, "{sets:?}\n{text}");
+        assert_eq!(text.contains("imagePullSecrets"), !secrets.is_empty(), "{sets:?}: no key when none\n{text}");
+    }
+    let out = render(&["volumePermissions.fsGroup=www"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a group name rendered");
+    assert!(err.contains("volumePermissions.fsGroup: \"www\" is not a numeric GID"), "{err}");
+}
+
 /// Bad values fail the render with a message that names the problem.
 #[test]
 #[ignore = "needs helm: source .ci/k8s-tools.sh"]
@@ -388,7 +480,16 @@ fn demo_chart_rejects_bad_volume_permissions() {
         ("two-gids", "volumePermissions:\n  fsGroup: \"1000:1000\"\n", "a group is one GID"),
         ("bad-load", "volumePermissions:\n  load: gentle\n", "at '/load': value must be one of"),
         ("no-ops", "volumePermissions:\n  maxOps: 0\n", "at '/maxOps': minimum"),
-        ("not-numeric", "volumePermissions:\n  owner: app\n", "\"app\" is not a numeric id"),
+        (
+            "not-numeric",
+            "volumePermissions:\n  owner: app\n",
+            "volumePermissions.owner: \"app\" is not a numeric UID or UID:GID",
+        ),
+        (
+            "group-name",
+            "volumePermissions:\n  fsGroup: www\n",
+            "volumePermissions.fsGroup: \"www\" is not a numeric GID",
+        ),
         (
             "read-only-owner",
             "podSecurityContext:\n  fsGroup: null\nvolumePermissions:\n  owner: 1000\n  readOnly: true\n",
@@ -399,6 +500,11 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "bad-mode",
             "volumePermissions:\n  mode: rootless\n",
             "at '/mode': value must be one of 'root', 'unprivileged'",
+        ),
+        (
+            "bad-modes",
+            "volumePermissions:\n  modes: strict\n",
+            "at '/modes': value must be one of 'kubelet', 'app-safe'",
         ),
         ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
         ("root-allow-foreign", "volumePermissions:\n  allowForeign: true\n", "allowForeign is for mode unprivileged"),
@@ -498,11 +604,21 @@ fn kustomize_overlay_adds_volprep_first() {
     let names: Vec<&str> =
         spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, ["volprep", "migrate-schema"], "the base's init container stays, after volprep");
+    check_mode_policy(&spec["initContainers"][0], "kustomize overlay");
     // The base alone still uses fsGroup (what the component removes).
     let base = docs(&read("examples/kustomize/base/statefulset.yaml"));
     assert_eq!(pod_spec(&base[0])["securityContext"]["fsGroup"].as_u64(), Some(1000));
 
     validate_rendered(test, "overlay", &text);
+}
+
+/// The component sets the mode policy in `VOLPREP_MODES`, where an overlay picks it, to a
+/// policy volprep knows.
+fn check_mode_policy(c: &Value, at: &str) {
+    let env = c["env"].as_sequence().unwrap_or_else(|| panic!("{at}: volprep has no env"));
+    let modes = env.iter().find(|e| e["name"].as_str() == Some("VOLPREP_MODES"));
+    let value = modes.and_then(|e| e["value"].as_str()).unwrap_or_else(|| panic!("{at}: no VOLPREP_MODES"));
+    assert!(["kubelet", "app-safe"].contains(&value), "{at}: VOLPREP_MODES={value}");
 }
 
 /// Validates rendered manifests against the Kubernetes schemas and lints them, with the tools
@@ -545,6 +661,7 @@ fn kustomize_unprivileged_overlay_meets_restricted() {
     let names: Vec<&str> =
         spec["initContainers"].as_sequence().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(names, ["volprep", "migrate-schema"], "{at}");
+    check_mode_policy(&spec["initContainers"][0], at);
 
     validate_rendered(test, "overlay-unprivileged", &text);
 }

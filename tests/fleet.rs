@@ -224,8 +224,8 @@ fn indexed_job_exit_codes_match_its_pod_failure_policy() {
     let mut args = localize(&volprep_args(&job), &[("/data", &missing)], &tlog);
     // Not root: the example's group is not one of this process's (exit 2 before anything else);
     // use its own, so the exit codes of the index and the missing volume are what is tested.
-    if unsafe { libc::geteuid() } != 0 {
-        let own = format!("--fs-group={}", unsafe { libc::getegid() });
+    if rustix::process::geteuid().as_raw() != 0 {
+        let own = format!("--fs-group={}", rustix::process::getegid().as_raw());
         args.iter_mut()
             .filter(|a| a.to_string_lossy().starts_with("--fs-group="))
             .for_each(|a| *a = own.clone().into());
@@ -420,7 +420,7 @@ fn migrate_chart_renders_one_job_per_pvc() {
 }
 
 /// The Job settings and per-Job keys: a name of its own, a PVC name too long for a Job name
-/// (shortened with a hash, still unique), readOnly, activeDeadlineSeconds, mountDir, no report.
+/// (shortened with a hash, still unique), readOnly, modes, activeDeadlineSeconds, mountDir, no report.
 #[test]
 #[ignore = "needs helm, kubernetes-validate: source .ci/k8s-tools.sh"]
 fn migrate_chart_renders_job_options() {
@@ -448,6 +448,7 @@ volumePermissions:
     - pvc: shared.cache
       name: cache-permissions
       readOnly: true
+      modes: app-safe
 "#
     );
     let charts = MigrateChart::new(helm);
@@ -474,6 +475,7 @@ volumePermissions:
             "apply",
             "--fs-group=3000",
             "--read-only",
+            "--modes=app-safe",
             "--termination-log=/dev/termination-log",
             "--max-errors=5",
             "/mnt/shared.cache"
@@ -501,7 +503,12 @@ fn migrate_chart_rejects_bad_jobs() {
         ("args-string", "{pvc: a, args: --threads=8}", "volumePermissions.jobs[0].args: a list"),
         ("same-name", "{pvc: a, name: x}, {pvc: b, name: x}", "two Jobs named x"),
         ("no-spec", "{pvc: a, fsGroup: null}", "volumePermissions.jobs[0] (pvc a): set fsGroup and/or owner"),
-        ("bad-owner", "{pvc: a, owner: app}", "\"app\" is not a numeric id"),
+        (
+            "bad-owner",
+            "{pvc: a, owner: app}",
+            "volumePermissions.jobs[0].owner: \"app\" is not a numeric UID or UID:GID",
+        ),
+        ("bad-group", "{pvc: a, fsGroup: www}", "volumePermissions.jobs[0].fsGroup: \"www\" is not a numeric GID"),
     ];
     for (name, jobs, message) in cases {
         let values = format!("volumePermissions:\n  jobs: [{jobs}]\n");
@@ -546,10 +553,9 @@ fn extract_report(log: &Path, to: &Path) {
 /// message is its summary line, and the README's recipe (sed the report out of each log, then
 /// `volprep report merge`) gives one summary whose count is the marker's and the tree's.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and sed"]
 fn indexed_job_runs_as_its_pods_would() {
-    if !common::privileged(&["mkfs.ext4", "sed"]) {
-        return;
-    }
+    common::privileged(&["mkfs.ext4", "sed"]);
     let readme = read(FLEET_README);
     assert!(readme.contains(&format!("sed -n '{EXTRACT_REPORT}'")), "{FLEET_README} shows the extraction tested here");
     let job = only_doc(INDEXED_JOB, "Job");
@@ -627,9 +633,7 @@ fn migrate_chart_jobs_run_as_rendered() {
     let Some(helm) = tool("VOLPREP_HELM", "migrate_chart_jobs_run_as_rendered") else {
         return;
     };
-    if !common::privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    common::privileged(&["mkfs.ext4"]);
     let charts = MigrateChart::new(helm);
     let (jobs, _) = charts.jobs("run", None);
     let fs = LoopFs::new(common::FsKind::Ext4, 64);

@@ -1,15 +1,22 @@
 //! The mutation fuzzer: random trees, passes interrupted at random points (the binary's
 //! `VOLPREP_TEST_KILL_AFTER` hook, SIGKILL and SIGTERM), random changes between runs (renames
 //! across and within parents, RENAME_EXCHANGE, mkdir+mv, file create/unlink, hardlink+unlink, a
-//! directory replaced by a symlink), reruns plain, `--verify full` and sharded in random
-//! interleavings. The property: whenever the marker says `done`, `volprep check` exits 0, every
-//! entry conforms, and nothing outside the volume changed.
+//! directory replaced by a symlink; nested mounts appearing and going away: a tmpfs, a bind
+//! mount of a directory or of a file; btrfs subvolumes created, snapshotted and deleted), reruns
+//! plain, `--verify full` and sharded in random interleavings, with a spec that varies between
+//! rounds (`--fs-group` alone or with `--owner`, read-only, `--sticky`), on tmpfs, ext4, btrfs
+//! and an overlayfs volume whose layers lie on two filesystems. The property: whenever the
+//! marker says `done`, `volprep check` exits 0, every entry conforms, and nothing outside the
+//! volume changed; and every run ends as a run may (done, killed at its kill point, or the
+//! documented exit of a special bit a SIGKILL cleared): any other exit, or an internal error,
+//! fails the round.
 //!
-//! CI runs 500 rounds from a fixed seed (a fifth on ext4, the rest on tmpfs). Locally:
-//! `VOLPREP_FUZZ_SEED=<n>` another seed, `VOLPREP_FUZZ_ROUNDS=<n>` more rounds,
-//! `VOLPREP_FUZZ_SECS=<n>` rounds until that many seconds have passed, `VOLPREP_FUZZ_ROUND=<r>`
-//! replays one round (it prints what it does). A failing round prints the seed, round, tree,
-//! kill points and mutations.
+//! CI runs 500 rounds from a fixed seed and asserts a minimum count of each mutation and kill
+//! kind (the summary shows them). Locally: `VOLPREP_FUZZ_SEED=<n>` another seed,
+//! `VOLPREP_FUZZ_ROUNDS=<n>` more rounds, `VOLPREP_FUZZ_SECS=<n>` rounds until that many
+//! seconds have passed, `VOLPREP_FUZZ_ROUND=<r>` replays one round (it prints what it does). A
+//! failing round prints the seed, round, tree, kill points and mutations; each case it found is
+//! a named test in tests/fuzz_regressions.rs.
 
 mod common;
 
@@ -24,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use common::clones::Clones;
 use common::kill::{KillOnDrop, wait_within};
+use common::mounts::{sh, try_sh};
 use common::snap::conforms;
 use common::tree::Rng;
 use common::xattr::{MARKER, xattr_json};
@@ -55,6 +63,22 @@ pub enum Mutation {
     /// Clone rounds: both nested filesystems unmounted, their loop devices swapped, mounted
     /// again at their places (each clone now has the other's device number).
     Remount,
+    /// A tmpfs (holding a root-owned file) mounted over a directory of the volume, hiding it.
+    MountTmpfs,
+    /// A directory outside the volume bind-mounted over one of the volume.
+    BindDir,
+    /// A file outside the volume bind-mounted over a file of the volume.
+    BindFile,
+    /// The latest nested mount unmounted: what it hid shows again.
+    Unmount,
+    /// The same, after the volume was marked done (then every shard runs again).
+    UnmountAfterDone,
+    /// btrfs rounds: `btrfs subvolume create` (with a root-owned file and directory in it).
+    SubvolCreate,
+    /// btrfs rounds: `btrfs subvolume snapshot` of a subvolume of the volume.
+    SubvolSnapshot,
+    /// btrfs rounds: `btrfs subvolume delete`.
+    SubvolDelete,
 }
 
 const MUTATIONS: &[Mutation] = &[
@@ -66,7 +90,96 @@ const MUTATIONS: &[Mutation] = &[
     Mutation::Unlink,
     Mutation::HardlinkUnlink,
     Mutation::DirToSymlink,
+    Mutation::MountTmpfs,
+    Mutation::BindDir,
+    Mutation::BindFile,
+    Mutation::Unmount,
 ];
+
+/// What btrfs rounds add to [`MUTATIONS`].
+const BTRFS_MUTATIONS: &[Mutation] = &[Mutation::SubvolCreate, Mutation::SubvolSnapshot, Mutation::SubvolDelete];
+
+/// The least of each mutation kind a CI run (the default seed and rounds) makes (the summary
+/// shows them): a catalogue entry the fuzzer stops reaching fails it.
+const MIN_EACH_MUTATION: u64 = 8;
+/// The least of each kill kind (SIGKILL, SIGTERM at the kill point) and of runs that finished
+/// before it, per CI run.
+const MIN_EACH_KILL: u64 = 100;
+/// The least rounds of each base (tmpfs, ext4, btrfs, overlay) and of each spec, per CI run.
+const MIN_EACH_ROUND_KIND: u64 = 15;
+
+/// What a round's volume is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Base {
+    Tmpfs,
+    Ext4,
+    Btrfs,
+    /// An overlayfs volume: lower layer on a tmpfs, upper on ext4 (lower files have the tmpfs's
+    /// device number on the overlay's mount).
+    Overlay,
+}
+
+/// The spec of a round: `--fs-group 2000`, maybe with an owner, read-only, a sticky temp dir.
+#[derive(Clone, Copy, Debug, Default)]
+struct RoundSpec {
+    owner: Option<u32>,
+    read_only: bool,
+    /// `--sticky VOL/tmp` on every `apply` (unsharded rounds).
+    sticky: bool,
+    /// `--modes app-safe` (the trees' names are `eN`: no app-private path, so the rule is
+    /// "an entry with no group or other bits keeps its mode").
+    app_safe: bool,
+}
+
+impl RoundSpec {
+    fn random(rng: &mut Rng, sharded: bool) -> RoundSpec {
+        RoundSpec {
+            owner: (rng.below(4) == 0).then_some(1000),
+            read_only: rng.below(4) == 0,
+            sticky: !sharded && rng.below(4) == 0,
+            app_safe: rng.below(4) == 0,
+        }
+    }
+
+    /// The spec flags, for `apply` and `check` alike.
+    fn args(&self) -> Vec<String> {
+        let mut a = vec!["--fs-group".to_string(), GID.to_string()];
+        if let Some(uid) = self.owner {
+            a.extend(["--owner".to_string(), uid.to_string()]);
+        }
+        if self.read_only {
+            a.push("--read-only".into());
+        }
+        if self.app_safe {
+            a.extend(["--modes".to_string(), "app-safe".to_string()]);
+        }
+        a
+    }
+
+    fn name(&self) -> String {
+        let mut n = vec!["fs-group"];
+        if self.owner.is_some() {
+            n.push("owner");
+        }
+        if self.read_only {
+            n.push("read-only");
+        }
+        if self.sticky {
+            n.push("sticky");
+        }
+        if self.app_safe {
+            n.push("app-safe");
+        }
+        n.join("+")
+    }
+
+    /// Whether an entry is as this spec wants it.
+    fn conforms(&self, m: &Meta) -> bool {
+        let private = self.app_safe && m.kind != Kind::Symlink && m.mode & 0o077 == 0;
+        let mode = if private { m.gid == GID } else { conforms(m, GID, self.read_only) };
+        mode && self.owner.is_none_or(|u| m.uid == u)
+    }
+}
 
 /// How a run of `apply` is made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -99,8 +212,9 @@ struct Sharding {
 #[derive(Default)]
 struct Stats {
     rounds: u64,
-    ext4_rounds: u64,
     clone_rounds: u64,
+    bases: BTreeMap<String, u64>,
+    specs: BTreeMap<String, u64>,
     mutations: BTreeMap<String, u64>,
     kills: BTreeMap<String, u64>,
     reruns: BTreeMap<String, u64>,
@@ -108,11 +222,12 @@ struct Stats {
     wrong_done: u64,
     outside_changed: u64,
     never_done: u64,
+    unexpected_exits: u64,
     failures: Vec<String>,
 }
 
 fn bump(m: &mut BTreeMap<String, u64>, k: impl std::fmt::Debug) {
-    *m.entry(format!("{k:?}").to_lowercase()).or_default() += 1;
+    *m.entry(key(k)).or_default() += 1;
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -137,16 +252,17 @@ fn round_seed(seed: u64, r: u64) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4, mkfs.btrfs, btrfs and --features test-hooks"]
 fn mutation_fuzz_done_means_every_entry_conforms() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4", "mkfs.btrfs", "btrfs"]);
     let seed = env_u64("VOLPREP_FUZZ_SEED").unwrap_or(DEFAULT_SEED);
     let only = env_u64("VOLPREP_FUZZ_ROUND");
     let secs = env_u64("VOLPREP_FUZZ_SECS");
-    let rounds = env_u64("VOLPREP_FUZZ_ROUNDS").unwrap_or(if secs.is_some() { u64::MAX } else { DEFAULT_ROUNDS });
+    let custom = env_u64("VOLPREP_FUZZ_ROUNDS");
+    let rounds = custom.unwrap_or(if secs.is_some() { u64::MAX } else { DEFAULT_ROUNDS });
     let tmpfs = Tmpfs::new();
     let ext4 = LoopFs::with_mkfs_args(FsKind::Ext4, 256, &["-N", "60000"]);
+    let btrfs = LoopFs::new(FsKind::Btrfs, 256);
     let start = Instant::now();
     let mut stats = Stats::default();
     let range: Box<dyn Iterator<Item = u64>> = match only {
@@ -157,13 +273,21 @@ fn mutation_fuzz_done_means_every_entry_conforms() {
         if secs.is_some_and(|s| start.elapsed() > Duration::from_secs(s)) {
             break;
         }
-        let on_ext4 = r % 5 == 4;
-        let base = if on_ext4 { ext4.path() } else { tmpfs.path() };
-        let mut round = Round::new(seed, r, base.join(format!("r{r}")), on_ext4, only.is_some());
+        let base = match r % 10 {
+            4 | 9 => Base::Ext4,
+            2 => Base::Btrfs,
+            6 if r % 20 == 6 => Base::Overlay,
+            _ => Base::Tmpfs,
+        };
+        let fs = match base {
+            Base::Ext4 | Base::Overlay => ext4.path(),
+            Base::Btrfs => btrfs.path(),
+            Base::Tmpfs => tmpfs.path(),
+        };
+        let mut round = Round::new(seed, r, fs.join(format!("r{r}")), base, only.is_some());
         round.with_clones = r % 10 == 7;
         round.play(&mut stats);
-        round.clones = None;
-        let _ = std::fs::remove_dir_all(&round.dir);
+        round.clean_up();
     }
     let summary = summary(seed, &stats, start.elapsed());
     say(&summary);
@@ -176,19 +300,52 @@ fn mutation_fuzz_done_means_every_entry_conforms() {
         stats.failures.len(),
         stats.failures.join("\n\n")
     );
-    if only.is_none() && secs.is_none() {
-        assert!(stats.rounds >= DEFAULT_ROUNDS.min(rounds), "{summary}");
+    if only.is_none() && secs.is_none() && custom.is_none() {
+        assert!(stats.rounds >= DEFAULT_ROUNDS, "{summary}");
+        let short = too_few(&stats);
+        assert!(short.is_empty(), "the catalogue was not covered: {}\n{summary}", short.join(", "));
     }
+}
+
+/// The kinds a CI run made fewer of than its minimum.
+fn too_few(s: &Stats) -> Vec<String> {
+    let mut short = Vec::new();
+    let mut need = |m: &BTreeMap<String, u64>, kind: String, min: u64| {
+        let n = m.get(&kind).copied().unwrap_or(0);
+        if n < min {
+            short.push(format!("{kind}={n} (at least {min})"));
+        }
+    };
+    for k in MUTATIONS.iter().chain(BTRFS_MUTATIONS).chain([&Mutation::Remount, &Mutation::UnmountAfterDone]) {
+        need(&s.mutations, key(k), MIN_EACH_MUTATION);
+    }
+    for k in [End::Sigkill, End::Sigterm, End::Finished] {
+        need(&s.kills, key(k), MIN_EACH_KILL);
+    }
+    for b in [Base::Tmpfs, Base::Ext4, Base::Btrfs, Base::Overlay] {
+        need(&s.bases, key(b), MIN_EACH_ROUND_KIND);
+    }
+    for spec in ["owner", "read-only", "sticky", "app-safe"] {
+        let n: u64 = s.specs.iter().filter(|(k, _)| k.split('+').any(|w| w == spec)).map(|(_, v)| v).sum();
+        if n < MIN_EACH_ROUND_KIND {
+            short.push(format!("spec {spec}={n} (at least {MIN_EACH_ROUND_KIND})"));
+        }
+    }
+    short
+}
+
+fn key(k: impl std::fmt::Debug) -> String {
+    format!("{k:?}").to_lowercase()
 }
 
 fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     format!(
-        "fuzz summary: seed={seed:#x} rounds={} (ext4 {}, tmpfs {}, with nested ext4 clones {}) | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} | {:.1}s",
+        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION}, each kill kind {MIN_EACH_KILL}, each base and spec {MIN_EACH_ROUND_KIND} | {:.1}s",
         s.rounds,
-        s.ext4_rounds,
-        s.rounds - s.ext4_rounds,
+        list(&s.bases),
         s.clone_rounds,
+        list(&s.specs),
         list(&s.mutations),
         s.mutations.values().sum::<u64>(),
         list(&s.kills),
@@ -197,6 +354,7 @@ fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
         s.wrong_done,
         s.outside_changed,
         s.never_done,
+        s.unexpected_exits,
         elapsed.as_secs_f64()
     )
 }
@@ -209,7 +367,8 @@ struct Round {
     dir: PathBuf,
     vol: PathBuf,
     outside: PathBuf,
-    on_ext4: bool,
+    base: Base,
+    spec: RoundSpec,
     verbose: bool,
     sharding: Option<Sharding>,
     steps: Vec<String>,
@@ -218,13 +377,20 @@ struct Round {
     /// Two ext4 clones mounted inside the volume, passes with `--cross-devices`.
     with_clones: bool,
     clones: Option<Clones>,
+    /// Nested mounts inside the volume (relative path, the mount), the latest last.
+    nested: Vec<(PathBuf, Box<dyn std::any::Any>)>,
+    /// btrfs subvolumes made inside the volume (relative paths).
+    subvols: Vec<PathBuf>,
+    /// Overlay rounds: the overlay mounted at `vol` and its lower layer (a tmpfs), unmounted in
+    /// that order.
+    overlay: Option<(Overlay, Tmpfs)>,
     /// A run stopped on a setuid/setgid bit a SIGKILL cleared (exit 1, documented): the next run
     /// of the same shard (`Some(None)` unsharded) does what the message says, `--force`.
     force_next: Option<Option<u32>>,
 }
 
 impl Round {
-    fn new(seed: u64, index: u64, dir: PathBuf, on_ext4: bool, verbose: bool) -> Round {
+    fn new(seed: u64, index: u64, dir: PathBuf, base: Base, verbose: bool) -> Round {
         let (vol, outside) = (dir.join("vol"), dir.join("outside"));
         Round {
             seed,
@@ -233,7 +399,8 @@ impl Round {
             dir,
             vol,
             outside,
-            on_ext4,
+            base,
+            spec: RoundSpec::default(),
             verbose,
             sharding: None,
             steps: Vec::new(),
@@ -241,6 +408,9 @@ impl Round {
             counter: 0,
             with_clones: false,
             clones: None,
+            nested: Vec::new(),
+            subvols: Vec::new(),
+            overlay: None,
             force_next: None,
         }
     }
@@ -257,13 +427,42 @@ impl Round {
         format!("{stem}{}", self.counter)
     }
 
+    /// Unmounts what the round mounted (the latest first) and removes its directory.
+    fn clean_up(&mut self) {
+        while self.nested.pop().is_some() {}
+        self.clones = None;
+        self.overlay = None;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+
+    /// Builds the round's tree: in the volume, or (overlay rounds) in a lower layer on a tmpfs
+    /// under an overlay whose upper layer is beside the volume.
+    fn build(&mut self, tree: &Tree) {
+        if self.base != Base::Overlay {
+            return tree.build(&self.vol);
+        }
+        let lower = Tmpfs::new();
+        tree.build(&lower.path().join("t"));
+        let (upper, work) = (self.dir.join("upper"), self.dir.join("work"));
+        for d in [&upper, &work, &self.vol] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let opts = format!(
+            "lowerdir={},upperdir={},workdir={}",
+            lower.path().join("t").display(),
+            upper.display(),
+            work.display()
+        );
+        self.overlay = Some((Overlay::mount(&opts, &self.vol), lower));
+    }
+
     fn play(&mut self, stats: &mut Stats) {
         stats.rounds += 1;
-        stats.ext4_rounds += self.on_ext4 as u64;
+        bump(&mut stats.bases, self.base);
         let _ = std::fs::remove_dir_all(&self.dir);
         make_outside(&self.outside);
         let tree = random_tree(&mut self.rng, &self.outside);
-        tree.build(&self.vol);
+        self.build(&tree);
         self.tree = describe_tree(&tree);
         if self.with_clones {
             let inner = random_tree(&mut self.rng, &self.outside);
@@ -271,16 +470,24 @@ impl Round {
             self.clones = Some(Clones::new(&self.vol, &inner));
             stats.clone_rounds += 1;
         }
+        if self.base == Base::Btrfs {
+            // A subvolume from the start, for snapshots and deletes to work on.
+            let made = self.subvol_create(&[PathBuf::new()]);
+            self.log(format!("set-up: {}", made.unwrap_or_default()));
+        }
         let outside_before = snapshot(&self.outside);
         if !self.with_clones && self.rng.below(3) == 0 {
             self.sharding = Some(Sharding { n: 2 + self.rng.below(3) as u32, depth: 1 + self.rng.below(2) as u32 });
         }
+        self.spec = RoundSpec::random(&mut self.rng, self.sharding.is_some());
+        *stats.specs.entry(self.spec.name()).or_default() += 1;
         self.log(format!(
-            "{} on {}: {} entries, sharding {:?}",
+            "{} on {:?}: {} entries, sharding {:?}, spec {:?}",
             self.vol.display(),
-            if self.on_ext4 { "ext4" } else { "tmpfs" },
+            self.base,
             tree.len(),
-            self.sharding
+            self.sharding,
+            self.spec
         ));
         let steps = 1 + self.rng.below(5);
         let mut done = false;
@@ -296,23 +503,16 @@ impl Round {
                 self.mutate(stats);
             }
         }
-        // Then runs without kills or changes until the volume is done: every shard in turn, in
-        // a random order, each sweep.
-        for _ in 0..3 {
-            let mut order: Vec<u32> = (0..self.sharding.map_or(1, |s| s.n)).collect();
-            for i in (1..order.len()).rev() {
-                order.swap(i, self.rng.below(i + 1));
-            }
-            for shard in order {
-                if done {
-                    break;
-                }
-                self.one_run(stats, false, Some(shard));
-                if self.marker_done() {
-                    done = true;
-                    self.check_done(stats);
-                }
-            }
+        if !done {
+            done = self.until_done(stats);
+        }
+        // A nested mount going away after `done`: the next start must not skip what it hid.
+        if done && !self.nested.is_empty() && self.rng.below(2) == 0 {
+            let (rel, m) = self.nested.pop().expect("a nested mount");
+            drop(m);
+            bump(&mut stats.mutations, Mutation::UnmountAfterDone);
+            self.log(format!("mutation UnmountAfterDone: umount {}", rel.display()));
+            done = self.until_done(stats);
         }
         if !done {
             stats.never_done += 1;
@@ -326,30 +526,59 @@ impl Round {
         }
     }
 
-    /// The volume's entries, nested filesystems included in clone rounds.
+    /// Runs without kills or changes until the volume is done: every shard in turn, in a random
+    /// order, each sweep; checks the property when it is. Returns whether it got done.
+    fn until_done(&mut self, stats: &mut Stats) -> bool {
+        for _ in 0..3 {
+            let mut order: Vec<u32> = (0..self.sharding.map_or(1, |s| s.n)).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, self.rng.below(i + 1));
+            }
+            for shard in order {
+                self.one_run(stats, false, Some(shard));
+                if self.marker_done() {
+                    self.check_done(stats);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// The volume's entries: nested filesystems included in clone rounds (`--cross-devices`),
+    /// else what is on the volume's mount (btrfs subvolumes, overlay layers' files included).
     fn snapshot(&self) -> Snapshot {
-        snapshot_with(&self.vol, if self.with_clones { Mounts::Enter } else { Mounts::Skip })
+        snapshot_with(&self.vol, if self.with_clones { Mounts::Enter } else { Mounts::Volume })
     }
 
     fn marker_done(&self) -> bool {
         xattr_json(&self.vol, MARKER).is_some_and(|m| m["state"] == "done")
     }
 
-    /// The property: `done` means `check` exits 0 and every entry conforms.
+    /// The property: `done` means `check` exits 0 and every entry conforms (and a sticky temp
+    /// dir has its bits).
     fn check_done(&mut self, stats: &mut Stats) {
         stats.done_checked += 1;
         let mut cmd = volprep();
-        cmd.args(["check", "--fs-group", "2000", "--log-format", "text"]);
+        cmd.arg("check").args(self.spec.args()).args(["--log-format", "text"]);
         if self.with_clones {
             cmd.arg("--cross-devices");
         }
         let c = run(cmd.arg(&self.vol));
         let snap = self.snapshot();
-        let wrong: Vec<String> = snap
+        // btrfs's stand-in of a subvolume a snapshot did not include: takes no change.
+        let stand_in = |m: &Meta| self.base == Base::Btrfs && m.kind == Kind::Dir && m.ino == 2;
+        let mut wrong: Vec<String> = snap
             .iter()
-            .filter(|(_, m)| !conforms(m, GID, false))
+            .filter(|(_, m)| !self.spec.conforms(m) && !stand_in(m))
             .map(|(k, m)| format!("  {} {:?} {}:{} {:04o}", snap::show(k), m.kind, m.uid, m.gid, m.mode))
             .collect();
+        if self.spec.sticky {
+            let tmp = snap.get(&b"tmp"[..]);
+            if tmp.is_none_or(|m| m.kind != Kind::Dir || m.mode & 0o1777 != 0o1777) {
+                wrong.push(format!("  tmp (--sticky) {tmp:?}"));
+            }
+        }
         if c.code != 0 || !wrong.is_empty() {
             stats.wrong_done += 1;
             let shown: Vec<&String> = wrong.iter().take(12).collect();
@@ -378,12 +607,13 @@ impl Round {
     }
 
     /// One `apply` (a shard of it when the volume is sharded: `shard`, or a random one), maybe
-    /// with a kill point.
+    /// with a kill point. An exit other than the ones a run may have, or an internal error,
+    /// fails the round.
     fn one_run(&mut self, stats: &mut Stats, kill: bool, shard: Option<u32>) {
         let threads = 1 + self.rng.below(3);
         let interval = ["0", "0", "0", "2ms", "3s"][self.rng.below(5)];
         let mut cmd = volprep();
-        cmd.args(["apply", "--fs-group", "2000", "--log-format", "text", "--progress-interval", "0"]).args([
+        cmd.arg("apply").args(self.spec.args()).args(["--log-format", "text", "--progress-interval", "0"]).args([
             "--threads",
             &threads.to_string(),
             "--checkpoint-interval",
@@ -405,6 +635,7 @@ impl Round {
             }
             None => (RunKind::Plain, "apply".to_string()),
         };
+        what += &format!(" {}", self.spec.args().join(" "));
         if self.sharding.is_some() && self.rng.below(5) == 0 {
             cmd.args(["--verify", "full"]);
             what += " --verify full";
@@ -412,6 +643,10 @@ impl Round {
         if self.with_clones {
             cmd.arg("--cross-devices");
             what += " --cross-devices";
+        }
+        if self.spec.sticky {
+            cmd.arg("--sticky").arg(self.vol.join("tmp"));
+            what += " --sticky VOL/tmp";
         }
         if self.force_next.is_some_and(|f| f == shard_run) {
             self.force_next = None;
@@ -424,7 +659,7 @@ impl Round {
             let entries = self.snapshot().len() as u64 * 2 / self.sharding.map_or(2, |s| s.n as u64);
             let at = 1 + self.rng.below(entries.max(1) as usize) as u64;
             let how = if self.rng.below(2) == 0 { "kill" } else { "term" };
-            cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:{how}"));
+            common::kill::hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}"));
             what += &format!(" [kill point {at}:{how} of ~{entries}]");
         }
         cmd.arg(&self.vol);
@@ -437,24 +672,38 @@ impl Round {
         self.log(format!("{what} -> {end:?}, marker {state}"));
         // A SIGKILL between a setuid file's chown and chmod: the bit is not restored from the
         // app-writable root; the run exits 1 and says to chmod or run `--force` once.
-        if end == End::Exit(1) && stderr.contains("not restored automatically") {
+        let cleared_bit = end == End::Exit(1) && stderr.contains("not restored automatically");
+        if cleared_bit {
             self.force_next = Some(shard_run);
             *stats.reruns.entry("force_after_cleared_special_bit".into()).or_default() += 1;
         }
         if self.verbose {
             say(&format!("    stderr (tail):\n{}", tail(&stderr, 8)));
         }
-        if let End::Exit(code) = end {
-            self.log(format!("  exit {code}: {}", tail(&stderr, 4).replace('\n', "\n    ")));
+        let unexpected = match end {
+            End::Finished => false,
+            End::Sigkill | End::Sigterm => !kill,
+            End::Exit(_) => !cleared_bit,
+        };
+        if unexpected || stderr.contains("internal error") {
+            stats.unexpected_exits += 1;
+            let code = match end {
+                End::Exit(c) => format!("exit {c}"),
+                other => format!("{other:?}"),
+            };
+            self.fail(stats, format!("UNEXPECTED END: {what} ended with {code}:\n{}", tail(&stderr, 8)));
         }
     }
 
     fn mutate(&mut self, stats: &mut Stats) {
         let m = match self.clones {
             Some(_) if self.rng.below(3) == 0 => Mutation::Remount,
+            _ if self.base == Base::Btrfs && self.rng.below(2) == 0 => {
+                BTRFS_MUTATIONS[self.rng.below(BTRFS_MUTATIONS.len())]
+            }
             _ => MUTATIONS[self.rng.below(MUTATIONS.len())],
         };
-        let (dirs, files) = list_tree(&self.vol);
+        let (dirs, files) = self.list_tree();
         let done = match m {
             Mutation::MvAcross => self.mv_across(&dirs),
             Mutation::MvWithin => self.mv_within(&dirs),
@@ -465,11 +714,120 @@ impl Round {
             Mutation::HardlinkUnlink => self.hardlink_unlink(&dirs, &files),
             Mutation::DirToSymlink => self.dir_to_symlink(&dirs),
             Mutation::Remount => self.clones.as_mut().map(Clones::remount_swapped),
+            Mutation::MountTmpfs => self.mount_tmpfs(&dirs),
+            Mutation::BindDir => self.bind_dir(&dirs),
+            Mutation::BindFile => self.bind_file(&files),
+            Mutation::Unmount => self.unmount(),
+            Mutation::UnmountAfterDone => None,
+            Mutation::SubvolCreate => self.subvol_create(&dirs),
+            Mutation::SubvolSnapshot => self.subvol_snapshot(&dirs),
+            Mutation::SubvolDelete => self.subvol_delete(),
         };
         if let Some(what) = done {
             bump(&mut stats.mutations, m);
             self.log(format!("mutation {m:?}: {what}"));
         }
+    }
+
+    /// Paths (relative) that renames must not move: nested mount points (their guards unmount
+    /// them by path) and subvolumes (deleted by path).
+    fn pinned(&self) -> Vec<PathBuf> {
+        self.nested.iter().map(|(p, _)| p.clone()).chain(self.subvols.iter().cloned()).collect()
+    }
+
+    /// Directories (the root as "") and regular files of the volume, neither a nested mount
+    /// point nor below one.
+    fn list_tree(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let mounts: Vec<&PathBuf> = self.nested.iter().map(|(p, _)| p).collect();
+        let (dirs, files) = list_tree(&self.vol);
+        let outside_mounts = |p: &PathBuf| !mounts.iter().any(|m| p.starts_with(m));
+        (dirs.into_iter().filter(outside_mounts).collect(), files.into_iter().filter(outside_mounts).collect())
+    }
+
+    /// A directory of the volume holding no pinned path (a mount point, a subvolume).
+    fn movable<'d>(&self, dirs: &'d [PathBuf]) -> Vec<&'d PathBuf> {
+        let pinned = self.pinned();
+        dirs.iter().filter(|d| !d.as_os_str().is_empty() && !pinned.iter().any(|p| p.starts_with(d))).collect()
+    }
+
+    /// A directory to mount over: not the root, holding no mount point nor subvolume (none in
+    /// clone rounds, whose clones are unmounted and mounted again).
+    fn mount_target(&mut self, dirs: &[PathBuf]) -> Option<PathBuf> {
+        if self.with_clones {
+            return None;
+        }
+        let targets = self.movable(dirs);
+        targets.get(self.rng.below(targets.len().max(1))).map(|d| (*d).clone())
+    }
+
+    fn mount_tmpfs(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let d = self.mount_target(dirs)?;
+        let m = Tmpfs::at(&self.abs(&d));
+        std::fs::write(self.abs(&d).join("on-tmpfs"), b"x").unwrap();
+        self.nested.push((d.clone(), Box::new(m)));
+        Some(format!("mount -t tmpfs t {}", d.display()))
+    }
+
+    fn bind_dir(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let d = self.mount_target(dirs)?;
+        let name = self.fresh("bind-src");
+        let src = self.dir.join(name);
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/f"), b"x").unwrap();
+        self.nested.push((d.clone(), Box::new(Bind::new(&src, &self.abs(&d)))));
+        Some(format!("mount --bind DIR/{} {}", src.file_name().unwrap().to_string_lossy(), d.display()))
+    }
+
+    fn bind_file(&mut self, files: &[PathBuf]) -> Option<String> {
+        if self.with_clones {
+            return None;
+        }
+        let f = files.get(self.rng.below(files.len().max(1)))?.clone();
+        let name = self.fresh("bind-file");
+        let src = self.dir.join(name);
+        std::fs::write(&src, b"x").unwrap();
+        self.nested.push((f.clone(), Box::new(Bind::new(&src, &self.abs(&f)))));
+        Some(format!("mount --bind FILE {}", f.display()))
+    }
+
+    fn unmount(&mut self) -> Option<String> {
+        let (rel, m) = self.nested.pop()?;
+        drop(m);
+        Some(format!("umount {}", rel.display()))
+    }
+
+    fn subvol_create(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let p = dirs.get(self.rng.below(dirs.len()))?.join(self.fresh("sv"));
+        sh("btrfs", &["subvolume".as_ref(), "create".as_ref(), self.abs(&p).as_os_str()]);
+        std::fs::create_dir(self.abs(&p).join("d")).unwrap();
+        std::fs::write(self.abs(&p).join("d/f"), b"x").unwrap();
+        chmod(&self.abs(&p).join("d/f"), 0o600);
+        self.subvols.push(p.clone());
+        Some(format!("btrfs subvolume create {} (with d/f)", p.display()))
+    }
+
+    fn subvol_snapshot(&mut self, dirs: &[PathBuf]) -> Option<String> {
+        let from = self.subvols.get(self.rng.below(self.subvols.len().max(1)))?.clone();
+        let to = dirs.get(self.rng.below(dirs.len()))?.join(self.fresh("snap"));
+        sh(
+            "btrfs",
+            &["subvolume".as_ref(), "snapshot".as_ref(), self.abs(&from).as_os_str(), self.abs(&to).as_os_str()],
+        );
+        self.subvols.push(to.clone());
+        Some(format!("btrfs subvolume snapshot {} {}", from.display(), to.display()))
+    }
+
+    fn subvol_delete(&mut self) -> Option<String> {
+        // One with no other subvolume inside (delete refuses those).
+        let i = (0..self.subvols.len()).rev().find(|&i| {
+            let p = &self.subvols[i];
+            !self.subvols.iter().any(|q| q != p && q.starts_with(p))
+        })?;
+        let p = self.subvols.remove(i);
+        if let Err(e) = try_sh("btrfs", &["subvolume".as_ref(), "delete".as_ref(), self.abs(&p).as_os_str()]) {
+            panic!("{e}");
+        }
+        Some(format!("btrfs subvolume delete {}", p.display()))
     }
 
     fn abs(&self, rel: &Path) -> PathBuf {
@@ -478,7 +836,7 @@ impl Round {
 
     /// A non-root directory and a directory outside its subtree (not its parent when `across`).
     fn mover_and_target(&mut self, dirs: &[PathBuf], across: bool) -> Option<(PathBuf, PathBuf)> {
-        let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
+        let movable = self.movable(dirs);
         for _ in 0..20 {
             let d = movable.get(self.rng.below(movable.len().max(1)))?;
             let targets: Vec<&PathBuf> =
@@ -498,7 +856,7 @@ impl Round {
     }
 
     fn mv_within(&mut self, dirs: &[PathBuf]) -> Option<String> {
-        let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
+        let movable = self.movable(dirs);
         let d = (*movable.get(self.rng.below(movable.len().max(1)))?).clone();
         let to = d.parent().unwrap().join(self.fresh("mv"));
         rename(&self.abs(&d), &self.abs(&to))?;
@@ -506,7 +864,7 @@ impl Round {
     }
 
     fn exchange(&mut self, dirs: &[PathBuf]) -> Option<String> {
-        let movable: Vec<&PathBuf> = dirs.iter().filter(|d| !d.as_os_str().is_empty()).collect();
+        let movable = self.movable(dirs);
         for _ in 0..20 {
             let a = movable.get(self.rng.below(movable.len().max(1)))?;
             let b = movable.get(self.rng.below(movable.len()))?;
@@ -713,5 +1071,26 @@ fn kind_of(e: &tree::Entry) -> &'static str {
         tree::Node::Symlink(_) => "symlink",
         tree::Node::Hardlink(_) => "hardlink",
         _ => "other",
+    }
+}
+
+/// An overlayfs mount, unmounted on drop.
+struct Overlay(PathBuf);
+
+impl Overlay {
+    fn mount(opts: &str, at: &Path) -> Overlay {
+        sh(
+            "mount",
+            &["-t".as_ref(), "overlay".as_ref(), "overlay".as_ref(), "-o".as_ref(), opts.as_ref(), at.as_os_str()],
+        );
+        Overlay(at.to_path_buf())
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        if let Err(e) = try_sh("umount", &[self.0.as_os_str()]) {
+            say(&e);
+        }
     }
 }

@@ -81,9 +81,7 @@ fn assert_done_means_conforming(vol: &Path, what: &str) {
 /// Kill halfway, `change(vol, finished, untouched)`, rerun: the rerun must not leave entries
 /// behind that the change put inside a subtree the killed run had finished.
 fn resume_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let (finished, untouched) = killed_halfway(&vol);
@@ -99,6 +97,7 @@ fn root_owned_file(p: &Path) {
 
 /// The harness itself: with no change between the runs, the rerun completes correctly.
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_without_a_change_completes() {
     resume_after(|_, _, _| {}, "no change");
 }
@@ -106,6 +105,7 @@ fn resume_without_a_change_completes() {
 /// A case that holds already: the finished directory's parent (the root) changed, so its
 /// record no longer matches and the moved subtree is read.
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_finished_dir_replaced_by_a_symlink() {
     resume_after(
         |vol, f, _| {
@@ -117,16 +117,19 @@ fn resume_finished_dir_replaced_by_a_symlink() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_without_a_change_completes() {
     sharded_after(|_, _, _| {}, "no change");
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_file_created_deep_in_a_finished_subtree() {
     resume_after(|vol, f, _| root_owned_file(&vol.join(f).join("sub/created")), "touch FINISHED/sub/created");
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_unvisited_dir_moved_into_a_finished_subtree() {
     resume_after(
         |vol, f, u| std::fs::rename(vol.join(u).join("sub"), vol.join(f).join("sub/moved")).unwrap(),
@@ -135,6 +138,7 @@ fn resume_unvisited_dir_moved_into_a_finished_subtree() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_finished_and_unvisited_dirs_exchanged_across_parents() {
     resume_after(
         |vol, f, u| exchange(&vol.join(f).join("sub"), &vol.join(u).join("sub")),
@@ -143,6 +147,7 @@ fn resume_finished_and_unvisited_dirs_exchanged_across_parents() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_unvisited_dir_moved_into_a_new_dir_of_a_finished_one() {
     resume_after(
         |vol, f, u| {
@@ -155,6 +160,7 @@ fn resume_unvisited_dir_moved_into_a_new_dir_of_a_finished_one() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn resume_unvisited_file_hardlinked_into_a_finished_subtree_then_unlinked() {
     resume_after(
         |vol, f, u| {
@@ -204,9 +210,7 @@ fn shard0_ran(vol: &Path) -> (String, String) {
 }
 
 fn sharded_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let (mine, theirs) = shard0_ran(&vol);
@@ -216,6 +220,7 @@ fn sharded_after(change: impl FnOnce(&Path, &str, &str), what: &str) {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_pending_anchor_renamed_to_a_finished_shards_name() {
     sharded_after(
         |vol, _, theirs| {
@@ -227,6 +232,7 @@ fn shard_pending_anchor_renamed_to_a_finished_shards_name() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_file_created_in_a_finished_shards_part() {
     sharded_after(
         |vol, mine, _| root_owned_file(&vol.join(mine).join("sub/created")),
@@ -235,6 +241,7 @@ fn shard_file_created_in_a_finished_shards_part() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn shard_pending_subtree_moved_into_a_finished_shards_part() {
     sharded_after(
         |vol, mine, theirs| std::fs::rename(vol.join(theirs).join("sub"), vol.join(mine).join("sub/moved")).unwrap(),
@@ -247,10 +254,9 @@ fn shard_pending_subtree_moved_into_a_finished_shards_part() {
 /// swapped, and the rerun must still read the second clone, whose inode numbers, ctimes and
 /// link counts equal the first one's finished records.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn resume_nested_clones_remounted_with_swapped_devices() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     std::fs::create_dir(&vol).unwrap();
@@ -285,10 +291,9 @@ fn resume_nested_clones_remounted_with_swapped_devices() {
 /// another shard claimed (its anchors changed): that walk did not cover the part, so the volume
 /// stays `in-progress`, and the next start completes it.
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn shard_completing_run_stopped_during_its_recheck_does_not_seal() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     shard0_ran(&vol);
@@ -323,10 +328,9 @@ fn shard_completing_run_stopped_during_its_recheck_does_not_seal() {
 /// saying to chmod the file or run `--force` once. `--force` then forgets the record, as it does
 /// unsharded: the volume completes (it used to exit 1 on every run of that shard).
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn shard_force_forgets_a_special_bit_record() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
@@ -354,4 +358,138 @@ fn shard_force_forgets_a_special_bit_record() {
     run(&mut shard_cmd(i, &["--force"])).expect_code(0);
     run(&mut shard_cmd(1 - i, &[])).expect_code(0);
     assert_done_means_conforming(&vol, "a shard's special-bit record forgotten with --force");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mounts, subvolumes and overlay layers (the fuzzer's catalogue since nested mounts, btrfs and
+// overlayfs rounds joined it; each found a wrong `done` before volprep decided "another mount"
+// by mount id and stopped claiming what a mount hid).
+
+/// Round 71 of the default seed: a tmpfs mounted over a directory the interrupted runs had not
+/// reached; the pass that marked the volume done did not enter it; once unmounted, the next
+/// start skipped on the marker's word and what the tmpfs hid was never prepared.
+#[test]
+#[ignore = "needs root and loop devices"]
+fn done_then_a_tmpfs_over_an_unvisited_directory_goes_away() {
+    privileged(&[]);
+    let fs = Tmpfs::new();
+    let vol = fs.path().join("vol");
+    tops_tree().build(&vol);
+    let nested = Tmpfs::at(&vol.join("t3/sub"));
+    run(volprep().args(apply_args()).arg(&vol)).expect_code(0);
+    drop(nested);
+    let last = run(volprep().args(apply_args()).arg(&vol)).expect_code(0);
+    assert!(!last.stderr.contains("skipped"), "{}", last.describe());
+    assert_done_means_conforming(&vol, "mount -t tmpfs t t3/sub; apply; umount t3/sub; apply");
+}
+
+/// A file of every finished subtree bind-mounted over by another file during the killed run,
+/// unmounted before the rerun: the resume must read the files the mounts hid.
+#[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
+fn resume_after_bind_mounted_files_go_away() {
+    privileged(&[]);
+    let fs = Tmpfs::new();
+    let vol = fs.path().join("vol");
+    let t = tops_tree();
+    t.build(&vol);
+    let src = fs.path().join("bound");
+    std::fs::write(&src, b"x").unwrap();
+    let binds: Vec<Bind> = (0..TOPS).map(|i| Bind::new(&src, &vol.join(format!("t{i}/sub/f0")))).collect();
+    let mut cmd = volprep();
+    cmd.args(apply_args()).arg(&vol);
+    kill::killed_at(cmd, t.len() as u64 / 2);
+    drop(binds);
+    run(volprep().args(apply_args()).arg(&vol)).expect_code(0);
+    assert_done_means_conforming(&vol, "mount --bind FILE tN/sub/f0; apply (killed); umount; apply");
+}
+
+/// Round 82 of the default seed: a btrfs subvolume (with a directory and a root-owned file)
+/// created inside a finished subtree between a kill and the rerun. It is on the volume's mount:
+/// the rerun prepares it, and `check` does not pass it over.
+#[test]
+#[ignore = "needs root, loop devices, mkfs.btrfs, btrfs and --features test-hooks"]
+fn resume_after_a_btrfs_subvolume_is_created_in_a_finished_subtree() {
+    privileged(&["mkfs.btrfs", "btrfs"]);
+    let fs = LoopFs::new(FsKind::Btrfs, 128);
+    let vol = fs.path().join("vol");
+    let (finished, _) = killed_halfway(&vol);
+    let sv = vol.join(&finished).join("sub/sv");
+    common::mounts::sh("btrfs", &["subvolume".as_ref(), "create".as_ref(), sv.as_os_str()]);
+    std::fs::create_dir(sv.join("d")).unwrap();
+    root_owned_file(&sv.join("d/f"));
+    run(volprep().args(apply_args()).arg(&vol)).expect_code(0);
+    assert_done_means_conforming(&vol, "btrfs subvolume create FINISHED/sub/sv");
+}
+
+/// Round 32 of the default seed: a snapshot of a subvolume that holds another shows the inner
+/// one as btrfs's empty stand-in (inode 2), whose chown and chmod succeed and change nothing:
+/// `apply` said done and `check` exited 3 for it ever after. It holds nothing and takes no
+/// change: both leave it as it is.
+#[test]
+#[ignore = "needs root and loop devices (mkfs.btrfs, btrfs)"]
+fn a_btrfs_snapshot_of_a_subvolume_holding_another() {
+    privileged(&["mkfs.btrfs", "btrfs"]);
+    let fs = LoopFs::new(FsKind::Btrfs, 128);
+    let vol = fs.path().join("vol");
+    std::fs::create_dir(&vol).unwrap();
+    let btrfs = |args: &[&Path]| {
+        let mut a: Vec<&std::ffi::OsStr> = vec!["subvolume".as_ref()];
+        a.extend(args.iter().map(|p| p.as_os_str()));
+        common::mounts::sh("btrfs", &a)
+    };
+    btrfs(&[Path::new("create"), &vol.join("sv")]);
+    btrfs(&[Path::new("create"), &vol.join("sv/inner")]);
+    root_owned_file(&vol.join("sv/inner/f"));
+    btrfs(&[Path::new("snapshot"), &vol.join("sv"), &vol.join("snap")]);
+    run(volprep().args(apply_args()).arg(&vol)).expect_code(0);
+    let m = xattr_json(&vol, MARKER).expect("a marker");
+    assert_eq!(m["state"], "done", "{m}");
+    let c = run(volprep().args(["check", "--fs-group", "2000"]).arg(&vol));
+    assert_eq!(c.code, 0, "{}", c.describe());
+    let stand_in = std::fs::symlink_metadata(vol.join("snap/inner")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::ino(&stand_in), 2, "btrfs's stand-in");
+    let f = std::fs::symlink_metadata(vol.join("sv/inner/f")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&f), GID, "the inner subvolume itself is prepared");
+}
+
+/// Overlay rounds: an overlayfs volume whose lower layer is a tmpfs and upper layer ext4, a pass
+/// killed halfway and rerun: the lower layer's files (another device, the same mount) are
+/// prepared (copied up), not left as nested mounts.
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
+fn resume_on_an_overlay_volume_with_layers_on_two_filesystems() {
+    privileged(&["mkfs.ext4"]);
+    let upper_fs = LoopFs::new(FsKind::Ext4, 64);
+    let lower = Tmpfs::new();
+    tops_tree().build(&lower.path().join("t"));
+    let (upper, work, vol) = (upper_fs.path().join("u"), upper_fs.path().join("w"), upper_fs.path().join("vol"));
+    for d in [&upper, &work, &vol] {
+        std::fs::create_dir(d).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.path().join("t").display(),
+        upper.display(),
+        work.display()
+    );
+    common::mounts::sh(
+        "mount",
+        &["-t".as_ref(), "overlay".as_ref(), "o".as_ref(), "-o".as_ref(), opts.as_ref(), vol.as_os_str()],
+    );
+    let _unmount = Unmount(vol.clone());
+    let mut cmd = volprep();
+    cmd.args(apply_args()).arg(&vol);
+    kill::killed_at(cmd, tops_tree().len() as u64 / 2);
+    run(volprep().args(apply_args()).arg(&vol)).expect_code(0);
+    assert_done_means_conforming(&vol, "overlay: lower on tmpfs, upper on ext4; apply (killed); apply");
+}
+
+/// Unmounts a path on drop.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = common::mounts::try_sh("umount", &[self.0.as_os_str()]);
+    }
 }

@@ -80,28 +80,25 @@ fn same_fs_bind_mounts_are_not_entered(fs_path: &Path) {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn same_fs_bind_mounts_are_not_entered_on_ext4() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     same_fs_bind_mounts_are_not_entered(fs.path());
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.xfs"]
 fn same_fs_bind_mounts_are_not_entered_on_xfs() {
-    if !privileged(&["mkfs.xfs"]) {
-        return;
-    }
+    privileged(&["mkfs.xfs"]);
     let fs = LoopFs::new(FsKind::Xfs, 300);
     same_fs_bind_mounts_are_not_entered(fs.path());
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn same_fs_bind_mounts_are_not_entered_on_tmpfs() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     same_fs_bind_mounts_are_not_entered(fs.path());
 }
@@ -109,10 +106,9 @@ fn same_fs_bind_mounts_are_not_entered_on_tmpfs() {
 /// Item 2: a symlink the app planted in a parent of a `--sticky` PATH must not carry the mkdir or
 /// the chmod 1777 outside the volume.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn sticky_refuses_a_symlink_in_any_parent() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let b = base(fs.path());
     let mut out = Tree::new();
@@ -147,10 +143,9 @@ fn sticky_refuses_a_symlink_in_any_parent() {
 /// Item 3: `--report` and `--termination-log` at a symlink (planted or not) are refused before
 /// anything changes, and never overwrite the link's target.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn report_and_termination_log_never_follow_a_symlink() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let b = base(fs.path());
     let mut out = Tree::new();
@@ -210,10 +205,9 @@ fn report_and_termination_log_never_follow_a_symlink() {
 /// Item 3: a report or termination log inside a volume being prepared (by its path or through an
 /// alias) is refused before anything changes: the app could have planted anything there.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn report_and_termination_log_inside_a_volume_are_refused() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let b = base(fs.path());
     let mut vol = Tree::new();
@@ -255,10 +249,9 @@ fn report_and_termination_log_inside_a_volume_are_refused() {
 /// Item 4: a file with more than one link is changed as the kubelet changes it (its other names,
 /// maybe outside the volume, see the change), and counted so an operator can see it.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn hardlinked_files_are_changed_like_the_kubelet_and_counted() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let b = base(fs.path());
     let mut t = Tree::new();
@@ -310,10 +303,9 @@ fn hardlinked_files_are_changed_like_the_kubelet_and_counted() {
 /// kubelet leaves the file. (A thread that saw the inode between another's chown, which clears
 /// setgid, and its chmod, which restores it, used to chmod it back without setgid.)
 #[test]
+#[ignore = "needs root and loop devices"]
 fn hardlinked_setgid_files_keep_their_bits_under_parallel_fixes() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let b = base(fs.path());
     const INODES: usize = 2000;
@@ -345,10 +337,9 @@ fn hardlinked_setgid_files_keep_their_bits_under_parallel_fixes() {
 /// Item 14: a `--sticky` dir inside an `--fs-group` volume settles on 3777 (the fsGroup pass's
 /// setgid kept, the sticky bit and 0777 too): a second run changes nothing, `check` exits 0.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn sticky_dir_inside_an_fs_group_volume_is_stable() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     let b = base(fs.path());
     Tree::new().root(0, 0, 0o755).dir("old", 0, 0, 0o700).file("f", 0, 0, 0o600).build(&b.join("vol"));
@@ -407,7 +398,7 @@ fn system_directories_are_refused() {
         assert_eq!(r.code, 2, "--sticky {}\n{}", p.display(), r.describe());
     }
     // A plain directory is fine (with a group this process is in, root or not).
-    let gid = unsafe { libc::getegid() }.to_string();
+    let gid = rustix::process::getegid().as_raw().to_string();
     let ok = run(volprep().args(["check", "--fs-group", &gid]).arg(dir.path()));
     assert_ne!(ok.code, 2, "{}", ok.describe());
 }
@@ -415,10 +406,9 @@ fn system_directories_are_refused() {
 /// Item 15: `apply` is refused too, and `--allow-system-path` (or its env var) forces it. Run in a
 /// private mount namespace with a tmpfs over /var, so nothing of the host can be reached.
 #[test]
+#[ignore = "needs root, loop devices and unshare"]
 fn system_directory_guard_applies_to_apply_and_can_be_forced() {
-    if !privileged(&["unshare"]) {
-        return;
-    }
+    privileged(&["unshare"]);
     let bin = env!("CARGO_BIN_EXE_volprep");
     let script = format!(
         r#"set -u

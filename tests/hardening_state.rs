@@ -148,10 +148,9 @@ impl Drop for Bind {
 /// reached through a symlink or a bind mount: a usage error (exit 2) naming both, before any
 /// change. Nested volumes with one spec, and siblings with different specs, are fine.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn overlapping_volumes_with_different_specs_are_refused_before_any_change() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "data");
     std::os::unix::fs::symlink(&vol, fs.path().join("alias")).unwrap();
@@ -216,10 +215,9 @@ fn overlapping_volumes_with_different_specs_are_refused_before_any_change() {
 /// A forged in-progress marker and checkpoint saying every top-level subtree is finished, over
 /// a tree that conforms nowhere: `--verify full` reads and fixes everything.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn verify_full_ignores_a_forged_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -237,10 +235,9 @@ fn verify_full_ignores_a_forged_checkpoint() {
 /// back since, or a forgery) skips nothing; the same records claiming from now skip every
 /// subtree (the walk trusts a claim only as far as the documented assumptions go).
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_checkpoint_clock_from_the_future_skips_nothing() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -269,26 +266,25 @@ fn forge_shards(vol: &Path, digest: &str, spec: &str, shards: Value) {
     set_json(vol, MARKER, &m);
 }
 
-/// Forged shard `done` lists that do not fit the layout (an index twice, an index past N) are
-/// not trusted at all: no shard finishes the volume for the others, and `done` then means every
+/// Forged shard parts maps that do not fit the layout (a digit for a shard past N, a character
+/// that is no hex digit) are not trusted at all: no shard finishes the volume for the others, and `done` then means every
 /// entry conforms. Under `--verify full` a shard listed as done walks its own part all the same,
 /// so once every shard has run, every entry conforms whatever the list said.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn shard_done_lists_are_checked_against_the_layout() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, spec) = digest_and_spec(&vol);
     let cases: [(&str, Value, &[&str]); 3] = [
-        ("shard 1 listed twice", json!([1, 1]), &[]),
-        ("an index past N", json!([0, 5]), &[]),
-        ("every shard listed, --verify full", json!([0, 1]), &["--verify", "full"]),
+        ("a parts map of three shards", json!("111"), &[]),
+        ("a parts map of other than hex digits", json!("1z"), &[]),
+        ("every shard done, --verify full", json!("11"), &["--verify", "full"]),
     ];
     for (what, done, extra) in cases {
         snap::chgrp_all(&vol, 0);
-        forge_shards(&vol, &digest, &spec, json!({"n": 2, "depth": 1, "done": done, "entries": 0, "running": []}));
+        forge_shards(&vol, &digest, &spec, json!({"n": 2, "depth": 1, "parts": done, "entries": 0, "running": []}));
         for i in [1, 0] {
             let r = shard(&vol, i, 2, extra);
             assert_eq!(r.code, 0, "{what}: shard {i}\n{}", r.describe());
@@ -317,10 +313,9 @@ fn shard_done_lists_are_checked_against_the_layout() {
 // 7. --cross-devices is part of what a pass covers
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn cross_devices_added_after_a_done_pass_walks_the_nested_mount() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     std::fs::create_dir(vol.join("cache")).unwrap();
@@ -344,10 +339,9 @@ fn cross_devices_added_after_a_done_pass_walks_the_nested_mount() {
 // 8. A finish time in the future
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_marker_finished_in_the_future_is_stale_for_reverify_after() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, n) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -374,10 +368,9 @@ fn a_marker_finished_in_the_future_is_stale_for_reverify_after() {
 /// with a warning naming each, not carried into every checkpoint: the pass ends `done`, exit 0,
 /// and nothing outside changed.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn forged_pending_records_are_dropped_with_a_warning() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let victim = fs.path().join("outside/victim");
@@ -412,15 +405,14 @@ fn forged_pending_records_are_dropped_with_a_warning() {
 // 10. A heartbeat in the future
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_shard_heartbeat_in_the_future_is_stale() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, spec) = digest_and_spec(&vol);
     let running = json!([[0, "deadbeef-7@another-node", now() + 365 * 86400]]);
-    forge_shards(&vol, &digest, &spec, json!({"n": 1, "depth": 1, "done": [], "entries": 0, "running": running}));
+    forge_shards(&vol, &digest, &spec, json!({"n": 1, "depth": 1, "parts": "0", "entries": 0, "running": running}));
     let r = shard(&vol, 0, 1, &[]);
     assert_eq!(r.code, 0, "a heartbeat from the future does not hold the shard\n{}", r.describe());
     // Taken over at once: a run that trusted the heartbeat would log that it waits for it.
@@ -453,10 +445,9 @@ fn fill(dir: &Path) {
 /// Every entry is fixed but the marker cannot be written (ENOSPC): the volume conforms, so
 /// the app may start (exit 0) with a warning; every later start does the same.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_conforming_volume_on_a_full_filesystem_is_a_warning() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     fill(fs.path());
@@ -481,10 +472,9 @@ fn a_conforming_volume_on_a_full_filesystem_is_a_warning() {
 /// restore setuid on the word of an app-writable record; it and `check` name the real reason and
 /// the command that resolves it; after that command both exit 0.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_setuid_bit_lost_by_a_kill_is_named_with_its_fix_by_apply_and_check() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();
@@ -525,13 +515,13 @@ fn a_setuid_bit_lost_by_a_kill_is_named_with_its_fix_by_apply_and_check() {
 // 13. Who holds the lock
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_lock_held_by_another_process_names_it() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let dir = std::fs::File::open(&vol).unwrap();
+    // SAFETY: flock on a descriptor this test owns: no pointer involved.
     assert_eq!(unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX) }, 0);
     let r = apply(&vol, &["--lock-timeout", "1s"]).expect_code(1);
     let line = r.stderr_lines().into_iter().find(|l| l.contains("ERROR")).unwrap_or_else(|| panic!("{}", r.describe()));
@@ -548,10 +538,9 @@ fn a_lock_held_by_another_process_names_it() {
 /// the checkpoint is written, the report and termination message say so, the exit code is 143;
 /// the next run resumes and completes.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 512);
     let outside = make_outside(fs.path());
     let t = wide(&outside, 24, 2500);
@@ -572,6 +561,7 @@ fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message
     // Held (SIGSTOP) a quarter of the way through: the SIGTERM sent from here stays pending
     // until the pass is continued, so it always comes in the middle of the walk.
     let (child, held) = held_at(cmd, n / 4);
+    // SAFETY: kill takes plain integers: no memory is involved.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
     drop(held);
     let out = wait_within(KillOnDrop(child), Duration::from_secs(60), "volprep apply, SIGTERM at a quarter");
@@ -601,10 +591,9 @@ fn sigterm_stops_the_pass_and_leaves_a_checkpoint_report_and_termination_message
 /// A newline in a forged marker's run id or spec does not start a line of its own in the text
 /// logs or in `status`.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn forged_marker_strings_are_escaped_in_logs_and_status() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     let (digest, _) = digest_and_spec(&vol);
@@ -653,16 +642,17 @@ fn forged_marker_strings_are_escaped_in_logs_and_status() {
 
 /// `status --json | grep -q ...`: the reader is gone before volprep writes; no panic.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn status_into_a_closed_pipe_exits_quietly() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
     for json in [true, false] {
         let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors pipe2 writes.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors were just created by pipe2 and are owned by nothing else.
         let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         drop(rd);
         let mut c = volprep();
@@ -679,10 +669,9 @@ fn status_into_a_closed_pipe_exits_quietly() {
 
 /// `VOLPREP_FORCE=1`, `=yes`, `=on` (and 0/no/off) as any Kubernetes manifest writes them.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn boolean_env_vars_take_the_usual_words() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let (vol, _) = volume(fs.path(), "vol");
     apply(&vol, &[]).expect_code(0);
@@ -737,10 +726,9 @@ fn report_merge_saturates() {
 
 /// A right-to-left override (or any bidi control) in a name is escaped wherever it is printed.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn bidi_controls_in_names_are_escaped() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();

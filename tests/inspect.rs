@@ -11,7 +11,6 @@ use serde_json::Value;
 
 mod common;
 
-const PRIVILEGED_ENV: &str = "VOLPREP_PRIVILEGED_TESTS";
 /// A group nobody in the tree has.
 const FS_GROUP: u32 = 4242;
 
@@ -40,18 +39,6 @@ fn inspect_json(args: &[&str], path: &Path) -> Value {
     let (code, stdout, stderr) = inspect(&all, path);
     assert_eq!(code, 0, "inspect {all:?}: stdout:\n{stdout}\nstderr:\n{stderr}");
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("not JSON ({e}):\n{stdout}"))
-}
-
-/// True when the test may run as root. Otherwise says so on stderr and returns false, or,
-/// under `VOLPREP_PRIVILEGED_TESTS=1`, fails: there a skipped test is a failed test.
-fn privileged(test: &str, why: &str) -> bool {
-    if std::env::var(PRIVILEGED_ENV).is_ok_and(|v| v == "1") {
-        panic!("{test}: cannot run: {why} (and {PRIVILEGED_ENV}=1)");
-    }
-    // Written to the stderr fd itself: the harness captures `eprintln!`, not this.
-    let line = format!("SKIPPED {test}: {why}; {PRIVILEGED_ENV}=1 makes this a failure\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
-    false
 }
 
 fn is_root() -> bool {
@@ -226,20 +213,16 @@ fn reports_modes_links_and_what_would_change() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn reports_three_owners_and_a_nested_mount_and_changes_nothing() {
     let test = "reports_three_owners_and_a_nested_mount_and_changes_nothing";
-    if !is_root() && !privileged(test, "needs root (chown, mount)") {
-        return;
-    }
+    assert!(is_root(), "{test}: cannot run: needs root (chown, mount)");
     let (_tmp, root) = volume();
     build(&root, true);
     fs::create_dir(root.join("m")).unwrap();
     let _mount = match Tmpfs::mount(&root.join("m")) {
         Ok(m) => m,
-        Err(why) => {
-            privileged(test, &why);
-            return;
-        }
+        Err(why) => panic!("{test}: cannot run: {why}"),
     };
     fs::write(root.join("m/inside"), b"not counted").unwrap();
     let before = snapshot(&root);
@@ -317,7 +300,7 @@ fn human_table_is_aligned_and_without_fs_group_has_no_kubelet_part() {
     assert!(!text.contains("kubelet"), "{text}");
     let rows: Vec<&str> =
         text.lines().skip_while(|l| !l.starts_with("FINDING")).take_while(|l| !l.is_empty()).collect();
-    assert_eq!(rows.len(), 8, "{text}");
+    assert_eq!(rows.len(), 9, "{text}");
     // COUNT is right-aligned: every row's count ends in the same column.
     let end = rows[0].find("COUNT").unwrap() + "COUNT".len();
     for row in &rows[1..] {
@@ -380,6 +363,13 @@ fn owner_preview_lists_the_entries_apply_would_change() {
     assert_eq!(code, 0);
     assert!(human.contains("WITH --owner 4243") && human.contains("entries it would change"), "{human}");
     assert!(human.contains("only what differs: owner 16, mode 0, untouched 0"), "{human}");
+    // --owner changes no mode: the kubelet's mode findings are not listed (the JSON keeps them).
+    assert!(!human.contains("lacking mode bits") && !human.contains("directories without setgid"), "{human}");
+    assert!(human.contains("not listed: --owner changes no mode"), "{human}");
+    let (_, human, _) = inspect(&["--owner", "4243:4243"], &root);
+    assert!(human.contains("only what differs: owner and group 16, mode 0"), "{human}");
+    let (_, human, _) = inspect(&["--owner", "4243", "--fs-group", &g], &root);
+    assert!(human.contains("lacking mode bits") && human.contains("directories without setgid"), "{human}");
 
     if is_root() {
         // `check --owner` (root only) counts the same.
@@ -421,4 +411,69 @@ fn an_unreadable_directory_is_listed_with_its_path_escaped_once() {
     let human = run(false);
     assert!(human.contains("x\\\\y: "), "{human}");
     assert!(!human.contains("x\\\\\\\\y"), "{human}");
+}
+
+/// With a POSIX ACL, the mode's group bits are the ACL mask: `chmod g+rw` (the kubelet's
+/// `os.Chmod(mode|0660)`, and `apply`'s) changes the mask and leaves `group::` as it was, so
+/// the fsGroup may still not write. `apply` does exactly what the kubelet does, and `inspect`
+/// lists such entries with their `group::` and mask.
+#[test]
+#[ignore = "needs root and loop devices (setfacl, getfacl)"]
+fn an_acl_whose_group_entry_lacks_the_group_bits_is_reported() {
+    common::privileged(&["setfacl", "getfacl"]);
+    let fs = common::Tmpfs::new();
+    let vol = fs.path().join("vol");
+    fs::create_dir_all(vol.join("d")).unwrap();
+    for f in ["f", "kubelet", "d/plain"] {
+        fs::write(vol.join(f), b"x").unwrap();
+        fs::set_permissions(vol.join(f), fs::Permissions::from_mode(0o640)).unwrap();
+    }
+    let setfacl = |args: &[&str], p: &Path| {
+        common::mounts::sh(
+            "setfacl",
+            &[args, &[p.to_str().unwrap()]].concat().iter().map(|a| a.as_ref()).collect::<Vec<_>>(),
+        )
+    };
+    let getfacl = |p: &Path| {
+        let out = common::mounts::sh("getfacl", &["-cp".as_ref(), p.as_os_str()]);
+        out.lines()
+            .filter(|l| l.starts_with("group::") || l.starts_with("mask::"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    for p in [vol.join("f"), vol.join("kubelet"), vol.join("d")] {
+        setfacl(&["-m", "u:1000:r-x,g::r-x"], &p);
+    }
+    // The kubelet's chmod, by hand, on one file: the other entries get `apply`'s.
+    let kubelet = vol.join("kubelet");
+    let mode = fs::symlink_metadata(&kubelet).unwrap().mode() & 0o7777;
+    fs::set_permissions(&kubelet, fs::Permissions::from_mode(mode | 0o660)).unwrap();
+    common::apply_fs_group(&vol, 2000, &[]);
+    assert_eq!(getfacl(&vol.join("f")), ["group::r-x", "mask::rwx"], "g+rw lands in the mask; group:: stays");
+    assert_eq!(getfacl(&vol.join("f")), getfacl(&kubelet), "apply does what the kubelet's chmod does");
+    assert_eq!(getfacl(&vol.join("d")), ["group::r-x", "mask::rwx"]);
+    let r = inspect_json(&["--fs-group", "2000"], &vol);
+    let acl = &r["acl_group_entry_lacking_bits"];
+    assert_eq!(acl["count"], 3, "{r}");
+    let ex: Vec<(String, String, String)> = acl["examples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["path"].as_str().unwrap().into(),
+                e["group_obj"].as_str().unwrap().into(),
+                e["mask"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = |p: &str| (p.to_string(), "r-x".to_string(), "rwx".to_string());
+    assert_eq!(ex, [want("d"), want("f"), want("kubelet")]);
+    let (code, human, _) = inspect(&["--fs-group", "2000"], &vol);
+    assert_eq!(code, 0);
+    let line = human.lines().find(|l| l.contains("POSIX ACLs")).unwrap_or_else(|| panic!("{human}"));
+    assert!(line.contains("group::") && line.contains("mask") && line.contains("f (group::r-x, mask::rwx)"), "{line}");
+    // Entries without an ACL, or whose group:: has the bits, are not listed.
+    setfacl(&["-m", "g::rwx"], &vol.join("f"));
+    assert_eq!(inspect_json(&[], &vol)["acl_group_entry_lacking_bits"]["count"], 2);
 }

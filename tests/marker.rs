@@ -186,10 +186,9 @@ fn apply_killed_at(path: &Path, args: &[&str], at: u64) -> String {
 /// On a 100,000-entry ext4 volume, the first apply walks and leaves a `done` marker; the second
 /// reads no directory, changes nothing (not even the root's ctime) and says why.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn second_apply_skips_a_100k_tree_without_reading_it() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4(1024, 250_000);
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
@@ -236,10 +235,9 @@ fn second_apply_skips_a_100k_tree_without_reading_it() {
 /// A restart that skips starts no walk thread, whatever `--threads` says (the pool starts with
 /// the first walk); a walk starts the threads asked for, once.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_skip_starts_no_walk_thread() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4(64, 10_000);
     let outside = make_outside(fs.path());
     let vol = fs.path().join("vol");
@@ -260,10 +258,9 @@ fn a_skip_starts_no_walk_thread() {
 /// `--verify full`, a non-conforming root and an old marker under `--reverify-after` walk too,
 /// changing only what differs.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn every_reason_to_walk() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     let outside = make_outside(fs.path());
     // No hardlinks: one chown per name, so `changed_owner` can be asserted exactly.
@@ -355,10 +352,9 @@ fn every_reason_to_walk() {
 /// A checkpoint only ever skips subtrees for the run and spec that wrote it: with another spec,
 /// `--force`, a `done` marker, or a checkpoint of another run or digest, everything is read.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_checkpoint_skips_nothing_for_another_spec_run_or_after_done() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     let outside = make_outside(fs.path());
     let opts = GenOpts { hardlinks: true, special_bits: false };
@@ -593,19 +589,17 @@ fn killed_passes_resume_at_any_depth(base: &Path, what: &str) {
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn killed_passes_resume_at_any_depth_on_ext4() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4(1024, 250_000);
     killed_passes_resume_at_any_depth(fs.path(), "ext4");
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn killed_passes_resume_at_any_depth_on_tmpfs() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     killed_passes_resume_at_any_depth(fs.path(), "tmpfs");
 }
@@ -613,10 +607,9 @@ fn killed_passes_resume_at_any_depth_on_tmpfs() {
 /// A directory changed after the kill (an entry added) no longer matches its record: it is
 /// read again, the new entry fixed; records of directories not changed still skip.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_directory_changed_after_a_kill_is_read_again() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4(512, 100_000);
     let outside = make_outside(fs.path());
     let t = one_top_tree(&outside, 200, 150);
@@ -682,10 +675,9 @@ impl Drop for Immutable {
 }
 
 #[test]
+#[ignore = "needs root, loop devices, chattr and mkfs.ext4"]
 fn marker_is_never_done_while_an_entry_does_not_conform() {
-    if !privileged(&["mkfs.ext4", "chattr"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4", "chattr"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     let outside = make_outside(fs.path());
     let mut t = wide_tree(&outside, 505, 5, 100, GenOpts::default());
@@ -795,10 +787,9 @@ fn names(dir: &Path) -> BTreeSet<std::ffi::OsString> {
 /// Without xattrs: a warning, the kubelet's root-only rule, `unsupported` in the report and
 /// `status`, and no marker file written into the volume.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn ramfs_falls_back_to_the_root_check() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Ramfs::new();
     let outside = make_outside(fs.path());
     let t = wide_tree(&outside, 606, 4, 200, GenOpts::default());
@@ -843,10 +834,9 @@ fn ramfs_falls_back_to_the_root_check() {
 /// Two applies started together on one volume: one walks, the other waits for the lock, then
 /// reads the `done` marker and skips. Both exit 0 and the tree is the kubelet's.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn concurrent_applies_walk_once() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 512);
     let outside = make_outside(fs.path());
     let t = wide_tree(&outside, 707, 40, 700, GenOpts::default());
@@ -906,10 +896,9 @@ fn concurrent_applies_walk_once() {
 // 6. status
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn status_shows_no_marker_then_the_marker() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (fresh, vol) = (fs.path().join("fresh"), fs.path().join("vol"));
     std::fs::create_dir(&fresh).unwrap();
@@ -986,10 +975,9 @@ fn in_between_state(base: &Path, name: &str, spec: &[&str]) -> PathBuf {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn special_bits_lost_by_a_kill_are_restored_or_reported() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
 
     // fsGroup alone: setgid comes back (its group is the spec's); setuid is not granted on the

@@ -82,6 +82,7 @@ fn mv(from: &Path, to: &Path) {
 /// `renameat2(a, b, RENAME_EXCHANGE)` across two directories.
 fn exchange(a: &Path, b: &Path) {
     let (ca, cb) = (common::fd::cstr(a.as_os_str().as_bytes()), common::fd::cstr(b.as_os_str().as_bytes()));
+    // SAFETY: `ca` and `cb` are valid C strings alive across the call.
     let ret = unsafe {
         libc::syscall(
             libc::SYS_renameat2,
@@ -185,67 +186,73 @@ fn killed_then_changed(base: &Path, m: Mutation) {
 }
 
 fn on_ext4(m: Mutation) {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 256);
     killed_then_changed(fs.path(), m);
 }
 
 fn on_tmpfs(m: Mutation) {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let fs = Tmpfs::new();
     killed_then_changed(fs.path(), m);
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn move_into_a_finished_subtree_ext4() {
     on_ext4(Mutation::MoveIntoFinished);
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn move_into_a_finished_subtree_tmpfs() {
     on_tmpfs(Mutation::MoveIntoFinished);
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn exchange_across_parents_ext4() {
     on_ext4(Mutation::ExchangeAcrossParents);
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn exchange_across_parents_tmpfs() {
     on_tmpfs(Mutation::ExchangeAcrossParents);
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn mkdir_then_move_into_a_finished_subtree_ext4() {
     on_ext4(Mutation::MkdirThenMove);
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn mkdir_then_move_into_a_finished_subtree_tmpfs() {
     on_tmpfs(Mutation::MkdirThenMove);
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn finished_directory_replaced_by_an_unvisited_one_ext4() {
     on_ext4(Mutation::ReplaceByUnvisited);
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn finished_directory_replaced_by_an_unvisited_one_tmpfs() {
     on_tmpfs(Mutation::ReplaceByUnvisited);
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn hardlink_into_a_finished_subtree_then_unlink_ext4() {
     on_ext4(Mutation::HardlinkThenUnlink);
 }
 
 #[test]
+#[ignore = "needs root, loop devices and --features test-hooks"]
 fn hardlink_into_a_finished_subtree_then_unlink_tmpfs() {
     on_tmpfs(Mutation::HardlinkThenUnlink);
 }
@@ -345,10 +352,9 @@ impl Drop for Clones {
 /// numbers out in another order does): the rerun must prepare both, whatever the checkpoint
 /// recorded of either.
 #[test]
+#[ignore = "needs root, loop devices, blockdev, cp, mkfs.ext4 and --features test-hooks"]
 fn cross_devices_clones_swapped_after_a_kill() {
-    if !privileged(&["mkfs.ext4", "cp", "blockdev"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4", "cp", "blockdev"]);
     let base = tempfile::Builder::new().prefix("volprep-clones-").tempdir().unwrap();
     let vol = base.path().join("vol");
     std::fs::create_dir(&vol).unwrap();

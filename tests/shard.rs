@@ -78,10 +78,9 @@ fn setup(fs: &LoopFs, tops: usize, per_top: usize) -> (PathBuf, PathBuf, usize) 
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn four_concurrent_shards_prepare_the_volume_once() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 512, &["-N", "200000"]);
     let (vol, want, total) = setup(&fs, 60, 900);
     assert!(total > 50_000, "{total}");
@@ -125,10 +124,9 @@ fn four_concurrent_shards_prepare_the_volume_once() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_killed_shard_is_run_again_and_the_volume_completes() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 512, &["-N", "200000"]);
     let (vol, want, total) = setup(&fs, 40, 1000);
     // Shards 0..3 run to completion; shard 3 is killed mid-walk (one thread, so it lasts).
@@ -161,8 +159,8 @@ fn shards_of_an_atlantis_shaped_tree_are_balanced() {
     let vol = dir.path().join("atlantis");
     run(volprep().args(["demo", "--entries", "40000", "--keep"]).arg(&vol)).expect_code(0);
     // Reset the group so each shard has work, as root; otherwise use the user's own group.
-    let gid = unsafe { libc::getegid() };
-    let uid = unsafe { libc::geteuid() };
+    let gid = rustix::process::getegid().as_raw();
+    let uid = rustix::process::geteuid().as_raw();
     // --owner needs root; a non-root run gives its own group.
     let spec =
         if uid == 0 { ["--owner".to_string(), format!("{uid}:{gid}")] } else { ["--fs-group".into(), gid.to_string()] };
@@ -187,10 +185,9 @@ fn shards_of_an_atlantis_shaped_tree_are_balanced() {
 /// and its rerun skips what it finished and restores a setgid bit from its own special-bit
 /// record. The volume ends like the kubelet's.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn each_shard_resumes_from_its_own_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     const SHARDS: u32 = 2;
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 512, &["-N", "200000"]);
     let outside = fs.path().join("outside");
@@ -319,10 +316,9 @@ fn done_means_conforming(depth: u32, mutate: impl Fn(&Path, &str)) {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn an_unvisited_anchor_renamed_into_a_finished_part_is_prepared() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     for depth in [1, 2] {
         done_means_conforming(depth, |vol, parent| {
             let pending = &names_in(1, parent, 1)[0];
@@ -334,10 +330,9 @@ fn an_unvisited_anchor_renamed_into_a_finished_part_is_prepared() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn an_unvisited_subtree_moved_into_a_finished_anchor_is_prepared() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     for depth in [1, 2] {
         done_means_conforming(depth, |vol, parent| {
             let (pending, finished) = (&names_in(1, parent, 1)[0], &names_in(0, parent, 1)[0]);
@@ -348,10 +343,9 @@ fn an_unvisited_subtree_moved_into_a_finished_anchor_is_prepared() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn changes_inside_a_finished_part_are_prepared() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     done_means_conforming(1, |vol, parent| {
         let a = vol.join(format!("{parent}{}", names_in(0, parent, 1)[0]));
         std::fs::write(a.join("sub/new"), b"x").unwrap();
@@ -367,10 +361,9 @@ fn changes_inside_a_finished_part_are_prepared() {
 /// The same layout with the verification finding nothing: the completing run walks no more
 /// than its own part, and every part is counted once.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn an_unchanged_volume_is_verified_without_walking_other_parts_again() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (vol, _) = two_part_volume(&fs, 1);
     let first = two_shards(&vol, 0, 1).expect_code(0);
@@ -382,10 +375,9 @@ fn an_unchanged_volume_is_verified_without_walking_other_parts_again() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_shard_overlapped_by_an_unsharded_run_of_the_same_spec_ends_well() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::with_mkfs_args(FsKind::Ext4, 512, &["-N", "200000"]);
     let (vol, want, _) = setup(&fs, 40, 1000);
     // The shard holds itself (SIGSTOP) after 100 entries of its walk: registered, not done.
@@ -408,10 +400,9 @@ fn a_shard_overlapped_by_an_unsharded_run_of_the_same_spec_ends_well() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_sharded_run_reverifies_an_old_done_marker_with_reverify_after() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (vol, _) = two_part_volume(&fs, 1);
     for i in 0..2 {
@@ -433,10 +424,9 @@ fn a_sharded_run_reverifies_an_old_done_marker_with_reverify_after() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_shard_reports_the_marker_state_it_found() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (vol, _) = two_part_volume(&fs, 1);
     let first = two_shards(&vol, 0, 1).expect_code(0);
@@ -448,10 +438,9 @@ fn a_shard_reports_the_marker_state_it_found() {
 /// A shard recorded done by an earlier version (no claim) is not trusted: the completing run
 /// walks its part again, and fixes there even what no directory's ctime shows.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_done_shard_without_a_claim_has_its_part_walked_again() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     let (vol, parent) = two_part_volume(&fs, 1);
     two_shards(&vol, 0, 1).expect_code(0);

@@ -30,6 +30,7 @@ fn now() -> u64 {
 /// `lsetxattr`, returning the errno on failure.
 fn try_set_xattr(path: &Path, name: &str, value: &[u8]) -> Result<(), i32> {
     let (p, n) = (CString::new(path.as_os_str().as_bytes()).unwrap(), CString::new(name).unwrap());
+    // SAFETY: `p` and `n` are valid C strings; `value` is readable for `value.len()` bytes.
     let ret = unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
     if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)) }
 }
@@ -86,10 +87,9 @@ fn decision(r: &Run) -> String {
 /// next pass finishes `done` (it used to fail to write `done` beside the checkpoint, stay
 /// `in-progress` and resume again at every start), and the start after that skips.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_killed_pass_with_a_large_checkpoint_finishes_done_and_the_next_start_skips() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = small_ext4();
     let vol = fs.path().join("vol");
     let n = tree(&vol, 4, 30).len() as u64;
@@ -117,16 +117,15 @@ fn a_killed_pass_with_a_large_checkpoint_finishes_done_and_the_next_start_skips(
 /// still register and finish (it used to exit 1 with ENOSPC on its marker update until shard 0
 /// ran again), and shard 0's rerun completes the volume.
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn shards_on_a_small_filesystem_do_not_fail_on_a_killed_shards_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = small_ext4();
     let vol = fs.path().join("vol");
     tree(&vol, 4, 20);
     let (digest, spec) = digest_and_spec(&vol);
     let marker = json!({"v": 1, "state": "in-progress", "digest": digest, "spec": spec, "run": "r1",
-        "started": now() - 3600, "shards": {"n": 2, "depth": 1, "done": [], "entries": 0,
+        "started": now() - 3600, "shards": {"n": 2, "depth": 1, "parts": "00", "entries": 0,
         "running": [[0, "1-4194301@elsewhere", now() - 3600]]}});
     set_json(&vol, MARKER, &marker);
     fill_with_checkpoint(&vol, &format!("{CHECKPOINT}.0"), "r1", &digest);
@@ -147,10 +146,9 @@ fn shards_on_a_small_filesystem_do_not_fail_on_a_killed_shards_checkpoint() {
 /// killed after fixing it leaves the record on the root (it used to fail with ENOSPC, and the
 /// file was fixed without it). The rerun finishes with the bit in place.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_setgid_record_is_kept_beside_a_large_checkpoint() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = small_ext4();
     let vol = fs.path().join("vol");
     let mut t = Tree::new();

@@ -151,6 +151,7 @@ fn the_operations_ceiling_holds_and_the_first_line_says_it() {
     for i in 0..40 {
         std::fs::write(vol.join(format!("f{i}")), b"").unwrap();
     }
+    // SAFETY: getegid has no preconditions and cannot fail.
     let gid = unsafe { libc::getegid() }.to_string();
     let run = pass("apply", &["--fs-group", &gid, "--max-ops", "200", "--log-format", "text"], &vol).expect_code(0);
     let first = run.stderr_lines()[0].to_string();

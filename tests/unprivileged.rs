@@ -37,10 +37,9 @@ fn ext4(mib: u64) -> LoopFs {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let fs = ext4(64);
     let vol = fs.path();
     let t = mixed_tree();
@@ -136,10 +135,9 @@ fn mixed_owners_the_app_fixes_its_own_entries_and_lists_the_others() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn a_group_the_app_is_not_in_is_refused_before_any_change() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let tmpfs = Tmpfs::new();
     let (good, bad) = (tmpfs.path().join("good"), tmpfs.path().join("bad"));
     for vol in [&good, &bad] {
@@ -167,10 +165,9 @@ fn a_group_the_app_is_not_in_is_refused_before_any_change() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn owner_is_a_usage_error_when_unprivileged() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let tmpfs = Tmpfs::new();
     let vol = tmpfs.path().join("vol");
     mixed_tree().build(&vol);
@@ -201,10 +198,9 @@ fn owner_is_a_usage_error_when_unprivileged() {
 /// A volume root of another user that the app may not write (a fresh volume is root's): the
 /// app's entries are fixed all the same; there is no marker, so every start walks.
 #[test]
+#[ignore = "needs root and loop devices"]
 fn a_root_the_app_may_not_write_gets_no_marker_but_its_entries_are_fixed() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let tmpfs = Tmpfs::new();
     let vol = tmpfs.path().join("vol");
     let mut t = mixed_tree();
@@ -227,10 +223,9 @@ fn a_root_the_app_may_not_write_gets_no_marker_but_its_entries_are_fixed() {
 /// are not read again; one holding an entry of another user is never "finished") and ends the
 /// same: the app's entries conform, the others are untouched and listed, exit 4.
 #[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and --features test-hooks"]
 fn a_killed_unprivileged_pass_resumes_and_ends_the_same() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     // Every file holds its path: one 4 KiB block each.
     let fs = ext4(512);
     let vol = fs.path().join("vol");

@@ -38,10 +38,9 @@ fn assert_all(root: &Path, what: &str, f: impl Fn(&Meta) -> bool) {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn three_volumes_three_specs_in_one_run() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let ext4 = LoopFs::new(FsKind::Ext4, 64);
     let tmpfs = Tmpfs::new();
     let plain = tempfile::tempdir().unwrap();
@@ -74,10 +73,9 @@ fn three_volumes_three_specs_in_one_run() {
 }
 
 #[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
 fn a_failing_volume_fails_the_run_but_the_others_are_prepared() {
-    if !privileged(&["mkfs.ext4"]) {
-        return;
-    }
+    privileged(&["mkfs.ext4"]);
     let ro = LoopFs::new(FsKind::Ext4, 64);
     mixed_tree(&ro.path().join("v"));
     ro.remount_ro();
@@ -98,10 +96,9 @@ fn a_failing_volume_fails_the_run_but_the_others_are_prepared() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn volumes_and_sticky_dirs_from_the_environment() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let tmpfs = Tmpfs::new();
     let (a, b, tmp) = (tmpfs.path().join("a"), tmpfs.path().join("b"), tmpfs.path().join("tmp"));
     mixed_tree(&a);
@@ -118,10 +115,9 @@ fn volumes_and_sticky_dirs_from_the_environment() {
 }
 
 #[test]
+#[ignore = "needs root and loop devices"]
 fn sticky_creates_fixes_and_leaves_alone() {
-    if !privileged(&[]) {
-        return;
-    }
+    privileged(&[]);
     let tmpfs = Tmpfs::new();
     let (missing, open, right) = (tmpfs.path().join("missing"), tmpfs.path().join("open"), tmpfs.path().join("right"));
     for (d, mode) in [(&open, 0o777), (&right, 0o1777)] {
@@ -206,9 +202,7 @@ fn ruby_tmpdir(dir: &Path) -> (String, String) {
 #[test]
 #[ignore = "needs root and ruby (apt-get install ruby)"]
 fn ruby_accepts_the_prepared_tmp_dir_as_a_non_root_user() {
-    if !privileged(&["ruby"]) {
-        return;
-    }
+    privileged(&["ruby"]);
     // An emptyDir as the kubelet makes it: world-writable, no sticky bit.
     let tmpfs = Tmpfs::new();
     let tmp = tmpfs.path().join("tmp");

@@ -113,6 +113,7 @@ fn statfs_type(p: &Path) -> Option<i64> {
     let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
     // SAFETY: statfs is plain old data; valid C string.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a valid out-pointer.
     (unsafe { libc::statfs(c.as_ptr(), &mut st) } == 0).then_some(st.f_type as i64)
 }
 

@@ -53,6 +53,7 @@ fn stat_at(p: &Path, flags: libc::c_int) -> io::Result<libc::stat> {
     let c = cpath(p)?;
     // SAFETY: stat is plain old data; `c` is a valid C string; the kernel fills `st`.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid C string and `st` a valid out-pointer.
     if unsafe { libc::fstatat(libc::AT_FDCWD, c.as_ptr(), &mut st, flags) } != 0 {
         return Err(with_path(io::Error::last_os_error(), "lstat", p));
     }

@@ -534,6 +534,7 @@ impl Drop for SlowMount {
         if let Ok(c) = CString::new(self.mnt.as_os_str().as_bytes()) {
             // SAFETY: valid C string. A busy mount is detached lazily instead.
             if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 && is_fuse_mount(&self.mnt) {
+                // SAFETY: `c` is a valid C string; a failed detach is only reported by the return value.
                 unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
             }
         }

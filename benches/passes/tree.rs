@@ -220,11 +220,13 @@ impl Tree {
                 continue;
             }
             // A chown clears setuid/setgid on files: always restore the mode after one.
+            // SAFETY: `c` is a valid C string alive across the call.
             if (chown || st.mode() & 0o7777 != want.mode) && unsafe { libc::chmod(c.as_ptr(), want.mode) } != 0 {
                 return os_err("chmod", &path);
             }
             for name in marker_xattrs(&c) {
                 let n = CString::new(name).expect("no NUL in an xattr name");
+                // SAFETY: `c` and `n` are valid C strings alive across the call.
                 if unsafe { libc::lremovexattr(c.as_ptr(), n.as_ptr()) } != 0 {
                     return os_err("lremovexattr", &path);
                 }

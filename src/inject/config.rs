@@ -4,12 +4,40 @@
 
 use super::node::Node;
 use super::parse::parse;
+use crate::spec::Modes;
 
 /// Root (four capabilities, fixes every entry) or the app's user with none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Root,
     Unprivileged,
+}
+
+/// How the init container's volprep logs (`--log-format`): the same words as volprep's own flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    Text,
+    #[default]
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+impl Mode {
+    /// The word the `mode` key takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Root => "root",
+            Mode::Unprivileged => "unprivileged",
+        }
+    }
 }
 
 /// Which pod templates are injected.
@@ -30,7 +58,17 @@ pub struct Config {
     pub apply: ApplyArgs,
     /// Mount paths where an emptyDir is a temp dir (made 01777, `--sticky`), besides $TMPDIR.
     pub tmp_dirs: Vec<String>,
+    /// A refused workload gets an annotation saying why ([`REFUSED_ANNOTATION`]).
+    pub annotate_refusals: bool,
 }
+
+/// The annotation a refused workload gets (when `annotateRefusals`): why it was left to the
+/// kubelet. Removed again when the workload is injected.
+pub const REFUSED_ANNOTATION: &str = "volprep.io/inject-refused";
+
+/// The image the volprep chart defaults to (examples/helm/volprep/values.yaml).
+pub const DEFAULT_REGISTRY: &str = "ghcr.io";
+pub const DEFAULT_REPOSITORY: &str = "volprep/volprep";
 
 /// The init container (`name`, `image.*`, `pullSecrets`, `runAsUser`, `runAsGroup`,
 /// `resources`, `securityContext`).
@@ -51,6 +89,8 @@ pub struct Container {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Image {
     pub registry: String,
+    /// `global.imageRegistry`: wins over `registry` when set, as in the chart (a mirror).
+    pub global_registry: String,
     pub repository: String,
     pub tag: String,
     pub digest: String,
@@ -58,13 +98,17 @@ pub struct Image {
     pub pull_secrets: Vec<String>,
 }
 
-/// What the init container's `volprep apply` is given besides its volumes.
+/// What the init container's `volprep apply` is given: options, and the mode policy of its
+/// volumes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ApplyArgs {
+    /// `modes`: the mode policy each `--volume` gets (`modes=`), unless the workload's
+    /// `volprep.io/modes` annotation says another; None: not chosen (the kubelet's rule).
+    pub modes: Option<Modes>,
     pub allow_foreign: bool,
     pub threads: u64,
     pub max_errors: u64,
-    pub log_format: String,
+    pub log_format: LogFormat,
     pub termination_log: String,
     pub extra_args: Vec<String>,
 }
@@ -75,8 +119,9 @@ impl Default for Config {
             .expect("default resources")
             .remove(0);
         let image = Image {
-            registry: "registry.example.com".into(),
-            repository: "volprep".into(),
+            registry: DEFAULT_REGISTRY.into(),
+            global_registry: String::new(),
+            repository: DEFAULT_REPOSITORY.into(),
             tag: env!("CARGO_PKG_VERSION").into(),
             digest: String::new(),
             pull_policy: "IfNotPresent".into(),
@@ -93,12 +138,9 @@ impl Default for Config {
                 resources,
                 security_context: None,
             },
-            apply: ApplyArgs {
-                log_format: "json".into(),
-                termination_log: "/dev/termination-log".into(),
-                ..ApplyArgs::default()
-            },
+            apply: ApplyArgs { termination_log: "/dev/termination-log".into(), ..ApplyArgs::default() },
             tmp_dirs: vec!["/tmp".into(), "/var/tmp".into()],
+            annotate_refusals: true,
         }
     }
 }
@@ -107,11 +149,13 @@ impl Default for Config {
 pub const KEYS: &[&str] = &[
     "name",
     "mode",
+    "modes",
     "select",
     "runAsUser",
     "runAsGroup",
     "allowForeign",
     "image.registry",
+    "global.imageRegistry",
     "image.repository",
     "image.tag",
     "image.digest",
@@ -125,14 +169,17 @@ pub const KEYS: &[&str] = &[
     "threads",
     "maxErrors",
     "tmpDirs",
+    "annotateRefusals",
 ];
 
 impl Image {
-    /// The image reference: registry/repository:tag@digest.
+    /// The image reference: registry/repository:tag@digest, `global.imageRegistry` over
+    /// `image.registry`, as the chart writes it.
     pub fn reference(&self) -> String {
         let mut r = self.repository.clone();
-        if !self.registry.is_empty() {
-            r = format!("{}/{r}", self.registry);
+        let registry = if self.global_registry.is_empty() { &self.registry } else { &self.global_registry };
+        if !registry.is_empty() {
+            r = format!("{registry}/{r}");
         }
         if !self.tag.is_empty() {
             r = format!("{r}:{}", self.tag);
@@ -147,6 +194,7 @@ impl Image {
     fn set(&mut self, s: &Setting) -> Result<bool, String> {
         match s.key {
             "image.registry" => self.registry = s.text(),
+            "global.imageRegistry" => self.global_registry = s.text(),
             "image.repository" => self.repository = s.string()?,
             "image.tag" => self.tag = s.text(),
             "image.digest" => self.digest = s.text(),
@@ -178,10 +226,14 @@ impl ApplyArgs {
     /// Sets one of its keys; false when `s` is not one.
     fn set(&mut self, s: &Setting) -> Result<bool, String> {
         match s.key {
+            "modes" if s.v.is_null() => self.modes = None,
+            "modes" => self.modes = Some(s.string()?.parse().map_err(|e: String| s.err(&e))?),
             "allowForeign" => self.allow_foreign = s.v.as_bool().ok_or_else(|| s.err("true or false is needed"))?,
             "threads" => self.threads = s.count()?,
             "maxErrors" => self.max_errors = s.count()?,
-            "logFormat" => self.log_format = s.text(),
+            "logFormat" => {
+                self.log_format = s.one_of(&[("text", LogFormat::Text), ("json", LogFormat::Json)])?;
+            }
             "terminationLog" => self.termination_log = s.text(),
             "extraArgs" => self.extra_args = s.list()?,
             _ => return Ok(false),
@@ -197,10 +249,10 @@ impl Config {
         let Node::Map { entries, .. } = map else { return Err("the configuration is not a mapping".into()) };
         for (k, v) in entries {
             let key = k.as_str().unwrap_or_default();
-            if key == "image" && v.is_map() {
-                let Node::Map { entries: image, .. } = v else { unreachable!() };
-                for (ik, iv) in image {
-                    self.set(&format!("image.{}", ik.as_str().unwrap_or_default()), iv)?;
+            if (key == "image" || key == "global") && v.is_map() {
+                let Node::Map { entries: inner, .. } = v else { unreachable!() };
+                for (ik, iv) in inner {
+                    self.set(&format!("{key}.{}", ik.as_str().unwrap_or_default()), iv)?;
                 }
             } else {
                 self.set(key, v)?;
@@ -224,6 +276,9 @@ impl Config {
             "mode" => self.mode = s.one_of(&[("root", Mode::Root), ("unprivileged", Mode::Unprivileged)])?,
             "select" => self.select = s.one_of(&[("auto", Select::Auto), ("opt-in", Select::OptIn)])?,
             "tmpDirs" => self.tmp_dirs = s.list()?,
+            "annotateRefusals" => {
+                self.annotate_refusals = s.v.as_bool().ok_or_else(|| s.err("true or false is needed"))?;
+            }
             _ if self.container.set(&s)? || self.apply.set(&s)? => {}
             _ => return Err(format!("{key}: unknown key (known: {})", KEYS.join(", "))),
         }
@@ -307,14 +362,15 @@ mod tests {
     #[test]
     fn chart_names_set_the_values() {
         let mut c = Config::default();
-        let file = parse("image:\n  registry: \"\"\n  tag: \"0.2\"\n  digest: sha256:ab\npullSecrets: [regcred]\nmode: unprivileged\nthreads: 8\n")
+        let file = parse("image:\n  registry: \"\"\n  tag: \"0.2\"\n  digest: sha256:ab\npullSecrets: [regcred]\nmode: unprivileged\nmodes: app-safe\nthreads: 8\n")
             .unwrap()
             .remove(0);
         c.merge(&file).unwrap();
         c.set_pair("extraArgs=[--verify=full, --reverify-after=7d]").unwrap();
-        assert_eq!(c.container.image.reference(), "volprep:0.2@sha256:ab");
+        assert_eq!(c.container.image.reference(), "volprep/volprep:0.2@sha256:ab");
         assert_eq!((c.mode, c.apply.threads), (Mode::Unprivileged, 8));
         assert_eq!(c.container.image.pull_secrets, ["regcred"]);
+        assert_eq!(c.apply.modes, Some(crate::spec::Modes::AppSafe));
         assert_eq!(c.apply.extra_args, ["--verify=full", "--reverify-after=7d"]);
     }
 
@@ -326,9 +382,31 @@ mod tests {
         assert!(c.set_pair("threads=-1").is_err());
         assert!(c.set_pair("resources=1").is_err());
         assert!(c.set_pair("novalue").is_err());
+        assert!(c.set_pair("logFormat=xml").unwrap_err().contains("neither text nor json"));
         assert_eq!(
-            Config::default().container.image.reference(),
-            format!("registry.example.com/volprep:{}", env!("CARGO_PKG_VERSION"))
+            c.set_pair("modes=strict").unwrap_err(),
+            "modes: 'strict' is not a mode policy: kubelet or app-safe"
         );
+        assert!(c.set_pair("modes=[app-safe]").is_err());
+    }
+
+    /// The default image is the chart's (examples/helm/volprep/values.yaml), which the release
+    /// workflow publishes; `global.imageRegistry` wins over `image.registry`, as in the chart.
+    #[test]
+    fn default_image_is_the_charts() {
+        let values =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/helm/volprep/values.yaml")).unwrap();
+        let v = parse(&values).unwrap().remove(0);
+        let chart = |k: &str| v.at(&["image", k]).and_then(Node::as_str).unwrap().to_string();
+        let image = Config::default().container.image;
+        assert_eq!(
+            image.reference(),
+            format!("{}/{}:{}", chart("registry"), chart("repository"), chart("tag")),
+            "inject's default image is the chart's"
+        );
+        assert_eq!(chart("tag"), env!("CARGO_PKG_VERSION"));
+        let mut c = Config::default();
+        c.merge(&parse("global: {imageRegistry: mirror.internal:5000}\n").unwrap().remove(0)).unwrap();
+        assert_eq!(c.container.image.reference(), format!("mirror.internal:5000/volprep/volprep:{}", chart("tag")));
     }
 }

@@ -42,13 +42,20 @@ impl Seqs {
     }
 }
 
-/// One document's text (without a `---` line), ending with a newline.
+/// One document's text (without a `---` line), ending with a newline. A tagged root
+/// collection has its tag on a line of its own, then its block (`!!map`, `kind: Pod`, ...).
 pub fn document(node: &Node, seqs: Seqs) -> Result<String, String> {
     let mut out = String::new();
     let mut e = Emitter { out: &mut out, seqs };
     match node {
-        Node::Map { entries, tag: None } if !entries.is_empty() => e.map(entries, 0, false)?,
-        Node::Seq { items, tag: None } if !items.is_empty() => e.seq(items, 0, false)?,
+        Node::Map { entries, tag } if !entries.is_empty() => {
+            root_tag(tag, e.out);
+            e.map(entries, 0, false)?
+        }
+        Node::Seq { items, tag } if !items.is_empty() => {
+            root_tag(tag, e.out);
+            e.seq(items, 0, false)?
+        }
         _ => {
             e.value_inline(node, 0)?;
             e.out.push('\n');
@@ -147,6 +154,13 @@ impl Emitter<'_> {
             Node::Scalar { .. } => scalar_inline(v, self.out),
         }
         Ok(())
+    }
+}
+
+fn root_tag(tag: &Option<String>, out: &mut String) {
+    if let Some(t) = tag {
+        out.push_str(t);
+        out.push('\n');
     }
 }
 
@@ -276,5 +290,7 @@ mod tests {
     #[test]
     fn tags_are_kept() {
         round_trip("a: !!str 0644\nb: !!binary aGk=\nc: !custom\n  k: v\n");
+        assert_eq!(round_trip("--- !!map\nkind: Pod\nspec: {}\n"), "!!map\nkind: Pod\nspec: {}\n");
+        round_trip("--- !list\n- a\n- !!map\n  b: c\n");
     }
 }

@@ -7,21 +7,33 @@ mod emit;
 mod krm;
 mod node;
 mod parse;
+mod patch;
 mod rewrite;
 mod select;
 mod split;
+mod volumes;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ExitCode};
+use crate::error::{Error, ExitCode, InjectError, InjectErrorKind};
 use crate::escape::EscapedPath;
 
-pub use config::{Config, value_of};
+pub use config::{Config, Mode, REFUSED_ANNOTATION, value_of};
 pub use node::Node;
 
 /// Largest input read, all files together.
 pub const MAX_INPUT: u64 = 64 << 20;
+
+/// What `inject` writes to stdout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Emit {
+    /// The manifests, rewritten.
+    #[default]
+    Manifests,
+    /// The kustomize patches (JSON 6902, with targets) that make the same change.
+    Patches,
+}
 
 /// `inject`'s plain options.
 #[derive(Debug, Clone)]
@@ -34,13 +46,19 @@ pub struct Options {
     pub overrides: Vec<(String, Node)>,
     /// A refusal is an error: exit 5, nothing written.
     pub strict: bool,
+    pub emit: Emit,
 }
 
 /// What became of one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     Injected,
+    /// Left unchanged (but for the refusal annotation): the rewrite would change what the app
+    /// may read or do. Warned about; an error under `--strict`.
     Refused(Vec<String>),
+    /// Left as it is because inject cannot read it as Kubernetes does: said at info level.
+    Unsupported(String),
+    /// Nothing to do: not a candidate (said at debug level).
     Skipped(String),
 }
 
@@ -52,10 +70,11 @@ pub struct Event {
     pub outcome: Outcome,
 }
 
-/// A rewritten stream and what happened to each object.
+/// A rewritten stream, the patches that make the same change, and what happened to each object.
 #[derive(Debug, Default)]
 pub struct Output {
     pub text: String,
+    pub patches: Vec<Node>,
     pub events: Vec<Event>,
 }
 
@@ -71,44 +90,34 @@ pub fn config(base: &Config, function_config: Option<&Node>, overrides: &[(Strin
     Ok(cfg)
 }
 
-/// Why an input could not be rewritten, and where in it: `:LINE[:COL]` after its name, or
-/// nothing (the input as a whole).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamError {
-    pub line: String,
-    pub msg: String,
-}
-
-impl StreamError {
-    fn new(line: impl Into<String>, msg: impl Into<String>) -> StreamError {
-        StreamError { line: line.into(), msg: msg.into() }
-    }
-
-    /// The error of the input named `source`, at `SOURCE:LINE[:COL]` (the raw name followed by
-    /// the line is escaped once, when shown: the line is ASCII).
-    fn of(self, source: &Path) -> Error {
-        let mut at = source.as_os_str().to_owned();
-        at.push(&self.line);
-        Error::Other { path: at.into(), msg: self.msg }
-    }
-}
-
-/// Rewrites one input. Documents left alone are copied byte for byte; a KRM `ResourceList` is
-/// written whole. Err: the input is not YAML, or a KRM function config is bad.
+/// Rewrites one input (named `source` in errors and events). Documents left alone are copied
+/// byte for byte; a KRM `ResourceList` is written whole. Err: the input is not YAML, or a KRM
+/// function config is bad. (Tests; `run` asks for the patches only with `--emit patches`.)
+#[cfg(test)]
 pub fn inject_stream(
     text: &str,
     source: &Path,
     base: &Config,
     overrides: &[(String, Node)],
-) -> Result<Output, StreamError> {
+) -> Result<Output, InjectError> {
+    inject_stream_as(text, source, base, overrides, Emit::Patches)
+}
+
+/// [`inject_stream`], with the patches only when `emit` asks for them (they need a copy of
+/// each document before its rewrite).
+fn inject_stream_as(
+    text: &str,
+    source: &Path,
+    base: &Config,
+    overrides: &[(String, Node)],
+    emit: Emit,
+) -> Result<Output, InjectError> {
     let shown = EscapedPath::new(source);
     let mut parsed = Vec::new();
     for chunk in split::chunks(text) {
         let docs = parse::parse(chunk.text).map_err(|e| {
-            StreamError::new(
-                format!(":{}:{}", chunk.line + e.line.saturating_sub(1), e.col),
-                format!("not YAML: {}", e.msg),
-            )
+            let line = chunk.line + e.line.saturating_sub(1);
+            InjectError::at(source, line, Some(e.col), InjectErrorKind::NotYaml(e.msg))
         })?;
         parsed.push((chunk, docs));
     }
@@ -118,13 +127,15 @@ pub fn inject_stream(
             let mut doc = (*doc).clone();
             let line = parsed.iter().find(|(_, d)| !d.is_empty()).map_or(1, |(c, _)| c.line);
             let at = format!("{shown}:{line}");
-            return krm::run(&mut doc, &at, base, overrides).map_err(|msg| StreamError::new(format!(":{line}"), msg));
+            return krm::run(&mut doc, &at, base, overrides)
+                .map_err(|msg| InjectError::at(source, line, None, InjectErrorKind::FunctionConfig(msg)));
         }
     }
-    let cfg = config(base, None, overrides).map_err(|msg| StreamError::new("", msg))?;
+    let cfg = config(base, None, overrides).map_err(|m| InjectError::of(source, InjectErrorKind::FunctionConfig(m)))?;
     let mut out = Output::default();
     for (chunk, mut docs) in parsed {
         let at = format!("{shown}:{}", chunk.line);
+        let before = if emit == Emit::Patches { docs.clone() } else { Vec::new() };
         let mut changed = false;
         for doc in &mut docs {
             changed |= visit(doc, &at, &cfg, &mut out.events);
@@ -133,22 +144,44 @@ pub fn inject_stream(
             out.text.push_str(chunk.text);
             continue;
         }
-        let head = split::head(chunk.text);
-        if head.is_empty() && chunk.text.starts_with("---") {
-            out.text.push_str("---\n");
-        }
-        out.text.push_str(head);
-        for (i, doc) in docs.iter().enumerate() {
-            if i > 0 {
-                out.text.push_str("---\n");
+        let unwritable = |e: String| InjectError::at(source, chunk.line, None, InjectErrorKind::Unwritable(e));
+        for (old, new) in before.iter().zip(&docs) {
+            for (o, n) in objects(old).into_iter().zip(objects(new)) {
+                out.patches.extend(patch::patch(o, n).map_err(unwritable)?);
             }
-            let text = emit::document(doc, emit::Seqs::of(chunk.text)).map_err(|e| {
-                StreamError::new(format!(":{}", chunk.line), format!("cannot write the document back: {e}"))
-            })?;
-            out.text.push_str(&text);
         }
+        out.text.push_str(&rewritten(chunk.text, &docs).map_err(unwritable)?);
     }
     Ok(out)
+}
+
+/// A changed chunk's new text: its head (directives, `---`, leading comments) and its tail
+/// (`...` and what follows) as they were, the documents written in its line endings.
+fn rewritten(chunk: &str, docs: &[Node]) -> Result<String, String> {
+    let head = split::head(chunk);
+    let mut body = String::new();
+    if !split::head_has_marker(head) && (chunk.starts_with("---") || head.starts_with('%')) {
+        body.push_str("---\n");
+    }
+    for (i, doc) in docs.iter().enumerate() {
+        if i > 0 {
+            body.push_str("---\n");
+        }
+        body.push_str(&emit::document(doc, emit::Seqs::of(chunk))?);
+    }
+    let nl = split::newline(chunk);
+    if nl != "\n" {
+        body = body.replace('\n', nl);
+    }
+    Ok(format!("{head}{body}{}", split::tail(chunk)))
+}
+
+/// The objects of a document: the items of a `List`, else the document.
+fn objects(doc: &Node) -> Vec<&Node> {
+    if doc.get("kind").and_then(Node::as_str) == Some("List") {
+        return doc.get("items").map(Node::as_seq).unwrap_or(&[]).iter().collect();
+    }
+    vec![doc]
 }
 
 /// Decides and applies for one object (each item of a `List`); true when it changed.
@@ -165,16 +198,37 @@ pub fn visit(doc: &mut Node, at: &str, cfg: &Config, events: &mut Vec<Event>) ->
     let what = describe(doc);
     let (outcome, changed) = match select::decide(doc, cfg) {
         select::Decision::Skip(why) => (Outcome::Skipped(why), false),
-        select::Decision::Refuse(why) => (Outcome::Refused(why), false),
+        select::Decision::Unsupported(why) => (Outcome::Unsupported(why), false),
+        select::Decision::Refuse(why) => {
+            let changed = cfg.annotate_refusals && annotate_refusal(doc, &why);
+            (Outcome::Refused(why), changed)
+        }
         select::Decision::Inject(plan) => {
             let kind = doc.get("kind").and_then(Node::as_str).unwrap_or("").to_string();
             let path = select::pod_spec_path(&kind).expect("decided on a pod template");
             rewrite::apply(doc, path, &plan, cfg);
+            if let Some(a) = doc.at_mut(&["metadata", "annotations"]) {
+                a.remove(REFUSED_ANNOTATION);
+            }
             (Outcome::Injected, true)
         }
     };
     events.push(Event { at: at.to_string(), what, outcome });
     changed
+}
+
+/// Sets the refusal annotation on the workload (not its pod template: no rollout); true when
+/// it changed. A document with duplicate keys is left byte for byte.
+fn annotate_refusal(doc: &mut Node, why: &[String]) -> bool {
+    if doc.duplicate_key().is_some() || !doc.is_map() {
+        return false;
+    }
+    let text = why.join("; ");
+    if doc.at(&["metadata", "annotations", REFUSED_ANNOTATION]).and_then(Node::as_str) == Some(text.as_str()) {
+        return false;
+    }
+    doc.map_at("metadata").map_at("annotations").set(REFUSED_ANNOTATION, Node::str(&text));
+    true
 }
 
 /// `Kind/name` (`Kind/namespace/name` with a namespace).
@@ -186,19 +240,21 @@ pub fn describe(obj: &Node) -> String {
 }
 
 /// Reads every input (stdin for none, named `-`) with its name, at most MAX_INPUT bytes.
-fn read_inputs(files: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, Error> {
+fn read_inputs(files: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, InjectError> {
     let mut out = Vec::new();
     let mut budget = MAX_INPUT;
-    let mut read = |name: &Path, r: &mut dyn Read| -> Result<(), Error> {
+    let mut read = |name: &Path, r: &mut dyn Read| -> Result<(), InjectError> {
         let mut buf = Vec::new();
-        let other = |msg: String| Error::Other { path: name.to_path_buf(), msg };
-        r.take(budget + 1).read_to_end(&mut buf).map_err(|e| other(format!("read failed: {e}")))?;
+        let err = |kind| InjectError::of(name, kind);
+        r.take(budget + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| err(InjectErrorKind::Read { op: "read", cause: e.to_string() }))?;
         if buf.len() as u64 > budget {
-            return Err(other(format!("input over {} MiB", MAX_INPUT >> 20)));
+            return Err(err(InjectErrorKind::TooBig { limit_mib: MAX_INPUT >> 20 }));
         }
         budget -= buf.len() as u64;
-        let text =
-            String::from_utf8(buf).map_err(|e| other(format!("not UTF-8 (byte {})", e.utf8_error().valid_up_to())))?;
+        let text = String::from_utf8(buf)
+            .map_err(|e| err(InjectErrorKind::NotUtf8 { valid_up_to: e.utf8_error().valid_up_to() }))?;
         out.push((name.to_path_buf(), text));
         Ok(())
     };
@@ -210,8 +266,8 @@ fn read_inputs(files: &[PathBuf]) -> Result<Vec<(PathBuf, String)>, Error> {
             read(f, &mut std::io::stdin().lock())?;
             continue;
         }
-        let mut file =
-            std::fs::File::open(f).map_err(|e| Error::Other { path: f.clone(), msg: format!("open failed: {e}") })?;
+        let mut file = std::fs::File::open(f)
+            .map_err(|e| InjectError::of(f, InjectErrorKind::Read { op: "open", cause: e.to_string() }))?;
         read(f, &mut file)?;
     }
     Ok(out)
@@ -235,11 +291,12 @@ fn base_config(opts: &Options) -> Result<Config, Error> {
 
 pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     let base = base_config(opts)?;
-    let inputs = read_inputs(&opts.files)?;
+    let inputs = read_inputs(&opts.files).map_err(Error::Inject)?;
     let mut text = String::new();
+    let mut patches = Vec::new();
     let mut events = Vec::new();
     for (path, input) in &inputs {
-        let out = inject_stream(input, path, &base, &opts.overrides).map_err(|e| e.of(path))?;
+        let out = inject_stream_as(input, path, &base, &opts.overrides, opts.emit).map_err(Error::Inject)?;
         if !text.is_empty() && !out.text.is_empty() {
             if !text.ends_with('\n') {
                 text.push('\n');
@@ -249,30 +306,74 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
             }
         }
         text.push_str(&out.text);
+        patches.extend(out.patches);
         events.extend(out.events);
     }
-    let refused = log_events(&events, opts.strict);
-    if refused > 0 && opts.strict {
-        tracing::error!("{refused} workload(s) refused (--strict): nothing written");
+    let tally = log_events(&events, opts.strict);
+    if tally.refused > 0 && opts.strict {
+        tracing::error!("{} workload(s) refused (--strict): nothing written", tally.refused);
         return Ok(ExitCode::Refused);
+    }
+    tally.summary();
+    if opts.emit == Emit::Patches {
+        text = if patches.is_empty() {
+            "[]\n".to_string()
+        } else {
+            emit::document(&Node::seq(patches), emit::Seqs::Indented)
+                .map_err(|e| Error::Inject(InjectError::of("-", InjectErrorKind::Unwritable(e))))?
+        };
     }
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(text.as_bytes())
         .and_then(|()| stdout.flush())
-        .map_err(|e| Error::Other { path: "-".into(), msg: format!("write to stdout failed: {e}") })?;
+        .map_err(|e| Error::Inject(InjectError::of("-", InjectErrorKind::Write(e.to_string()))))?;
     Ok(ExitCode::Success)
 }
 
-/// One log line per injected or refused object; returns the number refused.
-fn log_events(events: &[Event], strict: bool) -> usize {
-    let mut refused = 0;
+/// How many objects had each outcome.
+#[derive(Debug, Default)]
+struct Tally {
+    injected: usize,
+    refused: usize,
+    unsupported: usize,
+    skipped: usize,
+}
+
+impl Tally {
+    /// One line for the whole run: at warning level when a workload was refused or not read.
+    fn summary(&self) {
+        let line = format!(
+            "volprep inject: {} injected, {} refused (left to the kubelet, annotated {REFUSED_ANNOTATION}), {} not read (merge keys), {} without anything to prepare",
+            self.injected, self.refused, self.unsupported, self.skipped
+        );
+        if self.refused + self.unsupported > 0 {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+    }
+}
+
+/// One log line per injected, refused or unsupported object; the tally.
+fn log_events(events: &[Event], strict: bool) -> Tally {
+    let mut t = Tally::default();
     for e in events {
         match &e.outcome {
-            Outcome::Injected => tracing::info!("{}: {}: volprep injected", e.at, e.what),
-            Outcome::Skipped(why) => tracing::debug!("{}: {}: left alone: {why}", e.at, e.what),
+            Outcome::Injected => {
+                t.injected += 1;
+                tracing::info!("{}: {}: volprep injected", e.at, e.what);
+            }
+            Outcome::Skipped(why) => {
+                t.skipped += 1;
+                tracing::debug!("{}: {}: left alone: {why}", e.at, e.what);
+            }
+            Outcome::Unsupported(why) => {
+                t.unsupported += 1;
+                tracing::info!("{}: {}: left alone: {why}", e.at, e.what);
+            }
             Outcome::Refused(why) => {
-                refused += 1;
+                t.refused += 1;
                 for w in why {
                     if strict {
                         tracing::error!("{}: {}: refused: {w}", e.at, e.what);
@@ -283,8 +384,14 @@ fn log_events(events: &[Event], strict: bool) -> usize {
             }
         }
     }
-    refused
+    t
 }
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_roundtrip;
+#[cfg(test)]
+mod tests_volumes;
+#[cfg(test)]
+mod tests_yaml;

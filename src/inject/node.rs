@@ -143,6 +143,42 @@ impl Node {
         &mut entries[at].1
     }
 
+    /// The first key written twice in one mapping, shown with its path
+    /// (`spec.template.spec.securityContext.fsGroup`).
+    pub fn duplicate_key(&self) -> Option<String> {
+        match self {
+            Node::Scalar { .. } => None,
+            Node::Seq { items, .. } => items.iter().enumerate().find_map(|(i, n)| {
+                n.duplicate_key().map(|p| if p.starts_with('[') { format!("[{i}]{p}") } else { format!("[{i}].{p}") })
+            }),
+            Node::Map { entries, .. } => {
+                let mut seen = std::collections::HashSet::new();
+                for (k, _) in entries {
+                    let Node::Scalar { text, .. } = k else { continue };
+                    if !seen.insert(text.as_str()) {
+                        return Some(text.clone());
+                    }
+                }
+                entries.iter().find_map(|(k, v)| {
+                    let key = k.as_str().unwrap_or("?");
+                    v.duplicate_key()
+                        .map(|p| if p.starts_with('[') { format!("{key}{p}") } else { format!("{key}.{p}") })
+                })
+            }
+        }
+    }
+
+    /// True when a mapping anywhere in the tree has a YAML merge key (`<<`, plain).
+    pub fn has_merge_key(&self) -> bool {
+        match self {
+            Node::Scalar { .. } => false,
+            Node::Seq { items, .. } => items.iter().any(Node::has_merge_key),
+            Node::Map { entries, .. } => entries.iter().any(|(k, v)| {
+                matches!(k, Node::Scalar { text, style: Style::Plain, tag: None } if text == "<<") || v.has_merge_key()
+            }),
+        }
+    }
+
     /// The mapping at `key`, made (empty) when missing or null.
     pub fn map_at(&mut self, key: &str) -> &mut Node {
         if self.get(key).is_none_or(|n| !n.is_map()) {
@@ -189,5 +225,15 @@ mod tests {
         assert!(!n.get_mut("a").unwrap().remove("b"));
         assert!(Node::plain("~").is_null() && Node::plain("null").as_str().is_none());
         assert_eq!(Node::str("false").as_bool(), Some(false));
+    }
+
+    #[test]
+    fn duplicate_and_merge_keys_are_found() {
+        let doc = |t: &str| super::super::parse::parse(t).unwrap().remove(0);
+        assert_eq!(doc("a: 1\nb: {c: [x, {d: 1, d: 2}]}\n").duplicate_key().as_deref(), Some("b.c[1].d"));
+        assert_eq!(doc("a: 1\na: 2\n").duplicate_key().as_deref(), Some("a"));
+        assert_eq!(doc("a: {b: 1}\nc: {b: 1}\n").duplicate_key(), None);
+        assert!(doc("a: &x {b: 1}\nc: {<<: *x}\n").has_merge_key());
+        assert!(!doc("a: {'<<': 1}\n").has_merge_key());
     }
 }

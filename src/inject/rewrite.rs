@@ -6,6 +6,7 @@ use super::config::{Config, Mode};
 use super::node::Node;
 use super::parse::parse;
 use super::select::{Plan, Prep};
+use crate::spec::Modes;
 
 /// Where the init container mounts each volume.
 pub const MOUNT_DIR: &str = "/volumes";
@@ -34,7 +35,8 @@ pub fn apply(obj: &mut Node, path: &[&str], plan: &Plan, cfg: &Config) {
 }
 
 /// The container's args: the subcommand, the options, extraArgs, then a `--volume` or
-/// `--sticky` per volume.
+/// `--sticky` per volume. A `--volume` says `modes=` when the plan's policy is not what
+/// `volprep apply` gives it without (so the kubelet's rule, the default, adds nothing).
 pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
     let mut a = vec!["apply".to_string()];
     if cfg.mode == Mode::Unprivileged {
@@ -49,22 +51,39 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
     if cfg.apply.max_errors > 0 {
         a.push(format!("--max-errors={}", cfg.apply.max_errors));
     }
-    if !cfg.apply.log_format.is_empty() {
-        a.push(format!("--log-format={}", cfg.apply.log_format));
-    }
+    a.push(format!("--log-format={}", cfg.apply.log_format.as_str()));
     if !cfg.apply.termination_log.is_empty() {
         a.push(format!("--termination-log={}", cfg.apply.termination_log));
     }
     a.extend(cfg.apply.extra_args.iter().cloned());
+    let modes = match plan.modes {
+        Some(m) if Some(m) != implied_modes(&cfg.apply.extra_args) => format!(",modes={m}"),
+        _ => String::new(),
+    };
     for v in &plan.volumes {
         let at = format!("{MOUNT_DIR}/{}", v.name);
         a.push(match v.prep {
-            Prep::Walk { read_only: false } => format!("--volume={at},fs-group={}", plan.fs_group),
-            Prep::Walk { read_only: true } => format!("--volume={at},fs-group={},read-only", plan.fs_group),
+            Prep::Walk => format!("--volume={at},fs-group={}{modes}", plan.fs_group),
             Prep::Sticky => format!("--sticky={at}"),
         });
     }
     a
+}
+
+/// The mode policy `volprep apply` gives a `--volume` without `modes=`: the last `--modes`
+/// among `extra` args, else the kubelet's rule; None when that `--modes` names no policy.
+fn implied_modes(extra: &[String]) -> Option<Modes> {
+    let mut implied = Some(Modes::Kubelet);
+    let mut it = extra.iter();
+    while let Some(arg) = it.next() {
+        let value = match arg.strip_prefix("--modes=") {
+            Some(v) => Some(v),
+            None if arg == "--modes" => it.next().map(String::as_str),
+            None => continue,
+        };
+        implied = value.and_then(|v| v.parse().ok());
+    }
+    implied
 }
 
 fn container(plan: &Plan, cfg: &Config) -> Node {

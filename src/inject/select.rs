@@ -5,15 +5,24 @@ use std::collections::BTreeSet;
 
 use super::config::{Config, Mode, Select};
 use super::node::Node;
+use super::volumes::{self, Class, Mount, containers, mounts_of, runs_as_root, user_of};
+use crate::spec::Modes;
 
 /// The annotation that opts a workload out (`"false"`) or, with `--opt-in`, in (`"true"`).
 pub const ANNOTATION: &str = "volprep.io/inject";
+
+/// The annotation that chooses a workload's mode policy (`kubelet` or `app-safe`), over the
+/// `modes` key.
+pub const MODES_ANNOTATION: &str = "volprep.io/modes";
 
 /// What to do with one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
     /// Left as it is, and why (not a pod template, not selected, already injected).
     Skip(String),
+    /// Left as it is because inject cannot read it the way Kubernetes does (YAML merge keys):
+    /// said at info level.
+    Unsupported(String),
     /// Left as it is because the rewrite would change what the app may read or do.
     Refuse(Vec<String>),
     Inject(Plan),
@@ -26,6 +35,9 @@ pub struct Plan {
     pub volumes: Vec<Volume>,
     /// The uid and gid of the init container in mode unprivileged.
     pub run_as: Option<(u64, u64)>,
+    /// The mode policy of its `--volume`s: the annotation's, else the `modes` key's; None when
+    /// neither chose one.
+    pub modes: Option<Modes>,
 }
 
 /// A volume the init container mounts at /volumes/NAME.
@@ -37,39 +49,70 @@ pub struct Volume {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prep {
-    /// `--volume /volumes/NAME,fs-group=GID[,read-only]`: what the kubelet's fsGroup pass did.
-    Walk { read_only: bool },
+    /// `--volume /volumes/NAME,fs-group=GID`: what the kubelet's fsGroup pass did. A volume
+    /// the kubelet mounts read-only is never walked (its plugins skip it), so the spec is
+    /// always the read-write one, whatever the containers' `readOnly` mounts say.
+    Walk,
     /// `--sticky /volumes/NAME`: an emptyDir the app uses as its temp dir, made 01777.
     Sticky,
 }
 
-/// Where the pod spec of a kind is, from the object's root.
+/// Where the pod spec of a kind is, from the object's root: the core kinds, Argo Rollouts'
+/// `Rollout`, OpenKruise's `CloneSet` and OpenShift's `DeploymentConfig` (OpenKruise's
+/// Advanced StatefulSet and DaemonSet share the core kinds' names and shapes).
 pub fn pod_spec_path(kind: &str) -> Option<&'static [&'static str]> {
     Some(match kind {
         "Pod" => &["spec"],
-        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job" | "ReplicationController" => {
-            &["spec", "template", "spec"]
-        }
+        "Deployment"
+        | "StatefulSet"
+        | "DaemonSet"
+        | "ReplicaSet"
+        | "Job"
+        | "ReplicationController"
+        | "Rollout"
+        | "CloneSet"
+        | "DeploymentConfig" => &["spec", "template", "spec"],
         "CronJob" => &["spec", "jobTemplate", "spec", "template", "spec"],
         "PodTemplate" => &["template", "spec"],
         _ => return None,
     })
 }
 
-/// The annotation's value on the object or on its pod template (the template's wins).
-fn annotation(obj: &Node, path: &[&str]) -> Option<bool> {
+/// An annotation's value, as `read` reads it, on the pod template at `path` or on the object
+/// (the template's wins).
+fn annotation<'a, T>(obj: &'a Node, path: &[&str], name: &str, read: impl Fn(&'a Node) -> Option<T>) -> Option<T> {
     let meta = &path[..path.len() - 1];
-    let on =
-        |p: &[&str]| obj.at(p).and_then(|m| m.at(&["metadata", "annotations", ANNOTATION])).and_then(Node::as_bool);
+    let on = |p: &[&str]| obj.at(p).and_then(|m| m.at(&["metadata", "annotations", name])).and_then(&read);
     if meta.is_empty() { on(&[]) } else { on(meta).or_else(|| on(&[])) }
+}
+
+/// The mode policy of a workload: its `volprep.io/modes` annotation (any value present counts,
+/// so a bad one is an error, not a fallback), else the `modes` key. Err: the refusal.
+fn modes_of(obj: &Node, path: &[&str], cfg: &Config) -> Result<Option<Modes>, String> {
+    match annotation(obj, path, MODES_ANNOTATION, Some) {
+        None => Ok(cfg.apply.modes),
+        Some(v) => {
+            v.as_str().unwrap_or_default().parse().map(Some).map_err(|e| format!("annotation {MODES_ANNOTATION}: {e}"))
+        }
+    }
 }
 
 /// The decision for one object.
 pub fn decide(obj: &Node, cfg: &Config) -> Decision {
     let kind = obj.get("kind").and_then(Node::as_str).unwrap_or("");
-    let Some(path) = pod_spec_path(kind) else { return Decision::Skip("not a pod template".into()) };
+    let Some(path) = pod_spec_path(kind) else { return other_kind(obj, kind) };
+    if let Some(dup) = obj.duplicate_key() {
+        return Decision::Refuse(vec![format!(
+            "duplicate key {dup}: the API server's strict decoding rejects it (kubectl apply fails) and a lenient one takes the last, so inject will not guess"
+        )]);
+    }
+    if obj.has_merge_key() {
+        return Decision::Unsupported(
+            "built with YAML merge keys (<<), which inject does not expand: left as it is (the kubelet's fsGroup pass, if any, stays)".into(),
+        );
+    }
     let Some(pod) = obj.at(path) else { return Decision::Skip("no pod spec".into()) };
-    let wanted = annotation(obj, path);
+    let wanted = annotation(obj, path, ANNOTATION, Node::as_bool);
     if wanted == Some(false) {
         return Decision::Skip(format!("opted out ({ANNOTATION}: \"false\")"));
     }
@@ -87,90 +130,160 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
     let Some(fs_group) = fs_group_node.as_u64() else {
         return Decision::Refuse(vec!["fsGroup is not a number".into()]);
     };
-    let volumes = walked_volumes(obj, pod, cfg);
-    let mut refusals = group_only_volumes(pod);
-    let users = users(pod);
-    if users.len() > 1 {
-        let list: Vec<String> = users.iter().map(|(c, u)| format!("{c} {u}")).collect();
-        refusals.push(format!(
-            "containers run as different users ({}): they share files through the fsGroup the kubelet re-applies at every start, volprep does once",
-            list.join(", ")
-        ));
-    }
+    let review = review_volumes(obj, pod, cfg);
+    let mut refusals = review.refusals;
     let run_as = match cfg.mode {
-        Mode::Root => None,
-        Mode::Unprivileged => match unprivileged_ids(pod, cfg) {
+        Mode::Unprivileged if !review.volumes.is_empty() => match unprivileged_ids(pod, cfg) {
             Ok(ids) => Some(ids),
             Err(e) => {
                 refusals.push(e);
                 None
             }
         },
+        _ => None,
     };
+    let modes = modes_of(obj, path, cfg).unwrap_or_else(|e| {
+        refusals.push(e);
+        None
+    });
     if !refusals.is_empty() {
         return Decision::Refuse(refusals);
     }
-    if volumes.is_empty() {
-        return not_here("no volume the kubelet's fsGroup pass walks");
+    if review.volumes.is_empty() {
+        if !review.root_only.is_empty() {
+            return Decision::Refuse(vec![format!(
+                "mode unprivileged cannot prepare emptyDir {} (the kubelet makes it root's, and only root may change it) and there is nothing else to prepare: fsGroup is left to the kubelet",
+                review.root_only.join(", ")
+            )]);
+        }
+        return not_here("no volume the kubelet's fsGroup pass walks is mounted by a container");
     }
-    Decision::Inject(Plan { fs_group, volumes, run_as })
+    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes })
 }
 
-/// Init containers, then containers.
-fn containers(pod: &Node) -> Vec<&Node> {
-    ["initContainers", "containers"].iter().flat_map(|k| pod.get(k).map(Node::as_seq).unwrap_or(&[])).collect()
+/// A kind inject does not rewrite: a refusal when it carries a pod template that sets fsGroup
+/// (a Rollout-like kind inject does not know), else nothing to do.
+fn other_kind(obj: &Node, kind: &str) -> Decision {
+    for path in [&["spec", "template", "spec"][..], &["spec", "jobTemplate", "spec", "template", "spec"]] {
+        let Some(pod) = obj.at(path) else { continue };
+        if pod.get("containers").is_some() && pod.at(&["securityContext", "fsGroup"]).is_some_and(|n| !n.is_null()) {
+            return Decision::Refuse(vec![format!(
+                "{kind} is not a kind inject knows, and its pod template ({}) sets fsGroup: left to the kubelet",
+                path.join(".")
+            )]);
+        }
+    }
+    Decision::Skip("not a pod template".into())
 }
 
 fn is_volprep(c: &Node, cfg: &Config) -> bool {
     let image = c.get("image").and_then(Node::as_str).unwrap_or("");
     let base = image.split(['@']).next().unwrap_or("").rsplit('/').next().unwrap_or("");
     let repo = base.split(':').next().unwrap_or("");
-    c.get("name").and_then(Node::as_str) == Some(cfg.container.name.as_str()) || repo == cfg.container.image.repository
+    let own = cfg.container.image.repository.rsplit('/').next().unwrap_or("");
+    c.get("name").and_then(Node::as_str) == Some(cfg.container.name.as_str()) || repo == own
 }
 
-/// The volumes the kubelet's fsGroup pass walks (PVC, generic ephemeral, emptyDir, and the
-/// claim templates of a StatefulSet) that a container mounts, in the pod's order.
-fn walked_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Vec<Volume> {
-    let mut kinds: Vec<(String, bool)> = Vec::new(); // (name, is emptyDir)
+/// What the pod's volumes need: the volumes to prepare, the refusals, and the emptyDirs mode
+/// unprivileged cannot prepare.
+#[derive(Debug, Default)]
+struct Review {
+    volumes: Vec<Volume>,
+    refusals: Vec<String>,
+    root_only: Vec<String>,
+}
+
+/// Goes through the volumes the containers mount (a StatefulSet's claim templates win over a pod
+/// volume of the same name, as its controller does), by the table of [`volumes::classify`].
+fn review_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Review {
+    let mut sources: Vec<(String, String, Class)> = Vec::new(); // (name, type, class)
+    let templates: Vec<String> = if obj.get("kind").and_then(Node::as_str) == Some("StatefulSet") {
+        obj.at(&["spec", "volumeClaimTemplates"])
+            .map(Node::as_seq)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|t| t.at(&["metadata", "name"]).and_then(Node::as_str).map(str::to_string))
+            .collect()
+    } else {
+        Vec::new()
+    };
     for v in pod.get("volumes").map(Node::as_seq).unwrap_or(&[]) {
         let Some(name) = v.get("name").and_then(Node::as_str) else { continue };
-        let pvc_read_only = v.at(&["persistentVolumeClaim", "readOnly"]).and_then(Node::as_bool) == Some(true);
-        if (v.get("persistentVolumeClaim").is_some() && !pvc_read_only) || v.get("ephemeral").is_some() {
-            kinds.push((name.to_string(), false));
-        } else if v.get("emptyDir").is_some() && cfg.mode == Mode::Root {
-            kinds.push((name.to_string(), true));
+        if !templates.iter().any(|t| t == name) {
+            let (kind, class) = volumes::classify(v);
+            sources.push((name.to_string(), kind, class));
         }
     }
-    if obj.get("kind").and_then(Node::as_str) == Some("StatefulSet") {
-        for t in obj.at(&["spec", "volumeClaimTemplates"]).map(Node::as_seq).unwrap_or(&[]) {
-            if let Some(name) = t.at(&["metadata", "name"]).and_then(Node::as_str) {
-                kinds.push((name.to_string(), false));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for (name, empty_dir) in kinds {
-        let mounts: Vec<(&Node, &Node)> = containers(pod)
-            .into_iter()
-            .flat_map(|c| c.get("volumeMounts").map(Node::as_seq).unwrap_or(&[]).iter().map(move |m| (c, m)))
-            .filter(|(_, m)| m.get("name").and_then(Node::as_str) == Some(name.as_str()))
-            .collect();
-        if mounts.is_empty() || out.iter().any(|v: &Volume| v.name == name) {
+    sources.extend(
+        templates.into_iter().map(|t| (t, "volumeClaimTemplates".to_string(), Class::Walked { empty_dir: false })),
+    );
+    let mut r = Review::default();
+    for (name, kind, class) in sources {
+        let mounts = mounts_of(pod, &name);
+        if mounts.is_empty() || r.volumes.iter().any(|v| v.name == name) {
             continue;
         }
-        let tmp = mounts.iter().any(|(c, m)| is_tmp_dir(c, m, cfg));
-        let read_only = mounts.iter().all(|(_, m)| m.get("readOnly").and_then(Node::as_bool) == Some(true));
-        let prep = if empty_dir && tmp { Prep::Sticky } else { Prep::Walk { read_only } };
-        out.push(Volume { name, prep });
+        let losers: Vec<&str> =
+            mounts.iter().filter(|m| !runs_as_root(pod, m.container)).map(Mount::container_name).collect();
+        match class {
+            Class::Walked { empty_dir: true } if cfg.mode == Mode::Unprivileged => r.root_only.push(name),
+            Class::Walked { empty_dir } => {
+                let prep =
+                    if empty_dir && mounts.iter().any(|m| is_tmp_dir(m, cfg)) { Prep::Sticky } else { Prep::Walk };
+                if prep == Prep::Walk {
+                    r.refusals.extend(different_users(pod, &name, &mounts));
+                }
+                r.volumes.push(Volume { name, prep });
+            }
+            Class::AtomicWriter if !losers.is_empty() => {
+                let v = pod.get("volumes").map(Node::as_seq).unwrap_or(&[]).iter();
+                let source = v.filter(|v| v.get("name").and_then(Node::as_str) == Some(&name)).find_map(|v| v.get(&kind));
+                if let Some(m) = source.and_then(group_only_mode) {
+                    r.refusals.push(format!(
+                        "volume {name} ({kind}, mode {m:04o}) is readable through its group only: without fsGroup its files keep group root and {} could no longer read them",
+                        losers.join(", ")
+                    ));
+                }
+            }
+            Class::Driver if !losers.is_empty() => r.refusals.push(format!(
+                "volume {name} ({kind}) mounted by {}: whether it gets the fsGroup is up to its driver (CSIDriver fsGroupPolicy, VOLUME_MOUNT_GROUP, mount gid), which a manifest does not say: left to the kubelet",
+                losers.join(", ")
+            )),
+            Class::Unknown if !losers.is_empty() => r.refusals.push(format!(
+                "volume {name} is of a type inject does not know ({kind}), mounted by {}: left to the kubelet",
+                losers.join(", ")
+            )),
+            _ => {}
+        }
     }
-    out
+    r
+}
+
+/// A refusal when the containers mounting a walked volume run as different users: they share
+/// files through the fsGroup the kubelet re-applies at every start, volprep does once.
+fn different_users(pod: &Node, name: &str, mounts: &[Mount]) -> Option<String> {
+    let mut seen = BTreeSet::new();
+    let mut list = Vec::new();
+    for m in mounts {
+        let u = user_of(pod, m.container);
+        if seen.insert(u.clone()) {
+            list.push(format!("{} {u}", m.container_name()));
+        }
+    }
+    (list.len() > 1).then(|| {
+        format!(
+            "containers mounting volume {name} run as different users ({}): they share files through the fsGroup the kubelet re-applies at every start, volprep does once",
+            list.join(", ")
+        )
+    })
 }
 
 /// A mount at one of the temp dir paths, or at the container's $TMPDIR.
-fn is_tmp_dir(c: &Node, m: &Node, cfg: &Config) -> bool {
-    let Some(path) = m.get("mountPath").and_then(Node::as_str) else { return false };
+fn is_tmp_dir(m: &Mount, cfg: &Config) -> bool {
+    let Some(path) = m.mount.get("mountPath").and_then(Node::as_str) else { return false };
     let path = path.trim_end_matches('/');
-    let tmpdir = c
+    let tmpdir = m
+        .container
         .get("env")
         .map(Node::as_seq)
         .unwrap_or(&[])
@@ -181,54 +294,21 @@ fn is_tmp_dir(c: &Node, m: &Node, cfg: &Config) -> bool {
     cfg.tmp_dirs.iter().map(|t| t.trim_end_matches('/')).chain(tmpdir).any(|t| t == path)
 }
 
-/// Secret, configMap, projected and downwardAPI volumes with a file mode that lets the group
-/// read but not others: the kubelet gives those files the fsGroup only when fsGroup is set.
-fn group_only_volumes(pod: &Node) -> Vec<String> {
-    let mut out = Vec::new();
-    for v in pod.get("volumes").map(Node::as_seq).unwrap_or(&[]) {
-        let name = v.get("name").and_then(Node::as_str).unwrap_or("?");
-        for kind in ["secret", "configMap", "projected", "downwardAPI"] {
-            let Some(src) = v.get(kind) else { continue };
-            let mut modes: Vec<u64> = vec![src.get("defaultMode").and_then(Node::as_u64).unwrap_or(0o644)];
-            let mut item_modes = |s: &Node| {
-                modes.extend(
-                    s.get("items").map(Node::as_seq).unwrap_or(&[]).iter().filter_map(|i| i.get("mode")?.as_u64()),
-                )
-            };
-            item_modes(src);
-            for s in src.get("sources").map(Node::as_seq).unwrap_or(&[]) {
-                for sub in ["secret", "configMap", "downwardAPI"] {
-                    s.get(sub).into_iter().for_each(&mut item_modes);
-                }
-            }
-            if let Some(m) = modes.into_iter().find(|m| m & 0o040 != 0 && m & 0o004 == 0) {
-                out.push(format!(
-                    "volume {name} ({kind}, mode {m:04o}) is readable through its group only: without fsGroup its files keep group root and the app could no longer read them"
-                ));
-            }
-        }
-    }
-    out
-}
-
-/// Each distinct (runAsUser, runAsGroup) of the containers with the first container having it.
-fn users(pod: &Node) -> Vec<(String, String)> {
-    let psc = pod.get("securityContext");
-    let id = |c: &Node, key: &str| {
-        c.at(&["securityContext", key])
-            .or_else(|| psc.and_then(|p| p.get(key)))
-            .and_then(Node::as_u64)
-            .map_or("image default".to_string(), |n| n.to_string())
+/// The first file mode of an atomic-writer volume source (its `defaultMode`, an item's `mode`,
+/// a projected source's) that lets the group read but not others: the kubelet gives those
+/// files the fsGroup only while fsGroup is set.
+fn group_only_mode(src: &Node) -> Option<u64> {
+    let mut modes: Vec<u64> = vec![src.get("defaultMode").and_then(Node::as_u64).unwrap_or(0o644)];
+    let mut item_modes = |s: &Node| {
+        modes.extend(s.get("items").map(Node::as_seq).unwrap_or(&[]).iter().filter_map(|i| i.get("mode")?.as_u64()))
     };
-    let mut seen = BTreeSet::new();
-    let mut out = Vec::new();
-    for c in containers(pod) {
-        let u = format!("{}:{}", id(c, "runAsUser"), id(c, "runAsGroup"));
-        if seen.insert(u.clone()) {
-            out.push((c.get("name").and_then(Node::as_str).unwrap_or("?").to_string(), u));
+    item_modes(src);
+    for s in src.get("sources").map(Node::as_seq).unwrap_or(&[]) {
+        for sub in ["secret", "configMap", "downwardAPI"] {
+            s.get(sub).into_iter().for_each(&mut item_modes);
         }
     }
-    out
+    modes.into_iter().find(|m| m & 0o040 != 0 && m & 0o004 == 0)
 }
 
 /// Mode unprivileged: the app's uid and gid (config first, then the pod and its containers).

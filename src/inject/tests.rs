@@ -6,7 +6,8 @@ use std::path::Path;
 use super::config::Config;
 use super::node::Node;
 use super::parse::parse;
-use super::{Outcome, inject_stream};
+use super::{Outcome, REFUSED_ANNOTATION, inject_stream};
+use crate::error::InjectErrorKind;
 
 const STS: &str = "\
 apiVersion: apps/v1
@@ -163,15 +164,31 @@ fn refusals_leave_the_workload_unchanged_and_say_why() {
         "      containers:\n        - name: exporter\n          image: exporter\n          securityContext: {runAsUser: 999}\n",
     );
     let items = STS.replace("            defaultMode: 0644", "            items: [{key: a, path: a, mode: 416}]");
+    let mixed = mixed.replace(
+        "securityContext: {runAsUser: 999}\n",
+        "securityContext: {runAsUser: 999}\n          volumeMounts: [{name: data, mountPath: /data}]\n",
+    );
     for (input, expect) in [
-        (secret, "volume conf (secret, mode 0440) is readable through its group only"),
-        (mixed, "containers run as different users (exporter 999:1001, db 1001:1001)"),
+        (
+            secret,
+            "volume conf (secret, mode 0440) is readable through its group only: without fsGroup its files keep group root and db could no longer read them",
+        ),
+        (mixed, "containers mounting volume data run as different users (exporter 999:1001, db 1001:1001)"),
         (items, "volume conf (configMap, mode 0640)"),
     ] {
-        let out = run(&input);
+        // Left byte for byte without the annotation ...
+        let out = run_with(&input, &["annotateRefusals=false"]);
         assert_eq!(out.text, input);
         let Outcome::Refused(why) = &out.events[0].outcome else { panic!("{:?}", out.events) };
         assert!(why[0].contains(expect), "{why:?}");
+        // ... and with it, the only change is the annotation on the workload, saying why.
+        let annotated = doc(&run(&input).text);
+        let note = annotated.at(&["metadata", "annotations", REFUSED_ANNOTATION]).and_then(Node::as_str).unwrap();
+        assert!(note.contains(expect), "{note}");
+        let mut back = annotated.clone();
+        back.get_mut("metadata").unwrap().remove("annotations");
+        assert_eq!(back, doc(&input));
+        assert_eq!(run(&run(&input).text).text, run(&input).text, "annotating twice is annotating once");
     }
     let out = run_with(&STS.replace("        runAsUser: 1001\n", ""), &["mode=unprivileged"]);
     let Outcome::Refused(why) = &out.events[0].outcome else { panic!("{:?}", out.events) };
@@ -238,7 +255,8 @@ spec:
     let args = strs(init.get("args"));
     assert_eq!(
         &args[3..],
-        ["--verify=full", "--volume=/volumes/src,fs-group=2000,read-only", "--volume=/volumes/scratch,fs-group=2000"]
+        ["--verify=full", "--volume=/volumes/src,fs-group=2000", "--volume=/volumes/scratch,fs-group=2000"],
+        "the kubelet walks src read-write (the volume is not readOnly), whatever the mounts say"
     );
     assert!(init.get("image").unwrap().as_str().unwrap().ends_with("@sha256:00"));
     assert_eq!(pod.at(&["imagePullSecrets"]).unwrap().as_seq()[0].get("name").unwrap().as_str(), Some("regcred"));
@@ -284,10 +302,10 @@ fn malformed_yaml_is_one_error_with_its_place() {
     let bad = format!("{STS}---\nkind: Pod\n  bad: indent\n");
     let source = Path::new("in\\.yaml");
     let e = inject_stream(&bad, source, &Config::default(), &[]).unwrap_err();
-    let line = (STS.lines().count() + 3).to_string();
-    assert_eq!(e.line.split(':').take(2).collect::<Vec<_>>(), ["", line.as_str()], "{e:?}");
-    assert!(!e.msg.contains('\n'));
-    let shown = e.of(source).to_string();
+    let line = STS.lines().count() + 3;
+    assert_eq!((e.source.as_path(), e.line), (source, Some(line)), "{e:?}");
+    assert!(e.col.is_some() && matches!(&e.kind, InjectErrorKind::NotYaml(m) if !m.contains('\n')), "{e:?}");
+    let shown = e.to_string();
     assert!(shown.starts_with(&format!("in\\\\.yaml:{line}:")), "escaped once: {shown}");
 }
 
@@ -299,4 +317,107 @@ fn indent(doc: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// The init container's args of the first document of `out`.
+fn init_args(out: &super::Output) -> Vec<String> {
+    let d = doc(&out.text);
+    let inits = d.at(&["spec", "template", "spec", "initContainers"]).map(Node::as_seq).unwrap_or(&[]);
+    strs(inits.first().and_then(|c| c.get("args")))
+}
+
+/// STS with `volprep.io/modes: VALUE` on the workload.
+fn modes_on_workload(value: &str) -> String {
+    STS.replacen("  name: db\n", &format!("  name: db\n  annotations:\n    volprep.io/modes: {value}\n"), 1)
+}
+
+/// `text` with `volprep.io/modes: VALUE` on its pod template.
+fn modes_on_template(text: &str, value: &str) -> String {
+    text.replacen(
+        "      labels: {app: db}\n",
+        &format!("      labels: {{app: db}}\n      annotations:\n        volprep.io/modes: {value}\n"),
+        1,
+    )
+}
+
+#[test]
+fn modes_key_puts_the_policy_on_every_volume() {
+    let out = run_with(STS, &["modes=app-safe"]);
+    assert_eq!(out.events[0].outcome, Outcome::Injected);
+    assert_eq!(
+        init_args(&out)[3..],
+        ["--sticky=/volumes/tmp", "--volume=/volumes/data,fs-group=1001,modes=app-safe"],
+        "a --volume gets modes=, a --sticky has no spec"
+    );
+    let patches: Vec<&str> = out.patches.iter().filter_map(|p| p.get("patch").and_then(Node::as_str)).collect();
+    assert!(
+        patches.iter().any(|p| p.contains("--volume=/volumes/data,fs-group=1001,modes=app-safe")),
+        "--emit patches carries it: {patches:?}"
+    );
+    assert_eq!(
+        init_args(&run_with(STS, &["modes=App-Safe", "mode=unprivileged"]))[2..],
+        [
+            "--log-format=json",
+            "--termination-log=/dev/termination-log",
+            "--volume=/volumes/data,fs-group=1001,modes=app-safe"
+        ],
+        "written as apply spells it, in mode unprivileged too"
+    );
+}
+
+#[test]
+fn modes_annotation_overrides_the_key_the_templates_winning() {
+    let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
+    let safe = "--volume=/volumes/data,fs-group=1001,modes=app-safe";
+    let plain = "--volume=/volumes/data,fs-group=1001";
+    assert_eq!(walked(&run(&modes_on_workload("app-safe"))), safe);
+    assert_eq!(walked(&run(&modes_on_workload("\"app-safe\""))), safe);
+    assert_eq!(walked(&run_with(&modes_on_workload("kubelet"), &["modes=app-safe"])), plain, "the workload's wins");
+    assert_eq!(walked(&run(&modes_on_template(STS, "app-safe"))), safe);
+    let both = modes_on_template(&modes_on_workload("app-safe"), "kubelet");
+    assert_eq!(walked(&run_with(&both, &["modes=app-safe"])), plain, "the template's wins over the workload's");
+    let both = modes_on_template(&modes_on_workload("kubelet"), "app-safe");
+    assert_eq!(walked(&run(&both)), safe);
+    // A `--modes` among extraArgs is what a --volume without modes= gets: inject says modes=
+    // whenever its choice differs from it, and only then.
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes=app-safe]"])), plain);
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes, app-safe]", "modes=app-safe"])), plain);
+    assert_eq!(
+        walked(&run_with(&modes_on_workload("kubelet"), &["extraArgs=[--modes=app-safe]"])),
+        "--volume=/volumes/data,fs-group=1001,modes=kubelet"
+    );
+}
+
+#[test]
+fn an_invalid_modes_annotation_refuses_the_workload_and_says_why() {
+    let why = "annotation volprep.io/modes: 'strict' is not a mode policy: kubelet or app-safe";
+    for input in [modes_on_workload("strict"), modes_on_template(&modes_on_workload("app-safe"), "strict")] {
+        let out = run_with(&input, &["annotateRefusals=false", "modes=app-safe"]);
+        assert_eq!(out.text, input, "left byte for byte");
+        assert_eq!(out.events[0].outcome, Outcome::Refused(vec![why.to_string()]));
+        let annotated = doc(&run(&input).text);
+        assert_eq!(annotated.at(&["metadata", "annotations", REFUSED_ANNOTATION]).and_then(Node::as_str), Some(why));
+        assert!(annotated.at(&["spec", "template", "spec", "initContainers"]).is_none());
+    }
+    // Refused with the other reasons, not instead of them.
+    let mixed = modes_on_workload("\"\"").replace(
+        "configMap:\n            name: db\n            defaultMode: 0644",
+        "secret:\n            secretName: db\n            defaultMode: 0440",
+    );
+    let Outcome::Refused(reasons) = &run(&mixed).events[0].outcome else { panic!("refused") };
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(reasons[1].contains("'' is not a mode policy"), "{reasons:?}");
+    // An opted-out workload is left alone, whatever it says.
+    let out_opted = modes_on_workload("strict")
+        .replace("    volprep.io/modes", "    volprep.io/inject: \"false\"\n    volprep.io/modes");
+    assert!(matches!(&run(&out_opted).events[0].outcome, Outcome::Skipped(w) if w.contains("opted out")));
+}
+
+#[test]
+fn the_kubelet_policy_adds_nothing() {
+    let default = run(STS).text;
+    assert!(!default.contains("modes="), "{default}");
+    assert_eq!(run_with(STS, &["modes=kubelet"]).text, default, "byte for byte");
+    assert_eq!(run_with(STS, &["modes=null"]).text, default);
+    assert_eq!(init_args(&run_with(&modes_on_workload("kubelet"), &[])), init_args(&run(STS)));
 }

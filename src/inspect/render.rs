@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::escape::EscapedPath;
 use crate::report::EntryError;
+use crate::spec::Ownership;
 
 /// The JSON document `inspect --json` prints. Paths inside the volume are relative to its root
 /// (the root itself is "."), escaped like every path volprep prints.
@@ -21,6 +22,8 @@ pub struct Inspection {
     /// octal: "0660" and "2770" ("0440" and "2550" with `--read-only`).
     pub file_mask: String,
     pub dir_mask: String,
+    /// The mode policy of the previews (`--modes`): `kubelet` or `app-safe`.
+    pub modes: &'static str,
     /// Entries per owner, most first; `top_dirs` only for the minority owners.
     pub owners: Vec<OwnerRow>,
     pub lacking_group_bits: Finding<EscapedPath>,
@@ -32,6 +35,12 @@ pub struct Inspection {
     /// maybe outside the volume.
     pub hardlinked: Finding<EscapedPath>,
     pub symlinks_outside: Finding<LinkOut>,
+    /// App-private paths (PostgreSQL's data directory, `.ssh`, Erlang's cookie ...) and what
+    /// the kubelet's rule and volprep's settings leave on them.
+    pub app_paths: Finding<super::AppPathView>,
+    /// Entries with a POSIX ACL whose `group::` lacks the group bits of the masks above: the
+    /// group gets them in the ACL mask only, and keeps `group::`'s (the kubelet does the same).
+    pub acl_group_entry_lacking_bits: Finding<AclGroup>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     /// Present with `--fs-group`.
@@ -80,6 +89,18 @@ pub struct DirCount {
 pub struct Finding<T> {
     pub count: u64,
     pub examples: Vec<T>,
+}
+
+/// An entry with a POSIX access ACL whose owning group's entry (`group::`) lacks bits the
+/// kubelet gives the group: with an ACL the mode's group bits are the ACL mask, so `chmod g+rw`
+/// (the kubelet's and volprep's) changes the mask and `group::` keeps what it had.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct AclGroup {
+    pub path: EscapedPath,
+    /// `group::` as `getfacl` shows it (e.g. "r--").
+    pub group_obj: String,
+    /// `mask::`.
+    pub mask: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -141,6 +162,9 @@ pub struct ApplyView {
     pub changed: u64,
     pub changed_owner: u64,
     pub changed_mode: u64,
+    /// What `changed_owner` counts changes of (the tables say it; the JSON key stays).
+    #[serde(skip)]
+    pub ownership: Ownership,
 }
 
 pub fn json(r: &Inspection) -> String {
@@ -156,6 +180,9 @@ pub fn human(r: &Inspection) -> String {
     let mut out = format!("{}: {}, {} threads, {} ms\n", r.path, r.seen, r.threads, r.elapsed_ms);
     out += &owners_table(r);
     out += &findings_table(r);
+    if r.app_paths.count > 0 {
+        out += &app_paths_table(r);
+    }
     if let Some(g) = &r.fs_group {
         out += &fs_group_table(r, g);
     }
@@ -181,22 +208,84 @@ fn owners_table(r: &Inspection) -> String {
 fn findings_table(r: &Inspection) -> String {
     let mut t = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
     let path = EscapedPath::to_string;
-    let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
-    t.finding(&bits, &r.lacking_group_bits, path);
-    t.finding("directories without setgid", &r.dirs_without_setgid, path);
+    if r.owner.is_some() && r.fs_group.is_none() {
+        t.row(vec!["mode bits and setgid".into(), "-".into(), "not listed: --owner changes no mode".into()]);
+    } else {
+        let bits = format!("lacking mode bits {} (dirs {})", r.file_mask, r.dir_mask);
+        t.finding(&bits, &r.lacking_group_bits, path);
+        t.finding("directories without setgid", &r.dirs_without_setgid, path);
+    }
     t.finding("world-writable directories without sticky bit", &r.world_writable_dirs_without_sticky, path);
     t.finding("nested mounts (not entered)", &r.nested_mounts, path);
     t.finding("files with more than one link", &r.hardlinked, path);
     t.finding("symlinks pointing outside the volume", &r.symlinks_outside, |l| format!("{} -> {}", l.path, l.target));
+    t.finding(
+        // chmod (the kubelet's and volprep's) sets the ACL mask; group:: keeps its bits.
+        "POSIX ACLs: group:: lacks group bits",
+        &r.acl_group_entry_lacking_bits,
+        |a| format!("{} (group::{}, mask::{})", a.path, a.group_obj, a.mask),
+    );
     let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
     t.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
     t.render()
 }
 
+/// The app-private paths, one line each: what the kubelet's rule leaves on it (and whether the
+/// app accepts that), the setting that keeps the app working, and what the spec asked about
+/// leaves.
+fn app_paths_table(r: &Inspection) -> String {
+    let spec = r.fs_group.is_some() || r.owner.is_some();
+    let with = format!("WITH{}", spec_flags(r));
+    let mut head = vec!["APP PATH", "WHAT", "MODE", "KUBELET'S RULE", "KEEPS THE APP WORKING"];
+    if spec {
+        head.push(&with);
+    }
+    let right: &'static [bool] = if spec { &[false; 6] } else { &[false; 5] };
+    let mut t = Table::new(&head, right);
+    for a in &r.app_paths.examples {
+        let keeps = if a.kubelet.accepted() {
+            "any (the kubelet's rule too)".to_string()
+        } else if a.app_safe.accepted() {
+            format!("--modes app-safe: {}", a.app_safe.mode)
+        } else {
+            format!("--modes app-safe leaves {} (owned by uid {}, not by its app path's owner)", a.app_safe.mode, a.uid)
+        };
+        let mut row = vec![a.path.to_string(), a.app.clone(), a.mode.clone(), a.kubelet.short(), keeps];
+        if let Some(w) = &a.with_spec {
+            row.push(w.short());
+        } else if spec {
+            row.push(String::new());
+        }
+        t.row(row);
+    }
+    let rest = r.app_paths.count.saturating_sub(r.app_paths.examples.len() as u64);
+    let mut out = t.render();
+    if rest > 0 {
+        out += &format!("(+{rest} more app paths)\n");
+    }
+    out
+}
+
+/// The spec flags `inspect` was given (` --owner 2000 --fs-group 2000 --modes app-safe`).
+fn spec_flags(r: &Inspection) -> String {
+    let mut s = String::new();
+    if let Some(o) = &r.owner {
+        s += &o.gid.map_or_else(|| format!(" --owner {}", o.uid), |g| format!(" --owner {}:{g}", o.uid));
+    }
+    if let Some(g) = &r.fs_group {
+        s += &format!(" --fs-group {}{}", g.gid, if g.read_only { " --read-only" } else { "" });
+    }
+    if r.modes != "kubelet" {
+        s += &format!(" --modes {}", r.modes);
+    }
+    s
+}
+
 /// `--fs-group`: what the kubelet's two policies and `volprep apply` would do.
 fn fs_group_table(r: &Inspection, g: &FsGroupView) -> String {
     let ro = if g.read_only { " --read-only" } else { "" };
-    let head = format!("WITH --fs-group {}{ro}", g.gid);
+    let modes = if r.modes == "kubelet" { String::new() } else { format!(" --modes {}", r.modes) };
+    let head = format!("WITH --fs-group {}{ro}{modes}", g.gid);
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
     let k = &g.kubelet;
     let nested = if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" };
@@ -220,7 +309,8 @@ fn apply_row(a: &ApplyView, entries: u64) -> Vec<String> {
         "volprep apply".into(),
         a.changed.to_string(),
         format!(
-            "only what differs: owner {}, mode {}, untouched {}",
+            "only what differs: {} {}, mode {}, untouched {}",
+            a.ownership,
             a.changed_owner,
             a.changed_mode,
             entries - a.changed
@@ -230,9 +320,7 @@ fn apply_row(a: &ApplyView, entries: u64) -> Vec<String> {
 
 /// The `--owner` preview: how many entries `apply` would change, and which.
 fn owner_table(r: &Inspection, o: &OwnerView) -> String {
-    let owner = o.gid.map_or_else(|| o.uid.to_string(), |g| format!("{}:{g}", o.uid));
-    let group = r.fs_group.as_ref().map_or_else(String::new, |g| format!(" --fs-group {}", g.gid));
-    let head = format!("WITH --owner {owner}{group}");
+    let head = format!("WITH{}", spec_flags(r));
     let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
     t.row(apply_row(&o.volprep_apply, r.seen.entries));
     t.finding("entries it would change", &o.would_change, EscapedPath::to_string);

@@ -3,22 +3,29 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Where the shards of one sharded pass stand: the meeting point of their Jobs.
+/// Claim groups kept at most: past this, the two whose clocks are closest are merged.
+pub const MAX_CLAIMS: usize = 14;
+
+/// Where the shards of one sharded pass stand: the meeting point of their Jobs. Its size does
+/// not grow with the shards that finish: one hex digit per shard, at most [`MAX_CLAIMS`] claim
+/// groups, and a heartbeat per shard being walked.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shards {
     /// N of `--shard I/N`.
     pub n: u32,
     /// `--shard-depth` (every shard must split the tree the same way).
     pub depth: u32,
-    /// Shards that finished with no error, in order.
-    pub done: Vec<u32>,
-    /// Entries of the shards in `done`.
+    /// One hex digit per shard, shard 0 first: `0` not done; `1` done with nothing to check
+    /// (no claim: the run that completes the volume walks its part again); `2`+k done, its
+    /// claim in `claims[k]`. A record of an earlier version has none: it does not fit its
+    /// layout, and a new round starts.
+    #[serde(default)]
+    pub parts: String,
+    /// Entries of the shards that are done.
     pub entries: u64,
     /// Shards being walked, each with its run and last heartbeat.
     pub running: Vec<Heartbeat>,
-    /// What each shard in `done` claims to have walked, for the run that completes the volume
-    /// to check (absent in records of earlier versions: a done shard without a claim has its
-    /// part walked again by that run).
+    /// Claim groups of done shards, for the run that completes the volume to check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<Claim>,
 }
@@ -46,18 +53,16 @@ impl From<Heartbeat> for (u32, String, u64) {
     }
 }
 
-/// A done shard's claim: the anchors of its part, as they were when its walk began, and the
-/// filesystem's time once it ended. A directory of its part changed after that time has a
-/// change time (ctime) at or past it.
+/// The claim of a group of done shards: the earliest of the times their walks ended, and the
+/// XOR of their anchor digests. Every directory of their parts changed after its shard's walk
+/// ended has a change time (ctime) at or past `t`; a part whose anchors changed changes `a`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
-    /// The shard.
-    pub i: u32,
     /// The root's ctime (seconds, nanoseconds) read right after a write on the root that
-    /// followed the walk: the filesystem's clock, not this process's.
+    /// followed the walk: the filesystem's clock, not this process's (the earliest of the group).
     pub t: (i64, u32),
-    /// [`anchor_digest`] of the part's anchors (and, for shard 0, the entries above the split
-    /// depth) listed before the walk.
+    /// The XOR ([`xor_digests`]) of the group's [`anchor_digest`]s of the parts' anchors (and,
+    /// for shard 0, the entries above the split depth), each listed before its shard's walk.
     pub a: String,
 }
 
@@ -75,10 +80,21 @@ pub fn anchor_digest(anchors: &mut [(Vec<u8>, u64)]) -> String {
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The XOR of digests of 16 hex digits (what does not parse counts as a digest no part has).
+pub fn xor_digests<'d>(digests: impl IntoIterator<Item = &'d str>) -> String {
+    let x = digests.into_iter().fold(0u64, |x, d| x ^ u64::from_str_radix(d, 16).unwrap_or(u64::MAX));
+    format!("{x:016x}")
+}
+
 impl Shards {
+    /// A new round of `n` shards split at `depth`, none done.
+    pub fn new(n: u32, depth: u32) -> Shards {
+        Shards { n, depth, parts: "0".repeat(n as usize), ..Default::default() }
+    }
+
     /// Why this record does not fit the layout of `n` shards split at `depth`, if it does not:
-    /// another layout, an index past N, or a `done` list that is not a set in order. A record
-    /// that does not fit is not trusted at all (a forged `[1, 1]` must not pass for two shards).
+    /// another layout, a parts map that is not one digit per shard (or a record of an earlier
+    /// version), or a shard past N. A record that does not fit is not trusted at all.
     pub fn misfit(&self, n: u32, depth: u32) -> Option<String> {
         if (self.n, self.depth) != (n, depth) {
             return Some(format!(
@@ -86,38 +102,149 @@ impl Shards {
                 self.n, self.depth
             ));
         }
-        if let Some(i) = self.done.iter().chain(self.running.iter().map(|r| &r.shard)).find(|&&i| i >= n) {
-            return Some(format!("it lists shard {i}, past the last of {n}"));
+        if self.parts.len() != n as usize || !self.parts.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Some(format!("its parts map is not one hex digit for each of the {n} shards"));
         }
-        if self.done.windows(2).any(|w| w[0] >= w[1]) {
-            return Some(format!("its done list {:?} repeats a shard or is out of order", self.done));
+        if let Some(i) = self.running.iter().map(|r| r.shard).find(|&i| i >= n) {
+            return Some(format!("it lists shard {i}, past the last of {n}"));
         }
         None
     }
 
+    fn digit(&self, i: u32) -> u32 {
+        self.parts.as_bytes().get(i as usize).and_then(|&b| (b as char).to_digit(16)).unwrap_or(0)
+    }
+
+    fn set_digit(&mut self, i: u32, d: u32) {
+        let c = char::from_digit(d, 16).expect("a hex digit") as u8;
+        // The map is ASCII (checked by `misfit`): one byte is one digit.
+        let mut bytes = std::mem::take(&mut self.parts).into_bytes();
+        if let Some(b) = bytes.get_mut(i as usize) {
+            *b = c;
+        }
+        self.parts = String::from_utf8(bytes).unwrap_or_default();
+    }
+
+    /// Whether shard `i` is done.
+    pub fn is_done(&self, i: u32) -> bool {
+        self.digit(i) != 0
+    }
+
+    /// The shards that are done, in order.
+    pub fn done(&self) -> Vec<u32> {
+        (0..self.n).filter(|&i| self.is_done(i)).collect()
+    }
+
     /// Whether every shard is done (for a record that fits its layout).
     pub fn complete(&self) -> bool {
-        self.done.len() as u32 == self.n
+        !self.parts.is_empty() && (0..self.n).all(|i| self.is_done(i))
     }
 
-    /// The claim of shard `i`, if it is done and made one.
-    pub fn claim(&self, i: u32) -> Option<&Claim> {
-        self.claims.iter().find(|c| c.i == i).filter(|_| self.done.contains(&i))
+    /// The claim group of shard `i`, if it is done and made one (its index and the claim).
+    pub fn claim(&self, i: u32) -> Option<(usize, &Claim)> {
+        let k = self.digit(i).checked_sub(2)? as usize;
+        self.claims.get(k).map(|c| (k, c))
     }
 
-    /// Records shard `i` as done with `claim` (none when its anchors could not be listed).
-    pub fn set_done(&mut self, i: u32, claim: Option<Claim>) {
-        if !self.done.contains(&i) {
-            self.done.push(i);
-            self.done.sort_unstable();
+    /// The shards whose claims are in group `k`.
+    pub fn members(&self, k: usize) -> Vec<u32> {
+        (0..self.n).filter(|&i| self.digit(i) as usize == k + 2).collect()
+    }
+
+    /// Records shard `i` as done with its claim (the time its walk ended and its anchor
+    /// digest; none when its anchors could not be listed or its part is not to be trusted).
+    pub fn set_done(&mut self, i: u32, claim: Option<((i64, u32), &str)>) {
+        self.undo(i, None);
+        let Some((t, a)) = claim else {
+            return self.set_digit(i, 1);
+        };
+        while self.claims.len() >= MAX_CLAIMS {
+            self.merge_closest();
         }
-        self.claims.retain(|c| c.i != i);
-        self.claims.extend(claim);
+        self.claims.push(Claim { t, a: xor_digests([a]) });
+        self.set_digit(i, self.claims.len() as u32 + 1);
     }
 
-    /// Takes shard `i` out of `done`, with its claim.
-    pub fn undo(&mut self, i: u32) {
-        self.done.retain(|&d| d != i);
-        self.claims.retain(|c| c.i != i);
+    /// Takes shard `i` out of the done ones. Its anchor digest, as it is now (`digest`), is
+    /// taken out of its claim group's; without one, the other shards of the group lose their
+    /// claim (their parts are walked again by the completing run).
+    pub fn undo(&mut self, i: u32, digest: Option<&str>) {
+        if let Some((k, c)) = self.claim(i) {
+            match digest {
+                Some(d) => self.claims[k].a = xor_digests([c.a.as_str(), d]),
+                None => {
+                    for m in self.members(k) {
+                        self.set_digit(m, 1);
+                    }
+                    self.drop_group(k);
+                }
+            }
+        }
+        if self.is_done(i) {
+            self.set_digit(i, 0);
+        }
+        self.drop_empty_groups();
+    }
+
+    /// Merges the two claim groups whose clocks are closest into one (the earlier clock, the
+    /// XOR of the digests): the claim then holds from the earlier time, which only makes the
+    /// completing run read again what changed after it. Returns false with fewer than two.
+    pub fn merge_closest(&mut self) -> bool {
+        if self.claims.len() < 2 {
+            return false;
+        }
+        let mut order: Vec<usize> = (0..self.claims.len()).collect();
+        order.sort_by_key(|&k| self.claims[k].t);
+        let gap = |w: &[usize]| {
+            let (a, b) = (self.claims[w[0]].t, self.claims[w[1]].t);
+            (b.0 - a.0) as i128 * 1_000_000_000 + (b.1 as i128 - a.1 as i128)
+        };
+        let pair = order.windows(2).min_by_key(|w| gap(w)).expect("two groups");
+        let (keep, gone) = (pair[0], pair[1]);
+        let a = xor_digests([self.claims[keep].a.as_str(), self.claims[gone].a.as_str()]);
+        self.claims[keep].a = a;
+        for m in self.members(gone) {
+            self.set_digit(m, keep as u32 + 2);
+        }
+        self.drop_group(gone);
+        true
+    }
+
+    /// Drops claim group `k` (no shard refers to it any more) and renumbers the later ones.
+    fn drop_group(&mut self, k: usize) {
+        self.claims.remove(k);
+        for i in 0..self.n {
+            let d = self.digit(i);
+            if d as usize > k + 2 {
+                self.set_digit(i, d - 1);
+            }
+        }
+    }
+
+    fn drop_empty_groups(&mut self) {
+        while let Some(k) = (0..self.claims.len()).rev().find(|&k| self.members(k).is_empty()) {
+            self.drop_group(k);
+        }
+    }
+
+    /// Makes a done shard whose digit names no claim group (a record edited by hand, or
+    /// forged) a done shard without a claim, so that a group added later is not taken for its.
+    pub fn forget_dangling(&mut self) {
+        for i in 0..self.n {
+            if self.digit(i) >= 2 && self.claim(i).is_none() {
+                self.set_digit(i, 1);
+            }
+        }
+    }
+
+    /// Forgets every claim (each done shard then has its part walked again by the completing
+    /// run): the smallest record, for a root that holds nothing bigger.
+    pub fn drop_claims(&mut self) {
+        for i in 0..self.n {
+            if self.digit(i) >= 2 {
+                self.set_digit(i, 1);
+            }
+        }
+        self.claims.clear();
     }
 }

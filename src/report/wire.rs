@@ -36,6 +36,9 @@ pub struct Counts {
     /// Non-directory entries whose inode has more than one link (each name counted): changing
     /// one changes every name of the inode, maybe outside the volume.
     pub hardlinked: u64,
+    /// `--modes app-safe`: entries at app-private paths that lost bits their app refuses (or
+    /// would, in `check`).
+    pub tightened: u64,
 }
 
 impl Counts {
@@ -48,7 +51,7 @@ impl Counts {
     }
 
     /// Every count with its report key, in the report's order.
-    fn fields(&mut self) -> [(&'static str, &mut u64); 14] {
+    fn fields(&mut self) -> [Field<'_>; 15] {
         let Counts {
             entries,
             dirs,
@@ -64,6 +67,7 @@ impl Counts {
             skipped_subtrees,
             verified_dirs,
             hardlinked,
+            tightened,
         } = self;
         [
             ("entries", entries),
@@ -80,6 +84,7 @@ impl Counts {
             ("skipped_subtrees", skipped_subtrees),
             ("verified_dirs", verified_dirs),
             ("hardlinked", hardlinked),
+            ("tightened", tightened),
         ]
     }
 }
@@ -89,9 +94,9 @@ impl Serialize for VolumeReport {
         let v = self;
         let mut counts = v.counts;
         let counts = counts.fields();
-        // entries .. errors, foreign_owned, foreign_unread_dirs .. hardlinked
-        let (by_kind, rest) = counts.split_at(8);
-        let (foreign, rest) = rest.split_at(1);
+        // entries .. errors, then the lists and foreign_owned, then foreign_unread_dirs .. hardlinked
+        let (by_kind, rest) = through(&counts, "errors");
+        let (foreign, rest) = through(rest, "foreign_owned");
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("path", &v.path)?;
         m.serialize_entry("action", &v.action)?;
@@ -110,6 +115,7 @@ impl Serialize for VolumeReport {
         numbers(&mut m, foreign)?;
         m.serialize_entry("foreign_owned_list", &v.foreign_owned_list)?;
         numbers(&mut m, rest)?;
+        m.serialize_entry("tightened_list", &v.tightened_list)?;
         m.serialize_entry("elapsed_ms", &v.timing.elapsed_ms)?;
         m.serialize_entry("entries_per_s", &v.timing.entries_per_s)?;
         m.serialize_entry("load", &v.load)?;
@@ -122,8 +128,17 @@ impl Serialize for VolumeReport {
     }
 }
 
+/// A count with its report key.
+type Field<'n> = (&'static str, &'n mut u64);
+
+/// The counts up to and including `key`, and the rest.
+fn through<'c, 'n>(counts: &'c [Field<'n>], key: &str) -> (&'c [Field<'n>], &'c [Field<'n>]) {
+    let at = counts.iter().position(|(k, _)| *k == key).expect("a count of that name");
+    counts.split_at(at + 1)
+}
+
 /// Counts, each under its key.
-fn numbers<M: SerializeMap>(m: &mut M, counts: &[(&str, &mut u64)]) -> Result<(), M::Error> {
+fn numbers<M: SerializeMap>(m: &mut M, counts: &[Field<'_>]) -> Result<(), M::Error> {
     counts.iter().try_for_each(|(k, n)| m.serialize_entry(k, &**n))
 }
 
@@ -141,7 +156,7 @@ mod tests {
     const KEYS: &str = "path action spec spec_digest threads fs_type estimated_entries reason marker_before \
         marker_after entries dirs files symlinks others changed_owner changed_mode errors error_list skipped_mounts \
         unprivileged foreign_owned foreign_owned_list foreign_unread_dirs dirs_read skipped_subtrees verified_dirs \
-        hardlinked elapsed_ms entries_per_s load shard sticky fatal interrupted ownership";
+        hardlinked tightened tightened_list elapsed_ms entries_per_s load shard sticky fatal interrupted ownership";
 
     #[test]
     fn keys_keep_their_order_and_every_value_comes_back() {
@@ -161,10 +176,11 @@ mod tests {
             skipped_subtrees: n(12),
             verified_dirs: n(13),
             hardlinked: n(14),
+            tightened: n(15),
         };
         let v = VolumeReport {
             counts,
-            timing: Timing { elapsed_ms: n(15), entries_per_s: n(16) },
+            timing: Timing { elapsed_ms: n(16), entries_per_s: n(17) },
             marker_before: MarkerState::InProgress,
             shard: Some("0/2".into()),
             sticky: Some(StickyOutcome { created: true, mode_before: None, mode_after: "1777".into() }),

@@ -20,7 +20,7 @@ use tracing::info;
 
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
-use crate::marker::{self, Shards};
+use crate::marker::{self, Shards, xor_digests};
 use crate::options::{RunOptions, ShardFilter};
 use crate::pass::Fixer;
 use crate::spec::Spec;
@@ -117,24 +117,29 @@ impl Recheck<'_, '_> {
         let tops = list_top(self.root, &self.root_meta, shards.depth, self.opts.cross_devices)
             .map_err(|(rel, e)| Error::sys(walk::full_path(self.path, &rel), Op::Readdir, e))?;
         let mut sum = Summary::default();
+        let layout = |i| ShardFilter { index: i, count: shards.n, depth: shards.depth };
+        let shown = Escaped(self.path.as_os_str());
+        // The bound each part is verified against: its claim group's clock, when the anchors of
+        // every part of the group are still those its shard listed.
+        let mut bounds: Vec<Option<Stamp>> = vec![None; shards.n as usize];
+        for (k, c) in shards.claims.iter().enumerate() {
+            let members = shards.members(k);
+            let digests: Vec<String> = members.iter().map(|&i| part_digest(&tops, layout(i))).collect();
+            if xor_digests(digests.iter().map(String::as_str)) == c.a {
+                members.iter().for_each(|&i| bounds[i as usize] = Some(Stamp::from(c.t)));
+            } else {
+                info!(path = %shown, "shards {members:?} of {}: the anchors of their parts changed since they walked (one renamed, added, removed or replaced): walking their parts again", shards.n);
+            }
+        }
         for i in (0..shards.n).filter(|&i| Some(i) != skip) {
-            let f = ShardFilter { index: i, count: shards.n, depth: shards.depth };
-            let shown = Escaped(self.path.as_os_str());
-            let bound = match shards.claim(i) {
-                None => {
-                    info!(path = %shown, "shard {i}/{}: done without a claim to check (recorded by an earlier version): walking its part again", shards.n);
-                    None
-                }
-                Some(c) if part_digest(&tops, f) != c.a => {
-                    info!(path = %shown, "shard {i}/{}: its anchors changed since it walked (one renamed, added, removed or replaced): walking its part again", shards.n);
-                    None
-                }
-                Some(c) => Some(Stamp::from(c.t)),
-            };
+            let bound = bounds[i as usize];
             if bound.is_none() {
+                if shards.claim(i).is_none() {
+                    info!(path = %shown, "shard {i}/{}: done without a claim to check (its part held mount points, or its anchors could not be listed): walking its part again", shards.n);
+                }
                 sum.parts.push(i);
             }
-            self.walk_part(f, bound, &mut sum);
+            self.walk_part(layout(i), bound, &mut sum);
             // A walk stopped by a signal did not cover its part (the flag stays set once raised).
             sum.stopped = sys::termination();
             if sum.stopped.is_some() {
@@ -181,6 +186,7 @@ fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
     }
     crate::sync::lock(&into.errors).append(crate::sync::into_inner(from.errors));
     crate::sync::lock(&into.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
+    into.mount_points.fetch_add(from.mount_points.into_inner(), std::sync::atomic::Ordering::Relaxed);
     crate::sync::lock(&into.foreign).append(crate::sync::into_inner(from.foreign));
 }
 

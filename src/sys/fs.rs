@@ -142,6 +142,39 @@ pub fn get_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Err
     }
 }
 
+/// The xattr that holds a POSIX access ACL (in the kernel's binary form).
+const ACL_ACCESS: &CStr = c"system.posix_acl_access";
+
+/// The POSIX access ACL of `name` in `dir`, if it has one beyond its mode bits: `lgetxattr` of
+/// `system.posix_acl_access` through `/proc/self/fd/DIR/NAME` (nothing is opened, a symlink is
+/// not followed). A filesystem without ACLs has none.
+pub fn acl_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Errno> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    path.extend_from_slice(name.to_bytes());
+    let path = std::ffi::OsStr::from_bytes(&path);
+    let mut buf = vec![0u8; 1024];
+    loop {
+        match retry(|| rustix::fs::lgetxattr(path, ACL_ACCESS, &mut buf[..])) {
+            Ok(n) => {
+                buf.truncate(n);
+                return Ok(Some(buf));
+            }
+            Err(Errno::NODATA | Errno::OPNOTSUPP) => return Ok(None),
+            Err(Errno::RANGE) if buf.len() < 1 << 16 => buf.resize(buf.len() * 4, 0),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The POSIX access ACL of the open `fd` (see [`acl_at`]).
+pub fn acl_fd(fd: BorrowedFd<'_>) -> Result<Option<Vec<u8>>, Errno> {
+    match get_xattr(fd, ACL_ACCESS) {
+        Err(Errno::OPNOTSUPP) => Ok(None),
+        other => other,
+    }
+}
+
 /// `fsetxattr(fd, name, value, 0)`.
 pub fn set_xattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
     retry(|| rustix::fs::fsetxattr(fd, name, value, rustix::fs::XattrFlags::empty()))

@@ -13,20 +13,33 @@ pub fn fs_type(fd: BorrowedFd<'_>) -> String {
     }
 }
 
-/// The filesystem's name (from `fstatfs`'s magic number) and, when `fd` is the root of its
-/// mount, the inodes in use (`fstatvfs`): an estimate of the entries a walk will meet.
-pub fn fs_info(fd: BorrowedFd<'_>) -> (String, Option<u64>) {
+/// What a volume's filesystem tells before a walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsInfo {
+    /// Its name, from `fstatfs`'s magic number ("0x..." when unknown).
+    pub name: String,
+    /// The inodes in use (`fstatvfs`) when the volume is a whole filesystem (`fd` is the root of
+    /// a mount of the filesystem's own root): an estimate of the entries a walk will meet. None
+    /// for a directory of a larger filesystem (a bind mount, a subPath, a subvolume), whose
+    /// count would be the whole filesystem's, not the volume's.
+    pub estimate: Option<u64>,
+}
+
+/// The name of the filesystem of `fd` and, when `fd` is a whole filesystem, its inodes in use.
+pub fn fs_info(fd: BorrowedFd<'_>) -> FsInfo {
     let name = fs_type(fd);
-    let is_mount_root = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, rustix::fs::StatxFlags::empty())
-        .ok()
-        .filter(|x| x.stx_attributes_mask.contains(rustix::fs::StatxAttributes::MOUNT_ROOT))
-        .is_some_and(|x| x.stx_attributes.contains(rustix::fs::StatxAttributes::MOUNT_ROOT));
-    let estimate = is_mount_root
+    let mask = rustix::fs::StatxFlags::MNT_ID;
+    let whole_fs = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, mask).ok().is_some_and(|x| {
+        let mount_root = x.stx_attributes_mask.contains(rustix::fs::StatxAttributes::MOUNT_ROOT)
+            && x.stx_attributes.contains(rustix::fs::StatxAttributes::MOUNT_ROOT);
+        mount_root && super::proc::mounts_whole_fs(x.stx_mnt_id) == Some(true)
+    });
+    let estimate = whole_fs
         .then(|| rustix::fs::fstatvfs(fd).ok())
         .flatten()
         .map(|v| v.f_files.saturating_sub(v.f_ffree))
         .filter(|&n| n > 0);
-    (name, estimate)
+    FsInfo { name, estimate }
 }
 
 /// Whether the filesystem at `path` (`statfs`, which follows a symlink: only a hint) is a

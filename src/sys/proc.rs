@@ -4,6 +4,8 @@ use std::os::fd::BorrowedFd;
 
 use rustix::io::Errno;
 
+use super::retry;
+
 /// The filesystem type of the mount with id `mnt_id` (`statx` `STATX_MNT_ID`) as
 /// `/proc/self/mountinfo` names it (`ext4`, `fuse.ceph-fuse`, …); `None` when not listed.
 pub fn mount_fs_type(mnt_id: u64) -> Option<String> {
@@ -11,13 +13,69 @@ pub fn mount_fs_type(mnt_id: u64) -> Option<String> {
     mountinfo_fs_type(&text, mnt_id)
 }
 
-/// The filesystem type of mount `mnt_id` in the text of a mountinfo file ("ID PARENT MAJ:MIN
-/// ROOT POINT OPTIONS [TAGS…] - TYPE SOURCE SUPER-OPTIONS").
+/// Whether the mount with id `mnt_id` mounts its filesystem's root (mountinfo's ROOT is `/`),
+/// not one of its directories (a bind mount, a subPath, a subvolume); `None` when not listed.
+pub fn mounts_whole_fs(mnt_id: u64) -> Option<bool> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(mountinfo_line(&text, mnt_id)?.split(' ').nth(3)? == "/")
+}
+
+/// The filesystem type of mount `mnt_id` in the text of a mountinfo file.
 fn mountinfo_fs_type(text: &str, mnt_id: u64) -> Option<String> {
-    text.lines().find_map(|line| {
-        let id: u64 = line.split(' ').next()?.parse().ok()?;
-        (id == mnt_id).then(|| line.split_once(" - ")?.1.split(' ').next().map(str::to_string)).flatten()
-    })
+    mountinfo_line(text, mnt_id)?.split_once(" - ")?.1.split(' ').next().map(str::to_string)
+}
+
+/// The line of mount `mnt_id` in the text of a mountinfo file ("ID PARENT MAJ:MIN ROOT POINT
+/// OPTIONS [TAGS…] - TYPE SOURCE SUPER-OPTIONS").
+fn mountinfo_line(text: &str, mnt_id: u64) -> Option<&str> {
+    text.lines().find(|line| line.split(' ').next().and_then(|id| id.parse::<u64>().ok()) == Some(mnt_id))
+}
+
+/// The mount points strictly below the directory `root` (relative to it, sorted), as this
+/// process's `/proc/self/mountinfo` lists them; `None` when that (or the root's own path, read
+/// through `/proc/self/fd`) cannot be read. Mounts hidden under others are listed too.
+pub fn mounts_below(root: BorrowedFd<'_>) -> Option<Vec<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&root))).ok()?;
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    Some(mountinfo_points_below(&text, link.as_os_str().as_bytes()))
+}
+
+/// The mount points of a mountinfo text strictly below the absolute path `root`, relative to
+/// it, sorted and without duplicates (a path mounted over twice is one mount point).
+fn mountinfo_points_below(text: &str, root: &[u8]) -> Vec<Vec<u8>> {
+    let root = root.strip_suffix(b"/").unwrap_or(root);
+    let mut out: Vec<Vec<u8>> = text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(unescape_octal)
+        .filter_map(|point| Some(point.strip_prefix(root)?.strip_prefix(b"/")?.to_vec()))
+        .filter(|rel| !rel.is_empty())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A mountinfo field with its `\NNN` octal escapes (space, tab, newline, backslash) undone.
+fn unescape_octal(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match oct {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The mount with id `mnt_id` as a person would name it: its type as mountinfo says it, and
@@ -29,14 +87,11 @@ pub fn mount_name(mnt_id: u64) -> Option<String> {
 }
 
 fn mountinfo_name(text: &str, mnt_id: u64) -> Option<String> {
-    text.lines().find_map(|line| {
-        let id: u64 = line.split(' ').next()?.parse().ok()?;
-        let mut rest = line.split_once(" - ")?.1.split(' ');
-        let (fs, source) = (rest.next()?, rest.next().unwrap_or(""));
-        (id == mnt_id).then(|| match source {
-            "" | "none" => fs.to_string(),
-            s => format!("{fs} from {}", crate::escape::escape_bytes(s.as_bytes())),
-        })
+    let mut rest = mountinfo_line(text, mnt_id)?.split_once(" - ")?.1.split(' ');
+    let (fs, source) = (rest.next()?, rest.next().unwrap_or(""));
+    Some(match source {
+        "" | "none" => fs.to_string(),
+        s => format!("{fs} from {}", crate::escape::escape_bytes(s.as_bytes())),
     })
 }
 
@@ -82,15 +137,7 @@ pub fn random_u64() -> Result<u64, Errno> {
     let mut buf = [0u8; 8];
     let mut got = 0;
     while got < buf.len() {
-        // SAFETY: writes at most `len - got` bytes into the rest of `buf`.
-        let n = unsafe { libc::getrandom(buf[got..].as_mut_ptr().cast(), buf.len() - got, 0) };
-        match n {
-            n if n > 0 => got += n as usize,
-            _ => match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
-                e => return Err(Errno::from_raw_os_error(e.unwrap_or(libc::EIO))),
-            },
-        }
+        got += retry(|| rustix::rand::getrandom(&mut buf[got..], rustix::rand::GetRandomFlags::empty()))?;
     }
     Ok(u64::from_ne_bytes(buf))
 }
@@ -98,21 +145,30 @@ pub fn random_u64() -> Result<u64, Errno> {
 /// Processes holding a lock on the inode `fd` refers to, from `/proc/locks`: their pid (0 when
 /// the holder is not visible from this pid namespace) and command name, when known. Empty when
 /// no holder is listed (on a network filesystem, a holder on another node never is).
-pub fn lock_holders(fd: BorrowedFd<'_>) -> Vec<(u32, Option<String>)> {
+pub fn lock_holders(fd: BorrowedFd<'_>) -> Vec<LockHolder> {
     let Ok(st) = rustix::fs::fstat(fd) else { return Vec::new() };
     let Ok(locks) = std::fs::read_to_string("/proc/locks") else { return Vec::new() };
     let (major, minor) = (rustix::fs::major(st.st_dev), rustix::fs::minor(st.st_dev));
-    let mut out: Vec<(u32, Option<String>)> = Vec::new();
+    let mut out: Vec<LockHolder> = Vec::new();
     for pid in locks.lines().filter_map(|l| lock_line_holder(l, major, minor, st.st_ino)) {
-        if !out.iter().any(|(p, _)| *p == pid) {
-            let name = (pid != 0)
+        if !out.iter().any(|h| h.pid == pid) {
+            let command = (pid != 0)
                 .then(|| std::fs::read_to_string(format!("/proc/{pid}/comm")).ok())
                 .flatten()
                 .map(|c| c.trim().to_string());
-            out.push((pid, name));
+            out.push(LockHolder { pid, command });
         }
     }
     out
+}
+
+/// A process holding a lock, as `/proc/locks` and `/proc/PID/comm` tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    /// 0 when the holder is not visible from this pid namespace.
+    pub pid: u32,
+    /// Its command name, when known.
+    pub command: Option<String>,
 }
 
 /// The pid of a `/proc/locks` line (`1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF`) when it
@@ -135,6 +191,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn mountinfo_lists_the_mount_points_below_a_directory() {
+        let text = "\
+22 1 8:1 / / rw - ext4 /dev/sda1 rw
+40 22 0:50 / /vol rw - ext4 /dev/loop0 rw
+41 40 0:51 / /vol/a/m rw - tmpfs t rw
+42 40 8:1 /data/x /vol/my\\040dir/f rw - ext4 /dev/sda1 rw
+43 41 0:52 / /vol/a/m/deeper rw - tmpfs t rw
+44 22 0:53 / /volume rw - tmpfs t rw
+45 40 0:54 / /vol/a/m rw - tmpfs t rw
+";
+        let below = mountinfo_points_below(text, b"/vol");
+        assert_eq!(below, vec![b"a/m".to_vec(), b"a/m/deeper".to_vec(), b"my dir/f".to_vec()]);
+        assert_eq!(mountinfo_points_below(text, b"/vol/"), below);
+        assert_eq!(mountinfo_points_below(text, b"/vol/a/m"), vec![b"deeper".to_vec()]);
+        assert!(mountinfo_points_below(text, b"/elsewhere").is_empty());
+        assert_eq!(unescape_octal(r"a\134b\011\7"), b"a\\b\t\\7".to_vec());
+    }
+
+    #[test]
     fn mountinfo_names_the_filesystem_of_a_mount_id() {
         let text = "\
 27 1 253:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
@@ -147,6 +222,12 @@ mod tests {
         assert_eq!(mountinfo_fs_type(text, 4), None);
         assert_eq!(mountinfo_name(text, 46).as_deref(), Some("fuse.ceph-fuse from ceph-fuse"));
         assert_eq!(mountinfo_name(text, 4), None);
+        let bind = "81 27 253:0 /var/lib/kubelet/pods/x/volumes/v /data rw - ext4 /dev/vda rw\n";
+        fn root_of(text: &str, id: u64) -> Option<&str> {
+            mountinfo_line(text, id)?.split(' ').nth(3)
+        }
+        assert_eq!(root_of(text, 27), Some("/"));
+        assert_eq!(root_of(bind, 81), Some("/var/lib/kubelet/pods/x/volumes/v"));
     }
 
     #[test]

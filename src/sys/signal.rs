@@ -26,7 +26,7 @@ pub fn catch_termination() {
     }
 }
 
-/// Sends `sig` to this process (`kill(getpid(), sig)`): the test hook of
+/// Sends `sig` to the calling thread (`raise(sig)`): the test hook of
 /// `progress::arm_test_hook`.
 pub fn signal_self(sig: libc::c_int) {
     // raise(3) directs the signal at this thread, which runs the handler before raise returns;

@@ -83,10 +83,20 @@ impl Meta {
         }
     }
 
-    /// Whether this entry is on another mount than `root`: another mount id (where the kernel
-    /// tells) or another device (btrfs subvolumes, kernels without mount ids).
-    pub fn other_mount(&self, root: &Meta) -> bool {
-        self.dev != root.dev || (self.mnt_id != 0 && root.mnt_id != 0 && self.mnt_id != root.mnt_id)
+    /// Whether this entry is on another mount than `other`: another mount id where the kernel
+    /// tells both, another device where it does not (before Linux 5.8). A btrfs subvolume, or a
+    /// file of an overlayfs lower layer, has a device number of its own on the same mount: it is
+    /// not another mount (the kubelet's walk goes into it too).
+    pub fn other_mount(&self, other: &Meta) -> bool {
+        if self.mnt_id != 0 && other.mnt_id != 0 { self.mnt_id != other.mnt_id } else { self.dev != other.dev }
+    }
+
+    /// Whether this entry is on the mount and the device of `root`: where inode numbers are
+    /// those of the root's filesystem (not of a nested one, nor of a btrfs subvolume, whose
+    /// snapshots share inode numbers, change times and link counts with their source), so that
+    /// resume records may name it.
+    pub fn on_root_fs(&self, root: &Meta) -> bool {
+        !self.other_mount(root) && self.dev == root.dev
     }
 }
 

@@ -72,9 +72,10 @@ impl<'l> At<'l> {
 /// What the walk tells its user. Called from many threads at once; each call about a directory
 /// or one of its entries gets that directory as a [`Dir`], held open for the call.
 pub trait Visitor: Sync {
-    /// A non-directory entry (or any entry at all below a skipped mount is never seen), as an
-    /// `lstat` of its name saw it. Returns whether it needed a change: while entries do, the walk
-    /// pins the next ones of the same directory before reading them ([`Visitor::pinned_entry`]).
+    /// A non-directory entry, as an `lstat` of its name saw it (one on a mount the walk does not
+    /// enter goes to [`Visitor::mount_skipped`] instead). Returns whether it needed a change:
+    /// while entries do, the walk pins the next ones of the same directory before reading them
+    /// ([`Visitor::pinned_entry`]).
     fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool;
     /// A non-directory entry read through `pin`, an `O_PATH|O_NOFOLLOW` fd of it (nothing was
     /// opened: no device, FIFO or socket; a symlink is the link itself), whose own `fstat` is
@@ -88,6 +89,14 @@ pub trait Visitor: Sync {
     /// An entry on another mount (a nested filesystem, or a bind mount of a directory or file,
     /// of the same filesystem or not): not entered, not handed to [`Visitor::entry`].
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta);
+    /// An entry on another mount than `parent` that the walk goes on with (`--cross-devices`):
+    /// a directory it enters or another entry it hands over next. What the mount hides below
+    /// its name is not walked (see [`Visitor::mount_skipped`] for the ones it does not enter).
+    fn mount_crossed(&self, _parent: &Dir<'_>, _name: &CStr, _meta: &Meta) {}
+    /// A directory that holds nothing and takes no change: btrfs's stand-in for a subvolume
+    /// that a snapshot did not include (inode 2: empty, read-only, its chown and chmod succeed
+    /// and change nothing). Neither entered nor handed over.
+    fn placeholder(&self, _parent: &Dir<'_>, _name: &CStr, _meta: &Meta) {}
     /// Whether and how to enter the subdirectory `name` (inode `ino`, ordinal `ord`: see
     /// [`Node::ord`]) of `parent` (default: read it). A skipped subtree is neither read nor
     /// reported. Called while `parent` is being read, in `getdents` order for the typed ones.

@@ -131,7 +131,7 @@ impl Node {
     }
 
     /// Marks this directory and every ancestor: something below them is left unfinished (an
-    /// error, an entry left as it is).
+    /// error, an entry left as it is, what a mount point hides).
     pub fn taint(&self) {
         let mut cur = Some(self);
         while let Some(n) = cur {

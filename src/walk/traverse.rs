@@ -21,6 +21,10 @@ use crate::verify::{self, Stamp};
 /// listings are checked against it too: `sys::DirReader`).
 const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs", "fuse.ceph-fuse"];
 
+/// The inode btrfs gives the empty stand-in of a subvolume a snapshot did not include
+/// (`BTRFS_EMPTY_SUBVOL_DIR_OBJECTID`; real inodes start at 256).
+const BTRFS_EMPTY_SUBVOL_DIR: u64 = 2;
+
 /// `getdents64` buffer per directory being read.
 pub const DIRENT_BUF: usize = 32 * 1024;
 
@@ -40,6 +44,8 @@ pub struct Walk<'v, V: Visitor> {
     budget: Option<Budget>,
     /// The root's filesystem counts a directory's subdirectories in its link count (2 + them).
     nlink_counts_subdirs: bool,
+    /// The root's filesystem is btrfs (see [`BTRFS_EMPTY_SUBVOL_DIR`]).
+    btrfs: bool,
     /// Reads directories, past `.` and `..` where the root's mount allows it (ceph-fuse).
     reader: DirReader,
 }
@@ -52,12 +58,14 @@ impl<'v, V: Visitor> Walk<'v, V> {
             cross_devices,
             budget: None,
             nlink_counts_subdirs: false,
+            btrfs: false,
             reader: DirReader::new(None),
         }
     }
 
     /// Whether an entry is on another mount than the root, and the walk stays on the root's.
-    /// Mount ids tell a bind mount of the same filesystem; devices tell the rest.
+    /// Mount ids decide (a bind mount of the same filesystem is another mount; a btrfs
+    /// subvolume or an overlayfs layer's file is not); devices only where there are none.
     fn foreign(&self, meta: &Meta) -> bool {
         !self.cross_devices && meta.other_mount(&self.root)
     }
@@ -69,7 +77,16 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(parent, name, meta);
             false
         } else {
+            self.crossing(parent, name, meta);
             self.visitor.entry(parent, name, meta)
+        }
+    }
+
+    /// Tells the visitor when `name`, which the walk goes on with, is a mount point: on another
+    /// mount than its directory (only with `--cross-devices`; else it was skipped).
+    fn crossing(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        if meta.other_mount(&parent.meta) {
+            self.visitor.mount_crossed(parent, name, meta);
         }
     }
 
@@ -94,6 +111,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let fs = if root_meta.mnt_id != 0 { sys::mount_fs_type(root_meta.mnt_id) } else { None };
         self.reader = DirReader::new(fs.as_deref());
         self.nlink_counts_subdirs = fs.as_deref().is_some_and(|f| NLINK_COUNTS_SUBDIRS.contains(&f));
+        self.btrfs = fs.as_deref() == Some("btrfs");
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
         let lease = Node::opened(root_fd, (root_meta, times), (None, c""), (None, None), &root_meta);
         let this = &self;
@@ -214,7 +232,10 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 self.visitor.mount_skipped(&dir, name, &meta);
                 false
             }
-            Ok(meta) => self.visitor.pinned_entry(&dir, name, &meta, sys::fd(&pin)),
+            Ok(meta) => {
+                self.crossing(&dir, name, &meta);
+                self.visitor.pinned_entry(&dir, name, &meta, sys::fd(&pin))
+            }
             Err(e) => {
                 self.visitor.error(At::Entry(dir, name), Op::Stat, e);
                 false
@@ -312,6 +333,11 @@ impl<'v, V: Visitor> Walk<'v, V> {
             self.visitor.mount_skipped(&dir, name, &meta);
             return None;
         }
+        if self.btrfs && meta.ino == BTRFS_EMPTY_SUBVOL_DIR && !meta.other_mount(&self.root) {
+            self.visitor.placeholder(&dir, name, &meta);
+            return None;
+        }
+        self.crossing(&dir, name, &meta);
         let lease = Node::opened(fd, (meta, times), (Some(Arc::clone(parent.node())), name), ord, &self.root);
         self.budget().trim(lease.node());
         Some(lease)

@@ -19,7 +19,7 @@ pub fn require() {
         std::env::var_os("VOLPREP_STATIC_BIN").is_some_and(|v| !v.is_empty()),
         "container test: source .ci/static.sh (the static binary the image ships) first"
     );
-    assert_eq!(unsafe { libc::geteuid() }, 0, "container test: needs root (rootful podman, loop mounts)");
+    assert_eq!(rustix::process::geteuid().as_raw(), 0, "container test: needs root (rootful podman, loop mounts)");
 }
 
 pub fn podman() -> Command {

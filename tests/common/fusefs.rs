@@ -47,6 +47,7 @@ impl Owners {
 /// returns false, or under `VOLPREP_PRIVILEGED_TESTS=1` panics (a skipped test is a failure).
 pub fn available() -> bool {
     let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         missing.push("not running as root");
     }

@@ -48,6 +48,7 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--fs-group",
     "--owner",
     "--read-only",
+    "--modes",
     "--sticky",
     "--threads",
     "--load",
@@ -532,4 +533,43 @@ pub fn copy_dir(from: &Path, to: &Path) {
             fs::copy(&src, &dst).expect("copy");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Argo CD config management plugins
+
+/// What Argo CD's cmp-server adds to the sidecar's environment when it runs a plugin's `init`
+/// and `generate` for an Application: its build environment (ARGOCD_APP_*, KUBE_VERSION,
+/// KUBE_API_VERSIONS), the Application's `spec.source.plugin.env` as ARGOCD_ENV_*, and its
+/// parameters as JSON.
+pub fn argocd_env(app: &str, namespace: &str, plugin_env: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("ARGOCD_APP_NAME", app),
+        ("ARGOCD_APP_NAMESPACE", namespace),
+        ("ARGOCD_APP_PROJECT_NAME", "default"),
+        ("ARGOCD_APP_REVISION", "4a3c2d1e0f9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c"),
+        ("ARGOCD_APP_REVISION_SHORT", "4a3c2d1"),
+        ("ARGOCD_APP_REVISION_SHORT_8", "4a3c2d1e"),
+        ("ARGOCD_APP_SOURCE_PATH", "apps/chart"),
+        ("ARGOCD_APP_SOURCE_REPO_URL", "https://git.example.com/platform.git"),
+        ("ARGOCD_APP_SOURCE_TARGET_REVISION", "main"),
+        ("ARGOCD_APP_PARAMETERS", "[]"),
+        ("KUBE_VERSION", "1.33.0"),
+        ("KUBE_API_VERSIONS", "v1,apps/v1,batch/v1,policy/v1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    env.extend(plugin_env.iter().map(|(k, v)| (format!("ARGOCD_ENV_{k}"), v.to_string())));
+    env
+}
+
+/// A plugin step's argv (`spec.init` or `spec.generate`: `command` then `args`), as the
+/// cmp-server executes it (no shell of its own).
+pub fn cmp_step(plugin: &Value, step: &str) -> Vec<String> {
+    let s = &plugin["spec"][step];
+    let mut argv = strs(&s["command"]);
+    argv.extend(strs(&s["args"]));
+    assert!(!argv.is_empty(), "plugin has no {step} command");
+    argv
 }

@@ -27,6 +27,17 @@ pub fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     Some(word.trim_matches('"'))
 }
 
+/// Sets the binary's test hook `var` to `value` on `cmd`. The hooks exist only in a binary built
+/// with `--features test-hooks` (tests that use them are ignored without it): run without the
+/// feature, such a test fails here, naming it, rather than waiting for a kill that never comes.
+#[track_caller]
+pub fn hook<'c>(cmd: &'c mut Command, var: &str, value: &str) -> &'c mut Command {
+    if !cfg!(feature = "test-hooks") {
+        panic!("{var}: the binary has no test hooks: cargo test --features test-hooks");
+    }
+    cmd.env(var, value)
+}
+
 /// How a pass is interrupted at its kill point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
@@ -49,7 +60,7 @@ pub fn stopped_at(mut cmd: Command, at: u64, stop: Stop) -> String {
         Stop::Kill => "kill",
         Stop::Term => "term",
     };
-    cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:{how}")).args(["--log-format", "text"]);
+    hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}")).args(["--log-format", "text"]);
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     let cmdline = format!("{cmd:?}");
     let child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
@@ -100,6 +111,7 @@ pub struct Held(pub i32);
 impl Drop for Held {
     fn drop(&mut self) {
         let sig = if std::thread::panicking() { libc::SIGKILL } else { libc::SIGCONT };
+        // SAFETY: kill takes plain integers: no memory is involved.
         unsafe { libc::kill(self.0, sig) };
     }
 }
@@ -109,7 +121,7 @@ impl Drop for Held {
 /// point: its lock, its shard registration). Drop the [`Held`] to let it go on.
 pub fn held_at(mut cmd: Command, at: u64) -> (Child, Held) {
     let cmdline = format!("{cmd:?}");
-    let child = cmd.env("VOLPREP_TEST_KILL_AFTER", format!("{at}:stop")).spawn().expect("spawn volprep");
+    let child = hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:stop")).spawn().expect("spawn volprep");
     let held = Held(child.id() as i32);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

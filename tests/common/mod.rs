@@ -1,10 +1,12 @@
 //! Shared helpers of the integration tests: the privileged-test gate, running the real binary,
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
 //! (`snap`), the mixed-owner volume of the unprivileged mode (`mixed`), the Kubernetes
-//! examples' tools and checks (`k8s`), a pass killed midway (`kill`), FUSE filesystems that
-//! ignore or refuse ownership changes (`fusefs`). Each test file uses a part of it.
+//! examples' tools and checks (`k8s`), a pass killed midway (`kill`), real apps on prepared
+//! volumes (`apps`), FUSE filesystems that ignore or refuse ownership changes (`fusefs`). Each
+//! test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
+pub mod apps;
 pub mod clones;
 pub mod containers;
 pub mod fd;
@@ -29,15 +31,18 @@ pub use mounts::{Bind, FsKind, LoopFs, Tmpfs};
 pub use snap::{Kind, Meta, Mounts, Snapshot, assert_same, show, snapshot, snapshot_with};
 pub use tree::Tree;
 
-/// Set to `1` (CI does) to make a privileged test fail instead of skipping.
+/// Set to `1` by `.ci/run`. Every test gated by [`privileged`] is `#[ignore]`d, so it runs only
+/// when asked (`-- --include-ignored`); the variable is kept for the gates that need it.
 pub const PRIVILEGED_ENV: &str = "VOLPREP_PRIVILEGED_TESTS";
 
-/// The gate of tests that need root, loop devices, mount and the given tools. Returns true if
-/// the test can run. Otherwise it prints why and returns false (the test should return), or,
-/// under `VOLPREP_PRIVILEGED_TESTS=1`, panics: there a skipped test is a failed test.
-pub fn privileged(tools: &[&str]) -> bool {
+/// The gate of tests that need root, loop devices, mount and the given tools. Each such test is
+/// `#[ignore = "needs root, loop devices …"]`: a plain `cargo test` reports it as ignored, never
+/// as passed. Run anyway (`--include-ignored`) where it cannot run, it fails, naming what is
+/// missing: a test asked for and not run must not look passed.
+#[track_caller]
+pub fn privileged(tools: &[&str]) {
     let mut missing = Vec::new();
-    if unsafe { libc::geteuid() } != 0 {
+    if rustix::process::geteuid().as_raw() != 0 {
         missing.push("not running as root".to_string());
     }
     if !Path::new("/dev/loop-control").exists() {
@@ -48,21 +53,10 @@ pub fn privileged(tools: &[&str]) -> bool {
             missing.push(format!("`{t}` not found"));
         }
     }
-    if missing.is_empty() {
-        return true;
+    if !missing.is_empty() {
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        panic!("{test}: privileged test cannot run: {}", missing.join(", "));
     }
-    let test = std::thread::current().name().unwrap_or("?").to_string();
-    let why = missing.join(", ");
-    if std::env::var_os(PRIVILEGED_ENV).is_some_and(|v| v == "1") {
-        panic!("{test}: privileged test cannot run: {why} (and {PRIVILEGED_ENV}=1)");
-    }
-    // Straight to the process's stderr: libtest captures `eprintln!` of passing tests, and a
-    // skip must be seen.
-    let _ = writeln!(
-        std::io::stderr().lock(),
-        "SKIPPED {test}: privileged test cannot run: {why}; {PRIVILEGED_ENV}=1 turns this into a failure"
-    );
-    false
 }
 
 /// The binary under test, with every `VOLPREP_*` and `RUST_LOG` variable of the test's own

@@ -136,6 +136,12 @@ impl LoopFs {
         fs
     }
 
+    /// ext4 with `block`-byte blocks (`"1024"`, what mke2fs picks below 512 MiB, whose inodes
+    /// hold ~1 KiB of xattrs; `"4096"`, ~4 KiB).
+    pub fn new_ext4_blocks(mib: u64, block: &str) -> LoopFs {
+        LoopFs::with_mkfs_args(FsKind::Ext4, mib, &["-b", block])
+    }
+
     /// The mount point (the filesystem's root directory).
     pub fn path(&self) -> &Path {
         &self.mnt

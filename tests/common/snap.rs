@@ -93,6 +93,10 @@ pub enum Mounts {
     Skip,
     /// Entered like any directory.
     Enter,
+    /// What a pass without `--cross-devices` covers: entries on the root's mount (by mount
+    /// id), whatever their device (a btrfs subvolume, an overlayfs layer's file). A mount point
+    /// (a nested filesystem, a bind mount of a directory or file) is left out, entry and all.
+    Volume,
 }
 
 /// Key of the root in a snapshot.
@@ -116,26 +120,69 @@ pub fn snapshot(root: &Path) -> Snapshot {
 }
 
 pub fn snapshot_with(root: &Path, mounts: Mounts) -> Snapshot {
-    let rootfd = fd::open_dir(root).unwrap_or_else(|e| panic!("snapshot: open {}: {e}", root.display()));
-    let st = fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root");
     let mut out = Snapshot::new();
-    out.insert(ROOT.to_vec(), Meta::from_stat(&st));
-    snap_dir(rootfd.as_raw_fd(), ROOT, st.st_dev, mounts, &mut out);
+    let root_st = walk("snapshot", root, mounts, |_, parent, name, st| {
+        out.insert(join(parent, name), Meta::from_stat(st));
+    });
+    out.insert(ROOT.to_vec(), Meta::from_stat(&root_st));
     out
 }
 
-fn snap_dir(dirfd: RawFd, rel: &[u8], root_dev: u64, mounts: Mounts, out: &mut Snapshot) {
-    let names = fd::read_names(dirfd).unwrap_or_else(|e| panic!("snapshot: readdir {}: {e}", show(rel)));
-    for name in names {
-        let path = join(rel, &name);
-        let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| panic!("snapshot: stat {}: {e}", show(&path)));
-        let meta = Meta::from_stat(&st);
-        out.insert(path.clone(), meta);
-        if meta.kind == Kind::Dir && (meta.dev == root_dev || mounts == Mounts::Enter) {
-            let sub = fd::open_dir_at(dirfd, &name).unwrap_or_else(|e| panic!("snapshot: open {}: {e}", show(&path)));
-            snap_dir(sub.as_raw_fd(), &path, root_dev, mounts, out);
-        }
+/// Calls `visit(dirfd, parent, name, stat)` for every entry below `root` (not the root itself,
+/// whose stat it returns), a directory after its contents, where `dirfd` is the entry's
+/// directory and `parent` its root-relative path (`ROOT` for the root). It never follows a
+/// symlink; a directory on another device is entered with `Mounts::Enter` and `Mounts::Volume`,
+/// which leaves out every entry on another mount, entry and all. Iterative and
+/// through a `DirStack`: no recursion and a bounded number of open descriptors at any depth.
+/// `what` names the caller in a failure.
+pub fn walk(
+    what: &str,
+    root: &Path,
+    mounts: Mounts,
+    mut visit: impl FnMut(RawFd, &[u8], &[u8], &libc::stat),
+) -> libc::stat {
+    struct Frame {
+        path: Vec<u8>,
+        names: std::vec::IntoIter<Vec<u8>>,
+        /// The subdirectory being walked, visited when it is done.
+        entered: Option<(Vec<u8>, libc::stat)>,
     }
+    let fail = |op: &str, path: &[u8], e: std::io::Error| -> ! { panic!("{what}: {op} {}: {e}", show(path)) };
+    let mut dirs = fd::DirStack::open(root).unwrap_or_else(|e| panic!("{what}: open {}: {e}", root.display()));
+    let dirfd = dirs.top().unwrap_or_else(|e| fail("open", ROOT, e));
+    let root_st = fd::stat_at(dirfd, b"").unwrap_or_else(|e| fail("stat", ROOT, e));
+    let root_mnt =
+        if mounts == Mounts::Volume { fd::mnt_id_at(dirfd, b"").unwrap_or_else(|e| fail("statx", ROOT, e)) } else { 0 };
+    let names = fd::read_names(dirfd).unwrap_or_else(|e| fail("readdir", ROOT, e));
+    let mut frames = vec![Frame { path: ROOT.to_vec(), names: names.into_iter(), entered: None }];
+    while let Some(frame) = frames.last_mut() {
+        let dirfd = dirs.top().unwrap_or_else(|e| fail("re-open", &frame.path, e));
+        if let Some((name, st)) = frame.entered.take() {
+            visit(dirfd, &frame.path, &name, &st);
+        }
+        let Some(name) = frame.names.next() else {
+            frames.pop();
+            if !frames.is_empty() {
+                dirs.pop();
+            }
+            continue;
+        };
+        let path = join(&frame.path, &name);
+        if mounts == Mounts::Volume && fd::mnt_id_at(dirfd, &name).is_ok_and(|m| m != root_mnt) {
+            continue;
+        }
+        let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| fail("stat", &path, e));
+        let enter = Kind::of(st.st_mode) == Kind::Dir && (st.st_dev == root_st.st_dev || mounts != Mounts::Skip);
+        if !enter {
+            visit(dirfd, &frame.path, &name, &st);
+            continue;
+        }
+        let sub = dirs.push(&name, fd::Missing::Fail).unwrap_or_else(|e| fail("open", &path, e));
+        let names = fd::read_names(sub).unwrap_or_else(|e| fail("readdir", &path, e));
+        frame.entered = Some((name, st));
+        frames.push(Frame { path, names: names.into_iter(), entered: None });
+    }
+    root_st
 }
 
 /// Printable form of a relative path (non-UTF-8 bytes as `\xNN`, long paths shortened).
@@ -201,55 +248,43 @@ pub fn conforms(m: &Meta, gid: u32, read_only: bool) -> bool {
 /// entry, then `chmod(old | mask)` on every non-symlink with the mode read before the chown
 /// (the chown may clear setuid/setgid; the chmod puts them back). The root is an entry.
 pub fn kubelet_reference(root: &Path, gid: u32, read_only: bool, mounts: Mounts) {
-    let rootfd = fd::open_dir(root).unwrap_or_else(|e| panic!("reference: open {}: {e}", root.display()));
-    let st = fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root");
-    ref_dir(rootfd.as_raw_fd(), ROOT, st.st_dev, gid, read_only, mounts);
-    let old = st.st_mode & 0o7777;
-    fd::fchown(rootfd.as_raw_fd(), u32::MAX, gid).expect("reference: fchown root");
-    fd::fchmod(rootfd.as_raw_fd(), kubelet_mode(Kind::Dir, old, read_only)).expect("reference: fchmod root");
-}
-
-fn ref_dir(dirfd: RawFd, rel: &[u8], root_dev: u64, gid: u32, read_only: bool, mounts: Mounts) {
-    let names = fd::read_names(dirfd).unwrap_or_else(|e| panic!("reference: readdir {}: {e}", show(rel)));
-    for name in names {
-        let path = join(rel, &name);
-        let st = fd::stat_at(dirfd, &name).unwrap_or_else(|e| panic!("reference: stat {}: {e}", show(&path)));
+    let root_dev = dev_of(root);
+    let st = walk("reference", root, mounts, |dirfd, parent, name, st| {
         let kind = Kind::of(st.st_mode);
-        if kind == Kind::Dir {
-            if st.st_dev != root_dev && mounts == Mounts::Skip {
-                continue;
-            }
-            let sub = fd::open_dir_at(dirfd, &name).unwrap_or_else(|e| panic!("reference: open {}: {e}", show(&path)));
-            ref_dir(sub.as_raw_fd(), &path, root_dev, gid, read_only, mounts);
+        // A mount point is left as it is unless the walk enters it.
+        if st.st_dev != root_dev && mounts == Mounts::Skip {
+            return;
         }
         let old = st.st_mode & 0o7777;
-        fd::lchown_at(dirfd, &name, u32::MAX, gid).unwrap_or_else(|e| panic!("reference: lchown {}: {e}", show(&path)));
+        let path = || show(&join(parent, name));
+        fd::lchown_at(dirfd, name, u32::MAX, gid).unwrap_or_else(|e| panic!("reference: lchown {}: {e}", path()));
         if kind != Kind::Symlink {
-            fd::chmod_at(dirfd, &name, kubelet_mode(kind, old, read_only))
-                .unwrap_or_else(|e| panic!("reference: chmod {}: {e}", show(&path)));
+            fd::chmod_at(dirfd, name, kubelet_mode(kind, old, read_only))
+                .unwrap_or_else(|e| panic!("reference: chmod {}: {e}", path()));
         }
-    }
+    });
+    let rootfd = fd::open_dir(root).unwrap_or_else(|e| panic!("reference: open {}: {e}", root.display()));
+    fd::fchown(rootfd.as_raw_fd(), u32::MAX, gid).expect("reference: fchown root");
+    fd::fchmod(rootfd.as_raw_fd(), kubelet_mode(Kind::Dir, st.st_mode & 0o7777, read_only))
+        .expect("reference: fchmod root");
+}
+
+fn dev_of(root: &Path) -> u64 {
+    let rootfd = fd::open_dir(root).unwrap_or_else(|e| panic!("open {}: {e}", root.display()));
+    fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root").st_dev
 }
 
 /// Sets every entry's group to `gid` (lchown, nested mounts untouched): gives the next pass work
 /// to do. The kernel clears setuid/setgid of non-directories on chown; trees that care about
 /// those bits should not use this.
 pub fn chgrp_all(root: &Path, gid: u32) {
-    fn walk(dirfd: RawFd, gid: u32, root_dev: u64) {
-        for name in fd::read_names(dirfd).expect("chgrp_all: readdir") {
-            let st = fd::stat_at(dirfd, &name).expect("chgrp_all: stat");
-            if st.st_dev != root_dev {
-                continue;
-            }
-            fd::lchown_at(dirfd, &name, u32::MAX, gid).expect("chgrp_all: lchown");
-            if Kind::of(st.st_mode) == Kind::Dir {
-                let sub = fd::open_dir_at(dirfd, &name).expect("chgrp_all: open");
-                walk(sub.as_raw_fd(), gid, root_dev);
-            }
+    let root_dev = dev_of(root);
+    walk("chgrp_all", root, Mounts::Skip, |dirfd, parent, name, st| {
+        if st.st_dev == root_dev {
+            fd::lchown_at(dirfd, name, u32::MAX, gid)
+                .unwrap_or_else(|e| panic!("chgrp_all: lchown {}: {e}", show(&join(parent, name))));
         }
-    }
+    });
     let rootfd = fd::open_dir(root).expect("chgrp_all: open root");
-    let st = fd::stat_at(rootfd.as_raw_fd(), b"").expect("fstat root");
-    walk(rootfd.as_raw_fd(), gid, st.st_dev);
     fd::fchown(rootfd.as_raw_fd(), u32::MAX, gid).expect("chgrp_all: fchown root");
 }

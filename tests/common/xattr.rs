@@ -19,6 +19,7 @@ fn cpath(p: &Path) -> CString {
 pub fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
     let (p, n) = (cpath(path), CString::new(name).unwrap());
     let mut buf = vec![0u8; 65536];
+    // SAFETY: `p` and `n` are valid C strings; `buf` has room for `buf.len()` bytes.
     let len = unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
     if len < 0 {
         let e = std::io::Error::last_os_error();
@@ -34,6 +35,7 @@ pub fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
 /// `lsetxattr`, panicking on failure.
 pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
     let (p, n) = (cpath(path), CString::new(name).unwrap());
+    // SAFETY: `p` and `n` are valid C strings; `value` is readable for `value.len()` bytes.
     let ret = unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
     assert_eq!(ret, 0, "setxattr {name} on {}: {}", path.display(), std::io::Error::last_os_error());
 }
@@ -83,6 +85,7 @@ pub fn dir_record(root: &Path, covered: u64, finished: impl Fn(&std::ffi::OsStr)
         spans.iter().map(|(a, b, ino)| if a == b { format!("{a}@{ino}") } else { format!("{a}-{b}@{ino}") }).collect();
     super::tick();
     let c = CString::new(dir.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid C string alive across the call.
     assert_eq!(unsafe { libc::lchown(c.as_ptr(), u32::MAX, u32::MAX) }, 0, "no-op lchown of {}", dir.display());
     let t = std::fs::symlink_metadata(dir).expect("stat dir");
     let clock = format!("{}.{:09}", t.ctime(), t.ctime_nsec());

@@ -34,6 +34,7 @@ image:
 fsGroup: null
 owner: null
 readOnly: false
+modes: kubelet
 sticky: []
 paths: []
 volumeMounts: []
@@ -87,13 +88,18 @@ job:
 {{- end -}}
 
 {{/*
-A numeric id, or "UID:GID", as written on the command line (values may hold a number as a
-float or a string). Anything else fails the render.
+A numeric id as written on the command line, from a value that may hold a number as a float or
+a string: (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID"), where kind is GID, UID or
+"UID or UID:GID". Anything else fails the render, naming the key and what it takes.
 */}}
 {{- define "volprep.id" -}}
-{{- $s := ternary . (printf "%d" (. | int64)) (kindIs "string" .) -}}
-{{- if not (regexMatch "^[0-9]+(:[0-9]+)?$" $s) -}}
-{{- fail (printf "volumePermissions: %q is not a numeric id (UID or UID:GID)" $s) -}}
+{{- $s := ternary .value (printf "%d" (.value | int64)) (kindIs "string" .value) -}}
+{{- $pattern := ternary "^[0-9]+(:[0-9]+)?$" "^[0-9]+$" (eq .kind "UID or UID:GID") -}}
+{{- if not (regexMatch $pattern $s) -}}
+{{- if and (eq .kind "GID") (regexMatch "^[0-9]+:[0-9]+$" $s) -}}
+{{- fail (printf "volumePermissions.%s: %q: a group is one GID" .key $s) -}}
+{{- end -}}
+{{- fail (printf "volumePermissions.%s: %q is not a numeric %s" .key $s .kind) -}}
 {{- end -}}
 {{- $s -}}
 {{- end -}}
@@ -142,6 +148,9 @@ float or a string). Anything else fails the render.
 {{- if and $v.readOnly (not $fsGroup) -}}
 {{- fail "volumePermissions.readOnly changes the fsGroup mode policy: it needs fsGroup" -}}
 {{- end -}}
+{{- if not (has (toString $v.modes) (list "kubelet" "app-safe")) -}}
+{{- fail (printf "volumePermissions.modes: %q is not a mode policy: kubelet or app-safe" (toString $v.modes)) -}}
+{{- end -}}
 {{- $paths := include "volprep.paths" . | fromYamlArray -}}
 {{- if and (not $paths) (not $v.sticky) -}}
 {{- fail "volumePermissions: nothing to prepare: set volumeMounts (or paths)" -}}
@@ -165,17 +174,17 @@ float or a string). Anything else fails the render.
 {{- fail "volumePermissions.allowForeign is for mode unprivileged: a root run leaves nothing" -}}
 {{- end -}}
 {{- if $fsGroup -}}
-{{- $gid := include "volprep.id" $v.fsGroup -}}
-{{- if contains ":" $gid -}}
-{{- fail (printf "volumePermissions.fsGroup: %q: a group is one GID" $gid) -}}
-{{- end -}}
+{{- $gid := include "volprep.id" (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID") -}}
 {{- $args = append $args (printf "--fs-group=%s" $gid) -}}
 {{- end -}}
 {{- if $owner -}}
-{{- $args = append $args (printf "--owner=%s" (include "volprep.id" $v.owner)) -}}
+{{- $args = append $args (printf "--owner=%s" (include "volprep.id" (dict "key" "owner" "value" $v.owner "kind" "UID or UID:GID"))) -}}
 {{- end -}}
 {{- if $v.readOnly -}}
 {{- $args = append $args "--read-only" -}}
+{{- end -}}
+{{- if eq (toString $v.modes) "app-safe" -}}
+{{- $args = append $args "--modes=app-safe" -}}
 {{- end -}}
 {{- range $v.sticky -}}
 {{- $args = append $args (printf "--sticky=%s" .) -}}
@@ -241,14 +250,14 @@ seccomp RuntimeDefault.
 {{- if include "volprep.unprivileged" . -}}
 {{- $uid := "" -}}
 {{- if hasKey $own "runAsUser" -}}
-{{- $uid = include "volprep.id" $own.runAsUser -}}
+{{- $uid = include "volprep.id" (dict "key" "containerSecurityContext.runAsUser" "value" $own.runAsUser "kind" "UID") -}}
 {{- else if include "volprep.isSet" $v.runAsUser -}}
-{{- $uid = include "volprep.id" $v.runAsUser -}}
+{{- $uid = include "volprep.id" (dict "key" "runAsUser" "value" $v.runAsUser "kind" "UID") -}}
 {{- else -}}
 {{- fail "volumePermissions.mode unprivileged: set runAsUser (the app's uid)" -}}
 {{- end -}}
 {{- $gid := $uid -}}
-{{- if include "volprep.isSet" $v.runAsGroup -}}{{- $gid = include "volprep.id" $v.runAsGroup -}}{{- end -}}
+{{- if include "volprep.isSet" $v.runAsGroup -}}{{- $gid = include "volprep.id" (dict "key" "runAsGroup" "value" $v.runAsGroup "kind" "GID") -}}{{- end -}}
 {{- if or (contains ":" $uid) (contains ":" $gid) (eq $uid "0") -}}
 {{- fail (printf "volumePermissions.runAsUser/runAsGroup: %s/%s: one non-root uid and one gid" $uid $gid) -}}
 {{- end -}}
@@ -289,10 +298,12 @@ The container's resources: values.resources when set, else the values.resourcesP
 {{/*
 The pod's imagePullSecrets (a YAML list of {name: ...}, empty when none): global.imagePullSecrets
 then image.pullSecrets, each a name or {name: ...}, without repeats. The init container cannot
-carry them: put the list in the pod spec:
+carry them: put the list in the pod spec, and no key at all when it is empty:
 
+  {{- with include "volprep.imagePullSecrets" (dict "values" .Values.volumePermissions "context" $) | fromYamlArray }}
   imagePullSecrets:
-    {{- include "volprep.imagePullSecrets" (dict "values" .Values.volumePermissions "context" $) | nindent 4 }}
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 */}}
 {{- define "volprep.imagePullSecrets" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
@@ -310,13 +321,9 @@ carry them: put the list in the pod spec:
 {{- end -}}
 {{- if not (has $name $names) -}}{{- $names = append $names $name -}}{{- end -}}
 {{- end -}}
-{{- if $names -}}
-{{- range $names }}
-- name: {{ . }}
-{{- end -}}
-{{- else -}}
-[]
-{{- end -}}
+{{- $secrets := list -}}
+{{- range $names -}}{{- $secrets = append $secrets (dict "name" .) -}}{{- end -}}
+{{- toYaml $secrets -}}
 {{- end -}}
 
 {{/*
@@ -327,9 +334,41 @@ the kubelet walks the whole volume itself at mount time, before any init contain
 {{- define "volprep.supplementalGroups" -}}
 {{- $v := include "volprep.values" . | fromYaml -}}
 {{- if and $v.enabled (include "volprep.isSet" $v.fsGroup) -}}
-- {{ include "volprep.id" $v.fsGroup }}
+- {{ include "volprep.id" (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID") }}
 {{- else -}}
 []
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pod securityContext's group key, or nothing without fsGroup: supplementalGroups with the
+fsGroup when volprep is enabled (not fsGroup: with it the kubelet walks the whole volume itself
+before any init container), the pod's fsGroup when it is not (the kubelet's pass grants the
+group then). One line; take it with `with`, so that nothing leaves no blank line:
+
+  securityContext:
+    {{- with include "volprep.podGroups" (dict "values" .Values.volumePermissions "context" $) }}{{ . | nindent 4 }}{{ end }}
+*/}}
+{{- define "volprep.podGroups" -}}
+{{- $v := include "volprep.values" . | fromYaml -}}
+{{- if include "volprep.isSet" $v.fsGroup -}}
+{{- $gid := include "volprep.id" (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID") -}}
+{{- if $v.enabled -}}
+supplementalGroups: [{{ $gid }}]
+{{- else -}}
+fsGroup: {{ $gid }}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The pod's imagePullSecrets key (volprep.imagePullSecrets as one line), or nothing when there are
+none; take it with `with`, like volprep.podGroups.
+*/}}
+{{- define "volprep.podImagePullSecrets" -}}
+{{- $secrets := include "volprep.imagePullSecrets" . | fromYamlArray -}}
+{{- if $secrets -}}
+imagePullSecrets: {{ toJson $secrets }}
 {{- end -}}
 {{- end -}}
 

@@ -1,0 +1,534 @@
+//! App-private paths and the `--modes app-safe` rule (pure): which entries an app insists on
+//! keeping private (PostgreSQL's data directory and key, ssh's home, `.ssh` and keys, Erlang's
+//! cookie, GnuPG's and etcd's directories), recognised by their names and the names in their
+//! directories, and the mode each policy gives an entry.
+
+use std::fmt;
+
+use crate::spec::Modes;
+use crate::sys::Kind;
+
+/// Group and other permission bits.
+const GROUP_OTHER: u32 = 0o077;
+
+/// A path an app keeps private, with the bits it refuses there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AppPath {
+    /// A directory holding `PG_VERSION` and `global/`: PostgreSQL's data directory (0700 or
+    /// 0750). Its databases' directories (`base/N/`) hold a `PG_VERSION` too, but no `global/`.
+    PostgresData,
+    /// `server.key` in a PostgreSQL data directory (0600 or less).
+    PostgresKey,
+    /// `.pgpass`, libpq's password file (0600 or less).
+    Pgpass,
+    /// A directory holding `.ssh/`: the home sshd checks (no group or other write).
+    SshHome,
+    /// `.ssh/` itself (owner only, as ssh-keygen makes it).
+    SshDir,
+    /// A file in `.ssh/` other than the public ones: a private key (owner only).
+    SshKey,
+    /// `.ssh/authorized_keys`, `authorized_keys2` and `config` (no group or other write).
+    SshShared,
+    /// `.erlang.cookie` (owner only; RabbitMQ keeps it on its data volume).
+    ErlangCookie,
+    /// A directory holding `pubring.kbx`, `trustdb.gpg` or `private-keys-v1.d/`: a GnuPG
+    /// homedir (owner only).
+    GnupgHome,
+    /// `private-keys-v1.d/`, GnuPG's secret keys (owner only).
+    GnupgKeys,
+    /// A directory holding etcd's `member/`: its data directory (owner only).
+    EtcdData,
+    /// `member/` holding `wal/` or `snap/`, and `member/wal/`, `member/snap/`: etcd's member
+    /// directories (owner only).
+    EtcdMember,
+}
+
+/// What an app does when it finds a refused bit on one of its paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stance {
+    /// It refuses to start (or to use the file); the text is its message.
+    Refuses(&'static str),
+    /// It warns and goes on; the text is its message.
+    Warns(&'static str),
+    /// It does not look: the group can read what the app keeps private.
+    Exposes,
+}
+
+impl AppPath {
+    /// Every app path.
+    #[cfg(test)]
+    pub const ALL: [AppPath; 12] = [
+        AppPath::PostgresData,
+        AppPath::PostgresKey,
+        AppPath::Pgpass,
+        AppPath::SshHome,
+        AppPath::SshDir,
+        AppPath::SshKey,
+        AppPath::SshShared,
+        AppPath::ErlangCookie,
+        AppPath::GnupgHome,
+        AppPath::GnupgKeys,
+        AppPath::EtcdData,
+        AppPath::EtcdMember,
+    ];
+
+    /// The permission bits the app refuses on this path: what app-safe removes.
+    pub fn refused(self) -> u32 {
+        match self {
+            AppPath::PostgresData => 0o027,
+            AppPath::SshHome | AppPath::SshShared => 0o022,
+            _ => GROUP_OTHER,
+        }
+    }
+
+    /// The app (`PostgreSQL`, `OpenSSH` ...).
+    pub fn app(self) -> &'static str {
+        match self {
+            AppPath::PostgresData | AppPath::PostgresKey => "PostgreSQL",
+            AppPath::Pgpass => "libpq",
+            AppPath::SshHome | AppPath::SshDir | AppPath::SshKey | AppPath::SshShared => "OpenSSH",
+            AppPath::ErlangCookie => "Erlang",
+            AppPath::GnupgHome | AppPath::GnupgKeys => "GnuPG",
+            AppPath::EtcdData | AppPath::EtcdMember => "etcd",
+        }
+    }
+
+    /// What the path is, in a few words (`data directory`).
+    pub fn what(self) -> &'static str {
+        match self {
+            AppPath::PostgresData => "data directory",
+            AppPath::PostgresKey => "server.key",
+            AppPath::Pgpass => "password file",
+            AppPath::SshHome => "home directory of .ssh",
+            AppPath::SshDir => ".ssh directory",
+            AppPath::SshKey => "private key",
+            AppPath::SshShared => "authorized_keys or config",
+            AppPath::ErlangCookie => "cookie",
+            AppPath::GnupgHome => "homedir",
+            AppPath::GnupgKeys => "private keys directory",
+            AppPath::EtcdData => "data directory",
+            AppPath::EtcdMember => "member directory",
+        }
+    }
+
+    /// The modes the app accepts, in words.
+    pub fn wants(self) -> &'static str {
+        match self {
+            AppPath::PostgresData => "0700 or 0750",
+            AppPath::SshHome | AppPath::SshShared => "no group or other write",
+            _ => "owner only",
+        }
+    }
+
+    /// What the app does with a refused bit here.
+    pub fn stance(self) -> Stance {
+        match self {
+            AppPath::PostgresData => Stance::Refuses("FATAL: data directory has invalid permissions"),
+            AppPath::PostgresKey => Stance::Refuses("FATAL: private key file has group or world access"),
+            AppPath::Pgpass => Stance::Warns("password file has group or world access (and is ignored)"),
+            AppPath::SshHome | AppPath::SshDir => {
+                Stance::Refuses("sshd: Authentication refused: bad ownership or modes for directory")
+            }
+            AppPath::SshShared => {
+                Stance::Refuses("sshd: bad ownership or modes for file; ssh: Bad owner or permissions")
+            }
+            AppPath::SshKey => Stance::Refuses("ssh: UNPROTECTED PRIVATE KEY FILE"),
+            AppPath::ErlangCookie => Stance::Refuses("Cookie file must be accessible by owner only"),
+            AppPath::GnupgHome => Stance::Warns("gpg: WARNING: unsafe permissions on homedir"),
+            AppPath::EtcdData | AppPath::EtcdMember => {
+                Stance::Warns("etcd: check file permission: the recommended permission is -rwx------")
+            }
+            AppPath::GnupgKeys => Stance::Exposes,
+        }
+    }
+
+    /// Whether the app accepts permission bits `perm` here.
+    pub fn accepts(self, perm: u32) -> bool {
+        perm & self.refused() == 0
+    }
+}
+
+impl fmt::Display for AppPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.app(), self.what())
+    }
+}
+
+/// Whose entries a private path's rule applies to: the uid that owns the app's path (the data
+/// directory, the home holding `.ssh`, ...), once `--owner` is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Anchor {
+    /// The entry is the app's path itself: it applies.
+    Itself,
+    /// It applies when the entry's owner (after `--owner`) is this uid.
+    Owner(u32),
+}
+
+/// An entry at an app-private path, and whose it must be for app-safe to tighten it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Private {
+    pub path: AppPath,
+    pub anchor: Anchor,
+}
+
+impl Private {
+    /// Whether the rule applies to an entry whose owner (after `--owner`) is `owner`.
+    pub fn applies_to(&self, owner: u32) -> bool {
+        match self.anchor {
+            Anchor::Itself => true,
+            Anchor::Owner(uid) => uid == owner,
+        }
+    }
+}
+
+/// The mode bits a policy wants for a non-symlink entry, or `None` when it leaves them alone.
+///
+/// - `kubelet`: `old | mask` (the kubelet's rule); no mask (`--owner` alone): untouched.
+/// - `app-safe`: an app-private path whose rule applies to `owner` (the entry's owner after
+///   `--owner`) loses the bits its app refuses, and gains none; one of another uid keeps its
+///   mode. Any other entry with no group or other bit keeps its mode; the rest get `old | mask`,
+///   as the kubelet gives them. No mask: only the tightening.
+///
+/// So app-safe never adds a bit to an app-private path, never removes one from any other path,
+/// and never removes one from an entry owned by a uid other than its app path's owner (which
+/// would lock the app out of its own files).
+pub fn want_mode(modes: Modes, old: u32, mask: Option<u32>, private: Option<Private>, owner: u32) -> Option<u32> {
+    match (modes, private) {
+        (Modes::Kubelet, _) => mask.map(|m| old | m),
+        (Modes::AppSafe, Some(p)) if p.applies_to(owner) => Some(old & !p.path.refused()),
+        (Modes::AppSafe, Some(_)) => mask.map(|_| old),
+        (Modes::AppSafe, None) if old & GROUP_OTHER == 0 => mask.map(|_| old),
+        (Modes::AppSafe, None) => mask.map(|m| old | m),
+    }
+}
+
+/// What an entry tells its directory about it (a bit set): a directory holding `PG_VERSION` is a
+/// PostgreSQL data directory, one holding `.ssh/` a home, and so on. Collected from the names of
+/// a directory's entries as they are read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Signs(u8);
+
+impl Signs {
+    pub const NONE: Signs = Signs(0);
+    /// A regular file `PG_VERSION`.
+    pub const PG_VERSION: Signs = Signs(1);
+    /// A directory `global` (PostgreSQL's cluster-wide tables).
+    pub const PG_GLOBAL: Signs = Signs(32);
+    /// A directory `.ssh`.
+    pub const SSH: Signs = Signs(2);
+    /// `pubring.kbx` or `trustdb.gpg` (files), `private-keys-v1.d` (a directory).
+    pub const GNUPG: Signs = Signs(4);
+    /// A directory `member`.
+    pub const MEMBER: Signs = Signs(8);
+    /// A directory `wal` or `snap` (in etcd's `member/`).
+    pub const ETCD_LOG: Signs = Signs(16);
+
+    /// The names (with the kind they must have) that give a sign: a directory's signs are also
+    /// found by looking these up in it.
+    pub const NAMES: [(&'static str, Kind); 9] = [
+        ("PG_VERSION", Kind::File),
+        ("global", Kind::Dir),
+        (".ssh", Kind::Dir),
+        ("pubring.kbx", Kind::File),
+        ("trustdb.gpg", Kind::File),
+        ("private-keys-v1.d", Kind::Dir),
+        ("member", Kind::Dir),
+        ("wal", Kind::Dir),
+        ("snap", Kind::Dir),
+    ];
+
+    /// The sign an entry `name` of `kind` gives its directory.
+    pub fn of(name: &[u8], kind: Kind) -> Signs {
+        match (name, kind) {
+            (b"PG_VERSION", Kind::File) => Signs::PG_VERSION,
+            (b"global", Kind::Dir) => Signs::PG_GLOBAL,
+            (b".ssh", Kind::Dir) => Signs::SSH,
+            (b"pubring.kbx" | b"trustdb.gpg", Kind::File) | (b"private-keys-v1.d", Kind::Dir) => Signs::GNUPG,
+            (b"member", Kind::Dir) => Signs::MEMBER,
+            (b"wal" | b"snap", Kind::Dir) => Signs::ETCD_LOG,
+            _ => Signs::NONE,
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn has(self, s: Signs) -> bool {
+        self.0 & s.0 == s.0 && !s.is_empty()
+    }
+
+    pub fn with(self, s: Signs) -> Signs {
+        Signs(self.0 | s.0)
+    }
+}
+
+/// What classifying a directory needs to know about it.
+#[derive(Debug, Clone, Copy)]
+pub struct DirFacts<'n> {
+    /// Its name in its parent (empty for the volume root).
+    pub name: &'n [u8],
+    /// Its parent's name (empty for the volume root and its entries).
+    pub parent_name: &'n [u8],
+    /// The signs of its entries.
+    pub signs: Signs,
+    /// Its parent's owner after `--owner` (`None` for the volume root).
+    pub parent_owner: Option<u32>,
+}
+
+/// The app path a directory is, if any. `etcd_member` says whether its `member/` holds `wal/`
+/// or `snap/` (asked only when it has a `member/`). Where several apply, the one refusing the
+/// most bits wins.
+pub fn classify_dir(d: &DirFacts<'_>, etcd_member: impl FnOnce() -> bool) -> Option<Private> {
+    let by_parent = |path| {
+        let anchor = d.parent_owner.map_or(Anchor::Itself, Anchor::Owner);
+        Some(Private { path, anchor })
+    };
+    let itself = |path| Some(Private { path, anchor: Anchor::Itself });
+    match d.name {
+        b".ssh" if d.parent_owner.is_some() => return by_parent(AppPath::SshDir),
+        b"private-keys-v1.d" if d.parent_owner.is_some() => return by_parent(AppPath::GnupgKeys),
+        b"member" if d.parent_owner.is_some() && d.signs.has(Signs::ETCD_LOG) => {
+            return by_parent(AppPath::EtcdMember);
+        }
+        b"wal" | b"snap" if d.parent_name == b"member" => return by_parent(AppPath::EtcdMember),
+        _ => {}
+    }
+    if d.signs.has(Signs::GNUPG) {
+        itself(AppPath::GnupgHome)
+    } else if d.signs.has(Signs::MEMBER) && etcd_member() {
+        itself(AppPath::EtcdData)
+    } else if d.signs.has(Signs::PG_VERSION.with(Signs::PG_GLOBAL)) {
+        itself(AppPath::PostgresData)
+    } else if d.signs.has(Signs::SSH) {
+        itself(AppPath::SshHome)
+    } else {
+        None
+    }
+}
+
+/// What classifying a non-directory entry needs to know about its directory.
+#[derive(Debug, Clone, Copy)]
+pub struct ParentFacts<'n> {
+    /// The directory's name (empty for the volume root).
+    pub name: &'n [u8],
+    /// Its owner after `--owner`.
+    pub owner: u32,
+    /// Its parent's owner after `--owner` (`None` when it is the volume root).
+    pub grand_owner: Option<u32>,
+}
+
+/// The app path a non-directory entry `name` of `kind` is, if any. `pg_data_parent` says
+/// whether its directory is a PostgreSQL data directory (holds `PG_VERSION` and `global/`;
+/// asked only for `server.key`).
+pub fn classify_file(
+    name: &[u8],
+    kind: Kind,
+    parent: &ParentFacts<'_>,
+    pg_data_parent: impl FnOnce() -> bool,
+) -> Option<Private> {
+    if kind != Kind::File {
+        return None;
+    }
+    let itself = |path| Some(Private { path, anchor: Anchor::Itself });
+    match name {
+        b".erlang.cookie" => return itself(AppPath::ErlangCookie),
+        b".pgpass" => return itself(AppPath::Pgpass),
+        b"server.key" if pg_data_parent() => {
+            return Some(Private { path: AppPath::PostgresKey, anchor: Anchor::Owner(parent.owner) });
+        }
+        _ => {}
+    }
+    if parent.name != b".ssh" {
+        return None;
+    }
+    // The home's owner, when `.ssh` is not the volume root.
+    let anchor = Anchor::Owner(parent.grand_owner.unwrap_or(parent.owner));
+    let path = match name {
+        b"authorized_keys" | b"authorized_keys2" | b"config" => AppPath::SshShared,
+        n if n.ends_with(b".pub") || n.starts_with(b"known_hosts") => return None,
+        _ => AppPath::SshKey,
+    };
+    Some(Private { path, anchor })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APP: u32 = 2000;
+
+    fn dir<'n>(name: &'n [u8], signs: Signs, parent_owner: Option<u32>) -> DirFacts<'n> {
+        DirFacts { name, parent_name: b"x", signs, parent_owner }
+    }
+
+    fn parent(name: &[u8]) -> ParentFacts<'_> {
+        ParentFacts { name, owner: APP, grand_owner: Some(APP) }
+    }
+
+    fn mask(is_dir: bool) -> Option<u32> {
+        Some(if is_dir { 0o2770 } else { 0o660 })
+    }
+
+    #[test]
+    fn kubelet_is_the_kubelets_formula_whatever_the_place() {
+        for old in 0..=0o7777 {
+            for private in [None, Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself })] {
+                assert_eq!(want_mode(Modes::Kubelet, old, mask(true), private, APP), Some(old | 0o2770));
+                assert_eq!(want_mode(Modes::Kubelet, old, mask(false), private, APP), Some(old | 0o660));
+                assert_eq!(want_mode(Modes::Kubelet, old, None, private, APP), None, "--owner alone");
+            }
+        }
+    }
+
+    /// The rule's promises, over every mode and every app path, ours or another uid's.
+    #[test]
+    fn app_safe_never_widens_a_private_path_nor_narrows_another() {
+        for old in 0..=0o7777u32 {
+            for is_dir in [false, true] {
+                let m = mask(is_dir);
+                // Not an app path: bits are only added, and only when some group/other bit is set.
+                let plain = want_mode(Modes::AppSafe, old, m, None, APP).unwrap();
+                assert_eq!(plain & old, old, "{old:o}: nothing removed");
+                if old & 0o077 == 0 {
+                    assert_eq!(plain, old, "{old:o}: no group/other bits, mode kept");
+                } else {
+                    assert_eq!(plain, old | m.unwrap(), "{old:o}: the kubelet's bits");
+                }
+                for path in AppPath::ALL {
+                    let ours = Private { path, anchor: Anchor::Owner(APP) };
+                    let want = want_mode(Modes::AppSafe, old, m, Some(ours), APP).unwrap();
+                    assert_eq!(want, old & !path.refused(), "{path:?} {old:o}: only the refused bits go");
+                    assert!(path.accepts(want), "{path:?} {old:o}: the app accepts the result");
+                    // Another uid's entry at an app path is left as it is.
+                    assert_eq!(want_mode(Modes::AppSafe, old, m, Some(ours), 3000), Some(old), "{path:?} {old:o}");
+                    // The result is a fixed point.
+                    assert_eq!(want_mode(Modes::AppSafe, want, m, Some(ours), APP), Some(want));
+                }
+                assert_eq!(want_mode(Modes::AppSafe, plain, m, None, APP), Some(plain), "{old:o}: fixed point");
+            }
+        }
+    }
+
+    #[test]
+    fn app_safe_with_owner_alone_only_tightens() {
+        let key = Private { path: AppPath::SshKey, anchor: Anchor::Itself };
+        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(key), APP), Some(0o600));
+        assert_eq!(want_mode(Modes::AppSafe, 0o664, None, None, APP), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, APP), None);
+        let theirs = Private { anchor: Anchor::Owner(1), ..key };
+        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), APP), None);
+    }
+
+    #[test]
+    fn a_volume_the_kubelet_widened_comes_back_to_what_each_app_accepts() {
+        // Dirs 2770, files 0660, as an earlier kubelet left them.
+        let cases = [
+            (AppPath::PostgresData, 0o2770, 0o2750),
+            (AppPath::PostgresKey, 0o660, 0o600),
+            (AppPath::SshHome, 0o2770, 0o2750),
+            (AppPath::SshDir, 0o2770, 0o2700),
+            (AppPath::SshKey, 0o660, 0o600),
+            (AppPath::SshShared, 0o660, 0o640),
+            (AppPath::ErlangCookie, 0o660, 0o600),
+            (AppPath::GnupgHome, 0o2770, 0o2700),
+            (AppPath::EtcdData, 0o2770, 0o2700),
+        ];
+        for (path, old, want) in cases {
+            let p = Private { path, anchor: Anchor::Itself };
+            assert_eq!(want_mode(Modes::AppSafe, old, mask(old > 0o777), Some(p), APP), Some(want), "{path:?}");
+            assert!(!path.accepts(old) && path.accepts(want), "{path:?}");
+        }
+    }
+
+    #[test]
+    fn directories_are_known_by_their_entries_and_names() {
+        let never = || panic!("not asked");
+        let pg_signs = Signs::PG_VERSION.with(Signs::PG_GLOBAL);
+        let pg = dir(b"pgdata", pg_signs, Some(APP));
+        assert_eq!(classify_dir(&pg, never), Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself }));
+        let database = dir(b"5", Signs::PG_VERSION, Some(APP));
+        assert_eq!(classify_dir(&database, never), None, "base/5 of a data directory holds a PG_VERSION too");
+        let root_pg = dir(b"", pg_signs, None);
+        assert_eq!(classify_dir(&root_pg, never).map(|p| p.path), Some(AppPath::PostgresData), "PGDATA as the root");
+        let home = dir(b"", Signs::SSH, None);
+        assert_eq!(classify_dir(&home, never).map(|p| p.path), Some(AppPath::SshHome));
+        let ssh = dir(b".ssh", Signs::NONE, Some(APP));
+        assert_eq!(classify_dir(&ssh, never), Some(Private { path: AppPath::SshDir, anchor: Anchor::Owner(APP) }));
+        let gpg = dir(b"gnupg", Signs::GNUPG, Some(0));
+        assert_eq!(classify_dir(&gpg, never).map(|p| p.path), Some(AppPath::GnupgHome));
+        let keys = dir(b"private-keys-v1.d", Signs::NONE, Some(APP));
+        assert_eq!(classify_dir(&keys, never).map(|p| p.path), Some(AppPath::GnupgKeys));
+        // etcd: member/ counts only with wal/ or snap/ in it.
+        let member = dir(b"member", Signs::ETCD_LOG, Some(APP));
+        assert_eq!(classify_dir(&member, never).map(|p| p.path), Some(AppPath::EtcdMember));
+        assert_eq!(classify_dir(&dir(b"member", Signs::NONE, Some(APP)), never), None);
+        let wal = DirFacts { parent_name: b"member", ..dir(b"wal", Signs::NONE, Some(APP)) };
+        assert_eq!(classify_dir(&wal, never).map(|p| p.path), Some(AppPath::EtcdMember), "etcd checks member/wal too");
+        assert_eq!(classify_dir(&dir(b"wal", Signs::NONE, Some(APP)), never), None, "a wal/ elsewhere");
+        let data = dir(b"data", Signs::MEMBER, Some(APP));
+        assert_eq!(classify_dir(&data, || true).map(|p| p.path), Some(AppPath::EtcdData));
+        assert_eq!(classify_dir(&data, || false), None, "a member/ of something else");
+        // Nothing else is an app path.
+        for plain in [dir(b"data", Signs::NONE, Some(APP)), dir(b"ssh", Signs::NONE, Some(APP))] {
+            assert_eq!(classify_dir(&plain, never), None);
+        }
+        // Several apps: the one refusing the most bits wins (GnuPG's owner-only over sshd's).
+        let both = dir(b"home", Signs::SSH.with(Signs::GNUPG), Some(APP));
+        assert_eq!(classify_dir(&both, never).map(|p| p.path), Some(AppPath::GnupgHome));
+    }
+
+    #[test]
+    fn files_are_known_by_their_names_and_their_directory() {
+        let never = || panic!("not asked");
+        let any = parent(b"data");
+        let class = |name: &[u8], p: &ParentFacts<'_>| classify_file(name, Kind::File, p, || true).map(|p| p.path);
+        assert_eq!(class(b".erlang.cookie", &any), Some(AppPath::ErlangCookie));
+        assert_eq!(class(b".pgpass", &any), Some(AppPath::Pgpass));
+        assert_eq!(
+            classify_file(b"server.key", Kind::File, &any, || true),
+            Some(Private { path: AppPath::PostgresKey, anchor: Anchor::Owner(APP) })
+        );
+        assert_eq!(classify_file(b"server.key", Kind::File, &any, || false), None, "not in a data directory");
+        let ssh = ParentFacts { name: b".ssh", owner: 7, grand_owner: Some(APP) };
+        let anchored = |name: &[u8]| classify_file(name, Kind::File, &ssh, never);
+        assert_eq!(anchored(b"id_ed25519"), Some(Private { path: AppPath::SshKey, anchor: Anchor::Owner(APP) }));
+        assert_eq!(anchored(b"deploy_key").map(|p| p.path), Some(AppPath::SshKey));
+        assert_eq!(anchored(b"authorized_keys").map(|p| p.path), Some(AppPath::SshShared));
+        assert_eq!(anchored(b"config").map(|p| p.path), Some(AppPath::SshShared));
+        assert_eq!(anchored(b"id_ed25519.pub"), None);
+        assert_eq!(anchored(b"known_hosts"), None);
+        assert_eq!(anchored(b"known_hosts.old"), None);
+        assert_eq!(classify_file(b"id_rsa", Kind::File, &parent(b"keys"), never), None, "outside .ssh");
+        assert_eq!(classify_file(b".erlang.cookie", Kind::Symlink, &any, never), None, "a symlink has no mode");
+        assert_eq!(classify_file(b"id_rsa", Kind::Socket, &ssh, never), None, "a socket in .ssh");
+        // `.ssh` as the volume root: its own owner anchors.
+        let root_ssh = ParentFacts { name: b".ssh", owner: 7, grand_owner: None };
+        assert_eq!(classify_file(b"id_rsa", Kind::File, &root_ssh, never).map(|p| p.anchor), Some(Anchor::Owner(7)));
+    }
+
+    #[test]
+    fn signs_come_from_names_of_the_right_kind() {
+        for (name, kind) in Signs::NAMES {
+            assert!(!Signs::of(name.as_bytes(), kind).is_empty(), "{name}");
+            let other = if kind == Kind::Dir { Kind::File } else { Kind::Dir };
+            assert!(Signs::of(name.as_bytes(), other).is_empty(), "{name} as {other:?}");
+            assert!(Signs::of(name.as_bytes(), Kind::Symlink).is_empty(), "{name} as a symlink");
+        }
+        assert!(Signs::of(b"pg_version", Kind::File).is_empty());
+        let s = Signs::PG_VERSION.with(Signs::SSH);
+        assert!(s.has(Signs::PG_VERSION) && s.has(Signs::SSH) && !s.has(Signs::GNUPG));
+        assert!(!s.has(Signs::NONE));
+    }
+
+    #[test]
+    fn every_app_path_says_what_its_app_does() {
+        for path in AppPath::ALL {
+            assert!(!path.accepts(path.refused()), "{path:?}");
+            assert!(path.accepts(0o700), "{path:?}: owner-only is always fine");
+            assert!(!path.to_string().is_empty() && !path.wants().is_empty());
+        }
+        assert!(AppPath::PostgresData.accepts(0o2750));
+        assert!(!AppPath::SshHome.accepts(0o2770) && AppPath::SshHome.accepts(0o2750));
+    }
+}

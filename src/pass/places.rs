@@ -1,0 +1,158 @@
+//! Where `--modes app-safe` looks: the app-private path ([`apps`]) of each entry a pass decides,
+//! from its name and its directory's (the signs a directory's entries give it, gathered while it
+//! is read, or looked up for the few names that need it), and the list of what was tightened.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::os::fd::BorrowedFd;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+use tracing::info;
+
+use crate::apps::{self, DirFacts, ParentFacts, Private, Signs};
+use crate::escape::EscapedPath;
+use crate::fix::Fixed;
+use crate::options::Mode;
+use crate::report::{TightenedEntry, TightenedList};
+use crate::spec::{Modes, Spec};
+use crate::sys::{self, Kind, Meta};
+use crate::walk::{Dir, Node};
+
+/// A directory's identity while it is walked.
+type DirKey = (u64, u64);
+
+/// The app-private paths of one app-safe pass.
+pub struct Places {
+    /// `--owner`: an app path's owner is its owner after it.
+    owner: Option<u32>,
+    /// The signs of directories being read, from their entries' names. Few directories have any.
+    signs: Mutex<HashMap<DirKey, Signs>>,
+    /// How many directories `signs` holds: a directory with none takes no lock when it is done.
+    held: AtomicUsize,
+    /// The first entries tightened (all are counted in the pass's counters).
+    pub tightened: Mutex<TightenedList>,
+}
+
+impl Places {
+    /// The places of a pass of `spec`: `None` unless it is app-safe (the kubelet's rule has none).
+    pub fn of(spec: &Spec) -> Option<Places> {
+        (spec.modes == Modes::AppSafe).then(|| Places::new(spec.uid()))
+    }
+
+    /// Places whose app paths' owners are `owner` (`--owner`) when given, else their own.
+    pub fn new(owner: Option<u32>) -> Places {
+        Places { owner, signs: Mutex::default(), held: AtomicUsize::new(0), tightened: Mutex::default() }
+    }
+
+    /// A uid as it will be after the pass.
+    fn after(&self, uid: u32) -> u32 {
+        self.owner.unwrap_or(uid)
+    }
+
+    /// An entry `name` of `kind` of `dir` (a subdirectory too): its sign, if any, is kept for
+    /// `dir`'s own decision.
+    pub fn note(&self, dir: &Node, name: &CStr, kind: Kind) {
+        let sign = Signs::of(name.to_bytes(), kind);
+        if sign.is_empty() {
+            return;
+        }
+        let mut signs = crate::sync::lock(&self.signs);
+        let slot = signs.entry((dir.meta.dev, dir.meta.ino)).or_insert_with(|| {
+            self.held.fetch_add(1, Relaxed);
+            Signs::NONE
+        });
+        *slot = slot.with(sign);
+    }
+
+    /// The app path of a non-directory entry `name` of `parent`.
+    pub fn of_entry(&self, parent: &Dir<'_>, name: &CStr, kind: Kind) -> Option<Private> {
+        let facts = ParentFacts {
+            name: parent.name(),
+            owner: self.after(parent.meta.uid),
+            grand_owner: parent.parent().map(|g| self.after(g.meta.uid)),
+        };
+        let pg_data = || has(parent.fd(), "PG_VERSION", Kind::File) && has(parent.fd(), "global", Kind::Dir);
+        apps::classify_file(name.to_bytes(), kind, &facts, pg_data)
+    }
+
+    /// The app path of a directory all of whose entries were seen (its signs are let go).
+    pub fn of_dir(&self, dir: &Dir<'_>) -> Option<Private> {
+        let signs = if self.held.load(Relaxed) == 0 {
+            Signs::NONE
+        } else {
+            let taken = crate::sync::lock(&self.signs).remove(&(dir.meta.dev, dir.meta.ino));
+            taken.inspect(|_| {
+                self.held.fetch_sub(1, Relaxed);
+            });
+            taken.unwrap_or_default()
+        };
+        let parent = dir.parent();
+        let facts = DirFacts {
+            name: dir.name(),
+            parent_name: parent.map_or(&[][..], |p| p.name()),
+            signs,
+            parent_owner: parent.map(|p| self.after(p.meta.uid)),
+        };
+        apps::classify_dir(&facts, || etcd_member(dir.fd()))
+    }
+
+    /// The app path of subdirectory `name` of `parent` that this pass cannot read (by its name
+    /// alone).
+    pub fn of_unread_dir(&self, parent: &Dir<'_>, name: &CStr) -> Option<Private> {
+        let facts = DirFacts {
+            name: name.to_bytes(),
+            parent_name: parent.name(),
+            signs: Signs::NONE,
+            parent_owner: Some(self.after(parent.meta.uid)),
+        };
+        apps::classify_dir(&facts, || false)
+    }
+
+    /// Counts and records `fixed` when it removed bits of the app path `private` (in `check`:
+    /// would remove): a log line and an entry of the report's list.
+    pub fn record(&self, private: Option<Private>, fixed: &Fixed, mode: Mode, path: impl FnOnce() -> PathBuf) -> bool {
+        let (Some(p), Some(want)) = (private, fixed.change.mode) else { return false };
+        if fixed.old_perm & !want == 0 {
+            return false;
+        }
+        let entry = TightenedEntry {
+            path: EscapedPath::new(path()),
+            app: p.path.to_string(),
+            mode: format!("{:04o}", fixed.old_perm),
+            want_mode: format!("{want:04o}"),
+        };
+        let verb = if mode == Mode::Check { "would tighten" } else { "tightened" };
+        info!(path = %entry.path, app = entry.app.as_str(), mode = entry.mode.as_str(), want_mode = entry.want_mode.as_str(),
+              "{verb} {} {} -> {}: {} wants {}", entry.app, entry.mode, entry.want_mode, p.path.app(), p.path.wants());
+        crate::sync::lock(&self.tightened).push(entry);
+        true
+    }
+}
+
+/// The app path of the volume root `root` for `spec` (none unless app-safe), from a lookup of
+/// the names that give signs: what the skip rule and a shard sealing the root decide with.
+pub fn root_place(root: BorrowedFd<'_>, spec: &Spec) -> Option<Private> {
+    if spec.modes != Modes::AppSafe {
+        return None;
+    }
+    let signs = Signs::NAMES
+        .iter()
+        .filter(|(name, kind)| has(root, name, *kind))
+        .fold(Signs::NONE, |s, (name, kind)| s.with(Signs::of(name.as_bytes(), *kind)));
+    apps::classify_dir(&DirFacts { name: b"", parent_name: b"", signs, parent_owner: None }, || etcd_member(root))
+}
+
+/// Whether `dir` holds `name` as a `kind` (never following a symlink).
+fn has(dir: BorrowedFd<'_>, name: &str, kind: Kind) -> bool {
+    let Ok(name) = std::ffi::CString::new(name) else { return false };
+    sys::stat_at(dir, &name).is_ok_and(|m: Meta| m.kind() == kind)
+}
+
+/// Whether `dir/member` is etcd's: a directory (not a symlink) holding `wal/` or `snap/`.
+fn etcd_member(dir: BorrowedFd<'_>) -> bool {
+    let Ok(member) = sys::open_subdir(dir, c"member") else { return false };
+    let member = sys::fd(&member);
+    has(member, "wal", Kind::Dir) || has(member, "snap", Kind::Dir)
+}
