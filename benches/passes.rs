@@ -304,6 +304,31 @@ fn bench(a: &Args) -> i32 {
     }
 }
 
+/// What a peer that failed said: its first error line (rchm logs errors on stdout, in colour)
+/// and how many such lines there were.
+fn peer_error(dir: &Path) -> String {
+    let mut text = fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    text += &fs::read_to_string(dir.join("stdout")).unwrap_or_default();
+    // Without ANSI escapes (ESC [ ... letter).
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let errors: Vec<&str> = plain.lines().filter(|l| l.contains("ERROR") || l.contains("error")).collect();
+    let first = errors.first().copied().or_else(|| plain.lines().rev().find(|l| !l.trim().is_empty())).unwrap_or("");
+    let first: String = first.trim().chars().take(200).collect();
+    format!("{} error line(s), the first: {first}", errors.len())
+}
+
 /// What a volprep report's `load` says when its gate worked: the policy, the limit on
 /// operations in flight (at the end, lowest–highest) and volprep's own mean latency.
 fn load_note(load: Option<&Value>) -> String {
@@ -796,10 +821,7 @@ impl Bench<'_> {
             }
         }
         if peer_failed {
-            let err = fs::read_to_string(dir.join("stderr")).unwrap_or_default();
-            let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-            let last: String = last.chars().take(160).collect();
-            note = format!("{note}; {}: {last}", r.exit.describe());
+            note = format!("{note}; {}: {}", r.exit.describe(), peer_error(&dir));
         } else if !ran {
             let err = fs::read_to_string(dir.join("stderr")).unwrap_or_default();
             let tail: Vec<&str> = err.lines().rev().take(3).collect();
