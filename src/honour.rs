@@ -57,12 +57,13 @@ impl Verdict {
     /// The one line that says what the storage did and what to do instead; `fs` names the
     /// filesystem, `n` the changes seen, `example` one entry's path.
     pub fn explain(self, fs: &str, n: u32, example: &str) -> Option<String> {
+        let n = if n == 1 { "1 entry".to_string() } else { format!("{n} entries") };
         let what = match self {
             Verdict::Ignores => format!(
-                "this filesystem ({fs}) ignores ownership changes: chown and chmod reported success on {n} entries and changed nothing (e.g. {example}); set the group with the mount options (SMB, Azure Files: gid=, file_mode=, dir_mode=) or the CSI driver's fsGroupPolicy"
+                "this filesystem ({fs}) ignores ownership changes: chown and chmod reported success on {n} and changed nothing (e.g. {example}); set the group with the mount options (SMB, Azure Files: gid=, file_mode=, dir_mode=) or the CSI driver's fsGroupPolicy"
             ),
             Verdict::Refuses => format!(
-                "this filesystem ({fs}) refuses ownership changes: chown and chmod failed with EPERM on {n} entries although volprep may make them (e.g. {example}; NFS root_squash maps root to nobody); export the volume to this host without root squashing, set the group on the server, or use the CSI driver's fsGroupPolicy"
+                "this filesystem ({fs}) refuses ownership changes: chown and chmod failed with EPERM on {n} although volprep may make them (e.g. {example}; NFS root_squash maps root to nobody); export the volume to this host without root squashing, set the group on the server, or use the CSI driver's fsGroupPolicy"
             ),
             Verdict::Unknown | Verdict::Honours => return None,
         };
