@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::escape::escape_bytes;
 use crate::options::Verify;
-use crate::runid::valid_run_id;
+use crate::runid::{NotARunId, RunId};
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys;
@@ -80,7 +80,7 @@ pub struct Marker {
     /// The spec in words, for people (`status`, logs).
     pub spec: String,
     /// The run that wrote it; a checkpoint belongs to one run.
-    pub run: String,
+    pub run: RunId,
     /// Unix seconds.
     pub started: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,9 +132,10 @@ impl From<State> for MarkerState {
 }
 
 /// What an unfinished run has finished, kept on the root only (nothing is written below it).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One whose run id volprep would not write does not decode: it is no checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    pub run: String,
+    pub run: RunId,
     pub digest: String,
     /// [`CHECKPOINT_FORMAT`] (absent in checkpoints of the first format, which skip nothing).
     #[serde(default)]
@@ -149,8 +150,14 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn new(run: &str, digest: &str) -> Self {
-        Checkpoint { run: run.into(), digest: digest.into(), v: CHECKPOINT_FORMAT, ..Default::default() }
+    pub fn new(run: &RunId, digest: &str) -> Self {
+        Checkpoint {
+            run: run.clone(),
+            digest: digest.into(),
+            v: CHECKPOINT_FORMAT,
+            dirs: Vec::new(),
+            pending: Vec::new(),
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -165,9 +172,9 @@ impl Checkpoint {
 
 /// Files whose setuid/setgid bits a chown is about to clear, of one run: (escaped relative
 /// path, inode, mode to restore). Normally empty: a record lives for the time of two syscalls.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
-    pub run: String,
+    pub run: RunId,
     pub digest: String,
     pub pending: Vec<SpecialRecord>,
 }
@@ -175,13 +182,13 @@ pub struct Pending {
 impl Marker {
     /// A marker of this format with `state` for spec `digest` (in words: `spec`), written by
     /// `run` that started at `started`; nothing finished, no shards, nothing left.
-    pub fn new(state: State, digest: &str, spec: &str, run: &str, started: u64) -> Marker {
+    pub fn new(state: State, digest: &str, spec: &str, run: &RunId, started: u64) -> Marker {
         Marker {
             v: FORMAT,
             state,
             digest: digest.into(),
             spec: spec.into(),
-            run: run.into(),
+            run: run.clone(),
             started,
             finished: None,
             entries: None,
@@ -195,20 +202,37 @@ impl Marker {
         serde_json::to_vec(self).expect("marker serializes")
     }
 
+    /// The marker in `bytes`, or why it is none: text safe to log as it is. A run id volprep
+    /// would not write (U+2028, a tag character, a forged line: a resumed pass carries the run
+    /// id into its own marker and logs) makes the whole marker untrusted.
     pub fn decode(bytes: &[u8]) -> Result<Marker, String> {
-        let m: Marker =
-            serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {}", escape_str(&e.to_string())))?;
+        let m: Marker = serde_json::from_slice(bytes).map_err(|e| match forged_run_id(bytes) {
+            Some(bad) => format!("marker has {bad}"),
+            None => format!("unreadable marker: {}", escape_str(&e.to_string())),
+        })?;
         if m.v != FORMAT {
             return Err(format!("marker format {} is not {FORMAT}", m.v));
         }
-        // A resumed pass carries the run id into its own marker and logs: one volprep would not
-        // write (U+2028, a tag character, a forged line) makes the whole marker untrusted.
-        let shard_runs = m.shards.iter().flat_map(|s| s.running.iter().map(|r| r.run.as_str()));
-        if let Some(bad) = std::iter::once(m.run.as_str()).chain(shard_runs).find(|r| !valid_run_id(r)) {
-            return Err(format!("marker has a run id volprep does not write: '{}'", escape_str(bad)));
-        }
         Ok(m)
     }
+}
+
+/// The first of the run ids in a marker (its own, then its shards' heartbeats) that is none,
+/// read as plain strings: when a marker does not decode, the one to name.
+fn forged_run_id(bytes: &[u8]) -> Option<NotARunId> {
+    #[derive(Deserialize)]
+    struct Runs {
+        run: String,
+        #[serde(default)]
+        shards: Option<Running>,
+    }
+    #[derive(Deserialize)]
+    struct Running {
+        running: Vec<(u32, String, u64)>,
+    }
+    let runs: Runs = serde_json::from_slice(bytes).ok()?;
+    let shard_runs = runs.shards.into_iter().flat_map(|s| s.running).map(|(_, run, _)| run);
+    std::iter::once(runs.run).chain(shard_runs).find_map(|r| RunId::parse(r).err())
 }
 
 /// What was found on the root.
@@ -301,7 +325,7 @@ fn walk(reason: String, resume: bool) -> Decision {
 /// An `in-progress` marker of this spec: resume, unless the pass finished unprivileged (walk
 /// again: nothing to resume).
 fn unfinished(i: &Inputs<'_>, m: &Marker) -> Decision {
-    let run = escape_str(&m.run);
+    let run = &m.run;
     if i.verify == Verify::Full {
         // Nothing is skipped on the checkpoint's word; its special-bit records are still honoured.
         return walk(
@@ -430,8 +454,16 @@ mod tests {
     use super::*;
     use crate::marker::shards::MAX_CLAIMS;
 
+    fn run(id: &str) -> RunId {
+        RunId::parse(id).unwrap()
+    }
+
     fn marker(state: State, digest: &str) -> Marker {
-        Marker { finished: Some(1100), entries: Some(5), ..Marker::new(state, digest, "fs-group=1000", "r1", 1000) }
+        Marker {
+            finished: Some(1100),
+            entries: Some(5),
+            ..Marker::new(state, digest, "fs-group=1000", &run("r1"), 1000)
+        }
     }
 
     fn inputs(found: &Found) -> Inputs<'_> {
@@ -549,7 +581,7 @@ mod tests {
             assert!(s(bad).misfit(2, 1).is_some(), "{bad:?}");
         }
         assert!(s("11").misfit(3, 1).is_some() && s("11").misfit(2, 2).is_some());
-        let running = Shards { running: vec![(7, "r".to_string(), 1).into()], ..s("00") };
+        let running = Shards { running: vec![(7, run("r"), 1).into()], ..s("00") };
         assert!(running.misfit(2, 1).is_some());
         // A record of an earlier version (a `done` list, per-shard claims): a new round.
         let old = br#"{"n":2,"depth":1,"done":[0],"entries":5,"running":[],"claims":[{"i":0,"t":[1,2],"a":"00"}]}"#;
@@ -609,7 +641,7 @@ mod tests {
     #[test]
     fn a_round_of_1024_shards_fits_a_4k_block_with_room_for_running_ones() {
         let mut m = Marker {
-            run: "61b8369b5344-4f53@volprep-fleet-1023-abcde".into(),
+            run: run("61b8369b5344-4f53@volprep-fleet-1023-abcde"),
             ..marker(State::InProgress, "0123456789abcdef")
         };
         let mut s = Shards::new(1024, 3);
@@ -647,13 +679,17 @@ mod tests {
 
     #[test]
     fn verify_full_resumes_without_skipping_and_strings_are_escaped() {
-        let mut m = marker(State::InProgress, "d1");
-        m.run = "r\nFAKE".into();
-        let f = Found::Marker(m);
+        let f = Found::Marker(marker(State::InProgress, "d1"));
         match decide(&Inputs { verify: Verify::Full, ..inputs(&f) }) {
             Decision::Walk { reason, resume } => {
-                assert!(resume && reason.contains("--verify full"), "{reason}");
-                assert!(!reason.contains('\n'), "{reason}");
+                assert!(resume && reason.contains("--verify full") && reason.contains("(run r1)"), "{reason}");
+            }
+            d => panic!("{d:?}"),
+        }
+        let forged = Marker { spec: "fs-group=1\nFAKE\u{2028}".into(), ..marker(State::Done, "d0") };
+        match decide(&inputs(&Found::Marker(forged))) {
+            Decision::Walk { reason, .. } => {
+                assert!(reason.contains("'fs-group=1\\nFAKE\\u{2028}'"), "{reason}");
             }
             d => panic!("{d:?}"),
         }
@@ -665,7 +701,7 @@ mod tests {
         let c: Checkpoint = serde_json::from_slice(old).unwrap();
         assert!(c.records().is_empty(), "{c:?}");
         assert_eq!(c.pending.len(), 1, "its special-bit records are still honoured");
-        let mut new = Checkpoint::new("r1", "d1");
+        let mut new = Checkpoint::new(&run("r1"), "d1");
         new.dirs.push("2:1.0:3:4:0@9".into());
         let back: Checkpoint = serde_json::from_slice(&new.encode()).unwrap();
         assert_eq!(back.records(), ["2:1.0:3:4:0@9".to_string()]);
@@ -675,24 +711,35 @@ mod tests {
 
     #[test]
     fn a_forged_run_id_makes_the_marker_unreadable() {
-        let good = marker(State::InProgress, "d1");
+        let good = Marker {
+            shards: Some(Shards { n: 2, running: vec![(0, run("r2"), 1).into()], ..Shards::default() }),
+            ..marker(State::InProgress, "d1")
+        };
         assert_eq!(Marker::decode(&good.encode()).unwrap(), good);
+        let forge = |bad: &str, at: &str| {
+            let mut v: serde_json::Value = serde_json::from_slice(&good.encode()).unwrap();
+            *v.pointer_mut(at).unwrap() = bad.into();
+            Marker::decode(&serde_json::to_vec(&v).unwrap()).unwrap_err()
+        };
         for bad in ["", "r\u{2028}FAKE", "r\u{e0041}", "r\u{200b}", "a b", "r\nx", "r\\x", &"r".repeat(101)] {
-            let mut m = good.clone();
-            m.run = bad.into();
-            let e = Marker::decode(&m.encode()).unwrap_err();
-            assert!(e.contains("run id") && !e.contains('\u{2028}') && !e.contains('\n'), "{bad:?}: {e}");
-            let mut m = good.clone();
-            m.shards = Some(Shards { n: 2, running: vec![(0, bad.to_string(), 1).into()], ..Shards::default() });
-            assert!(Marker::decode(&m.encode()).is_err(), "a shard's run {bad:?}");
+            let shown = crate::escape::escape_bytes(bad.as_bytes());
+            for at in ["/run", "/shards/running/0/1"] {
+                let e = forge(bad, at);
+                assert_eq!(e, format!("marker has a run id volprep does not write: '{shown}'"), "{bad:?} at {at}");
+            }
         }
+        // A marker that does not parse for another reason says that reason.
+        let e = forge("x", "/started");
+        assert!(e.starts_with("unreadable marker: invalid type"), "{e}");
+        let e = Marker::decode(br#"{"v":2,"state":"done","digest":"d","spec":"s","run":"r1","started":1}"#);
+        assert_eq!(e.unwrap_err(), "marker format 2 is not 1");
     }
 
     #[test]
     fn heartbeats_keep_their_wire_format() {
         let old = br#"{"n":2,"depth":1,"parts":"00","entries":0,"running":[[1,"5f-7@h",1700000000]]}"#;
         let s: Shards = serde_json::from_slice(old).unwrap();
-        assert_eq!(s.running, [Heartbeat { shard: 1, run: "5f-7@h".into(), at: 1_700_000_000 }]);
+        assert_eq!(s.running, [Heartbeat { shard: 1, run: run("5f-7@h"), at: 1_700_000_000 }]);
         assert_eq!(serde_json::to_vec(&s).unwrap(), old.to_vec());
     }
 

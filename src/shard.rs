@@ -21,6 +21,7 @@ use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
+use crate::runid::RunId;
 use crate::spec::Spec;
 use crate::state::MarkerState;
 use crate::sys;
@@ -40,7 +41,7 @@ enum Step {
     /// its checkpoint is kept under that run).
     Walk {
         why: String,
-        round: String,
+        round: RunId,
     },
     /// Every shard is done but the volume is not: a finishing run was killed.
     Finish,
@@ -58,7 +59,7 @@ enum Outcome {
 struct Run<'p, 'a> {
     pass: &'p Pass<'a>,
     f: ShardFilter,
-    id: String,
+    id: RunId,
     root: BorrowedFd<'p>,
 }
 
@@ -74,7 +75,7 @@ pub fn run(
     let root_fd = lifecycle::open_root(path)?;
     let root = root_fd.as_fd();
     let mut pass = Pass::new(path, spec, opts, root, started, Some(filter));
-    let run = Run { pass: &pass, f: filter, id: crate::runid::new_run_id(), root };
+    let run = Run { pass: &pass, f: filter, id: RunId::new(), root };
     let (step, before) = run.turn()?;
     let (round, reason) = match step {
         Step::Skip(why) => {
@@ -248,7 +249,7 @@ impl Run<'_, '_> {
 
     /// This shard's place in the round: done already (skip, or finish the volume), walked by a
     /// live run (wait), or this run's to walk (registered in `shards`).
-    fn join(&self, shards: &mut Shards, round: String, own: impl FnOnce() -> Option<String>) -> Step {
+    fn join(&self, shards: &mut Shards, round: RunId, own: impl FnOnce() -> Option<String>) -> Step {
         let f = self.f;
         let now = marker::now();
         if shards.is_done(f.index) && self.pass.opts.verify == Verify::Full {
@@ -261,8 +262,8 @@ impl Run<'_, '_> {
             return Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count));
         }
         if let Some(h) = shards.running.iter().find(|h| h.shard == f.index && h.run != self.id) {
-            let other = marker::escape_str(&h.run);
-            if fresh(h.at, now) && !crate::runid::run_is_dead_here(&other) {
+            let other = &h.run;
+            if fresh(h.at, now) && !other.is_dead_here() {
                 return Step::Wait(format!("run {other} is walking this shard"));
             }
             warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
@@ -285,7 +286,7 @@ impl Run<'_, '_> {
     /// special-bit records), kept under the round's run (the marker's), and continued when it
     /// belongs to this round and spec. Under `--force` it is not continued at all (as in an
     /// unsharded pass: a special-bit record is forgotten, as the message about it says).
-    fn plan(&self, round: String) -> ResumePlan {
+    fn plan(&self, round: RunId) -> ResumePlan {
         let place = self.place();
         let previous = if self.pass.opts.force { None } else { place.read(&round, &self.pass.digest) };
         ResumePlan::apply(round, previous)
@@ -422,11 +423,11 @@ impl Run<'_, '_> {
         match (m.digest == self.pass.digest, m.shards.is_some(), m.state) {
             (true, true, _) => Ok(Ok(m)),
             (true, false, State::Done) => {
-                info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", marker::escape_str(&m.run));
+                info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", m.run);
                 Ok(Err(MarkerState::Done))
             }
             (true, false, State::InProgress) => {
-                info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
+                info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", m.run);
                 Ok(Err(MarkerState::InProgress))
             }
             (false, ..) => Err(Error::SpecTookOver { path: path.to_path_buf() }),

@@ -103,7 +103,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
         found.state().name(),
         escape_str(&m.spec),
         escape_str(&m.digest),
-        escape_str(&m.run),
+        m.run,
     );
     if let Some(n) = m.entries {
         s += &format!(", {n} entries");
@@ -112,8 +112,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
         s += &format!(", finished unprivileged: {n} entries of other users left for a privileged run");
     }
     if let Some(sh) = &m.shards {
-        let running: Vec<String> =
-            sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
+        let running: Vec<String> = sh.running.iter().map(|h| format!("{} (run {})", h.shard, h.run)).collect();
         s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done(), running.join(", "));
     }
     for (i, c) in checkpoints {
@@ -132,7 +131,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
 fn summary(c: &Checkpoint, shard: Option<u32>) -> serde_json::Value {
     let f = Frontier::decode(c.records());
     let mut v =
-        json!({ "run": escape_str(&c.run), "records": f.len(), "covered": f.covered(), "pending": c.pending.len() });
+        json!({ "run": c.run.to_string(), "records": f.len(), "covered": f.covered(), "pending": c.pending.len() });
     if let Some(i) = shard {
         v["shard"] = json!(i);
     }
