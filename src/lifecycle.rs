@@ -23,7 +23,7 @@ use crate::progress;
 use crate::report::{Action, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::runid::RunId;
-use crate::spec::Spec;
+use crate::spec::{Digest, Spec};
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys::{self, Meta};
@@ -96,7 +96,7 @@ pub struct Pass<'a> {
     pub fs: String,
     pub estimate: Option<u64>,
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
-    pub digest: String,
+    pub digest: Digest,
     pub spec_text: String,
 }
 
@@ -263,7 +263,7 @@ mod tests {
         let r1 = RunId::parse("r1").unwrap();
         let fresh = ResumePlan::apply(r1.clone(), None);
         assert_eq!(fresh, ResumePlan::Fresh { run: r1.clone() });
-        let resumed = ResumePlan::apply(r1.clone(), Some(Checkpoint::new(&r1, "d")));
+        let resumed = ResumePlan::apply(r1.clone(), Some(Checkpoint::new(&r1, &"d".into())));
         assert!(matches!(&resumed, ResumePlan::Resume { run, .. } if *run == r1));
         assert_eq!((fresh.run(), resumed.run()), (Some(&r1), Some(&r1)));
         assert_eq!(ResumePlan::CheckPending(Vec::new()).run(), None);

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::escape::escape_bytes;
 use crate::options::Verify;
 use crate::runid::{NotARunId, RunId};
+use crate::spec::Digest;
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys;
@@ -75,8 +76,8 @@ pub struct Marker {
     /// Format version.
     pub v: u32,
     pub state: State,
-    /// `Spec::digest` of the spec this state is for.
-    pub digest: String,
+    /// `Spec::coverage_digest` of the spec this state is for.
+    pub digest: Digest,
     /// The spec in words, for people (`status`, logs).
     pub spec: String,
     /// The run that wrote it; a checkpoint belongs to one run.
@@ -136,7 +137,7 @@ impl From<State> for MarkerState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     pub run: RunId,
-    pub digest: String,
+    pub digest: Digest,
     /// [`CHECKPOINT_FORMAT`] (absent in checkpoints of the first format, which skip nothing).
     #[serde(default)]
     pub v: u32,
@@ -150,10 +151,10 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn new(run: &RunId, digest: &str) -> Self {
+    pub fn new(run: &RunId, digest: &Digest) -> Self {
         Checkpoint {
             run: run.clone(),
-            digest: digest.into(),
+            digest: digest.clone(),
             v: CHECKPOINT_FORMAT,
             dirs: Vec::new(),
             pending: Vec::new(),
@@ -175,18 +176,18 @@ impl Checkpoint {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     pub run: RunId,
-    pub digest: String,
+    pub digest: Digest,
     pub pending: Vec<SpecialRecord>,
 }
 
 impl Marker {
     /// A marker of this format with `state` for spec `digest` (in words: `spec`), written by
     /// `run` that started at `started`; nothing finished, no shards, nothing left.
-    pub fn new(state: State, digest: &str, spec: &str, run: &RunId, started: u64) -> Marker {
+    pub fn new(state: State, digest: &Digest, spec: &str, run: &RunId, started: u64) -> Marker {
         Marker {
             v: FORMAT,
             state,
-            digest: digest.into(),
+            digest: digest.clone(),
             spec: spec.into(),
             run: run.clone(),
             started,
@@ -265,7 +266,7 @@ impl Found {
 #[derive(Debug, Clone)]
 pub struct Inputs<'a> {
     pub found: &'a Found,
-    pub digest: &'a str,
+    pub digest: &'a Digest,
     pub spec: &'a str,
     pub root_conforms: bool,
     pub force: bool,
@@ -304,7 +305,7 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         Found::Unsupported => walk("no xattr support here and the root does not conform".into(), false),
         Found::Absent => walk("no marker".into(), false),
         Found::Unreadable(e) => walk(e.clone(), false),
-        Found::Marker(m) if m.digest != i.digest => {
+        Found::Marker(m) if m.digest != *i.digest => {
             walk(format!("spec changed: marker is for '{}', now '{}'", escape_str(&m.spec), i.spec), false)
         }
         Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
@@ -454,6 +455,9 @@ mod tests {
     use super::*;
     use crate::marker::shards::MAX_CLAIMS;
 
+    /// The digest of the spec the tests' runs are for.
+    static D1: std::sync::LazyLock<Digest> = std::sync::LazyLock::new(|| "d1".into());
+
     fn run(id: &str) -> RunId {
         RunId::parse(id).unwrap()
     }
@@ -462,14 +466,14 @@ mod tests {
         Marker {
             finished: Some(1100),
             entries: Some(5),
-            ..Marker::new(state, digest, "fs-group=1000", &run("r1"), 1000)
+            ..Marker::new(state, &digest.into(), "fs-group=1000", &run("r1"), 1000)
         }
     }
 
     fn inputs(found: &Found) -> Inputs<'_> {
         Inputs {
             found,
-            digest: "d1",
+            digest: &D1,
             spec: "fs-group=1000",
             root_conforms: true,
             force: false,
@@ -701,7 +705,7 @@ mod tests {
         let c: Checkpoint = serde_json::from_slice(old).unwrap();
         assert!(c.records().is_empty(), "{c:?}");
         assert_eq!(c.pending.len(), 1, "its special-bit records are still honoured");
-        let mut new = Checkpoint::new(&run("r1"), "d1");
+        let mut new = Checkpoint::new(&run("r1"), &D1);
         new.dirs.push("2:1.0:3:4:0@9".into());
         let back: Checkpoint = serde_json::from_slice(&new.encode()).unwrap();
         assert_eq!(back.records(), ["2:1.0:3:4:0@9".to_string()]);

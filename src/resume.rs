@@ -54,6 +54,7 @@ use crate::escape::{Escaped, escape_bytes};
 use crate::frontier::{Frontier, Record, Seal};
 use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint, Pending};
 use crate::runid::RunId;
+use crate::spec::Digest;
 use crate::special::SpecialRecord;
 use crate::sys::{self, Meta};
 use crate::verify::{self, Stamp};
@@ -121,9 +122,9 @@ impl<'a> Place<'a> {
 
     /// The checkpoint there, with the special-bit records of its xattr, if they belong to `run`
     /// and `digest`.
-    pub fn read(&self, run: &RunId, digest: &str) -> Option<Checkpoint> {
-        let mut c = marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == *run && c.digest == digest);
-        let p = marker::read_pending(self.root, &self.pending_xattr).filter(|p| p.run == *run && p.digest == digest);
+    pub fn read(&self, run: &RunId, digest: &Digest) -> Option<Checkpoint> {
+        let mut c = marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == *run && c.digest == *digest);
+        let p = marker::read_pending(self.root, &self.pending_xattr).filter(|p| p.run == *run && p.digest == *digest);
         if let Some(p) = p {
             let c = c.get_or_insert_with(|| Checkpoint::new(run, digest));
             for r in p.pending {
@@ -155,7 +156,7 @@ impl<'a> Resume<'a> {
         previous: Option<Checkpoint>,
         skip: bool,
         run: &RunId,
-        digest: &str,
+        digest: &Digest,
         every: Duration,
     ) -> Self {
         let mut checkpoint = Checkpoint::new(run, digest);

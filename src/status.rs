@@ -102,7 +102,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
         "{shown}: {} for {} (digest {}), run {}, {age}",
         found.state().name(),
         escape_str(&m.spec),
-        escape_str(&m.digest),
+        m.digest,
         m.run,
     );
     if let Some(n) = m.entries {

@@ -70,7 +70,7 @@ fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
         shown: &pass.shown,
         fs: &pass.fs,
         spec: &pass.spec_text,
-        digest: &pass.digest,
+        digest: pass.digest.as_str(),
         threads: pass.opts.threads,
         estimate: pass.estimate,
         marker: found.state(),
@@ -311,9 +311,9 @@ mod tests {
     #[test]
     fn the_plan_continues_only_an_interrupted_run_of_this_spec_and_check_keeps_nothing() {
         let r1 = RunId::parse("r1").unwrap();
-        let found = Found::Marker(Marker::new(State::InProgress, "d", "s", &r1, 0));
+        let found = Found::Marker(Marker::new(State::InProgress, &"d".into(), "s", &r1, 0));
         let record = SpecialRecord { path: "bin/tool".into(), ino: 7, mode: 0o4755 };
-        let checkpoint = Checkpoint { pending: vec![record.clone()], ..Checkpoint::new(&r1, "d") };
+        let checkpoint = Checkpoint { pending: vec![record.clone()], ..Checkpoint::new(&r1, &"d".into()) };
         let resume = Decision::Walk { reason: String::new(), resume: true };
         let fresh = Decision::Walk { reason: String::new(), resume: false };
         let read = |m: &Marker| (m.run == r1).then(|| checkpoint.clone());
