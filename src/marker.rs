@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
-use crate::escape::escape_bytes;
+use crate::escape::{Untrusted, escape_bytes};
 use crate::options::Verify;
 use crate::runid::{NotARunId, RunId};
 use crate::spec::Digest;
@@ -30,11 +30,6 @@ pub use shards::{Heartbeat, Shards, anchor_digest, xor_digests};
 /// The most shards a round can have on ext4 with 1 KiB blocks (what mke2fs picks below 512
 /// MiB): the root's xattr space holds no bigger record (measured; see docs/shards.md).
 pub const SHARDS_ON_1K_EXT4: u32 = 600;
-
-/// A string read from the root (the app may have written it), escaped for logs and messages.
-pub fn escape_str(s: &str) -> String {
-    escape_bytes(s.as_bytes())
-}
 
 /// The root xattr holding the [`Marker`].
 pub const MARKER_XATTR: &CStr = c"user.volprep";
@@ -79,7 +74,7 @@ pub struct Marker {
     /// `Spec::coverage_digest` of the spec this state is for.
     pub digest: Digest,
     /// The spec in words, for people (`status`, logs).
-    pub spec: String,
+    pub spec: Untrusted,
     /// The run that wrote it; a checkpoint belongs to one run.
     pub run: RunId,
     /// Unix seconds.
@@ -209,7 +204,7 @@ impl Marker {
     pub fn decode(bytes: &[u8]) -> Result<Marker, String> {
         let m: Marker = serde_json::from_slice(bytes).map_err(|e| match forged_run_id(bytes) {
             Some(bad) => format!("marker has {bad}"),
-            None => format!("unreadable marker: {}", escape_str(&e.to_string())),
+            None => format!("unreadable marker: {}", escape_bytes(e.to_string().as_bytes())),
         })?;
         if m.v != FORMAT {
             return Err(format!("marker format {} is not {FORMAT}", m.v));
@@ -306,7 +301,7 @@ pub fn decide(i: &Inputs<'_>) -> Decision {
         Found::Absent => walk("no marker".into(), false),
         Found::Unreadable(e) => walk(e.clone(), false),
         Found::Marker(m) if m.digest != *i.digest => {
-            walk(format!("spec changed: marker is for '{}', now '{}'", escape_str(&m.spec), i.spec), false)
+            walk(format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec), false)
         }
         Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
         Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into(), false),

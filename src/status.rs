@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::EscapedPath;
 use crate::frontier::Frontier;
-use crate::marker::{self, Checkpoint, Found, escape_str};
+use crate::marker::{self, Checkpoint, Found};
 use crate::report;
 use crate::sys;
 
@@ -98,13 +98,8 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
     } else {
         format!("{} ago", marker::human_age(now.saturating_sub(when)))
     };
-    let mut s = format!(
-        "{shown}: {} for {} (digest {}), run {}, {age}",
-        found.state().name(),
-        escape_str(&m.spec),
-        m.digest,
-        m.run,
-    );
+    let mut s =
+        format!("{shown}: {} for {} (digest {}), run {}, {age}", found.state().name(), m.spec, m.digest, m.run,);
     if let Some(n) = m.entries {
         s += &format!(", {n} entries");
     }
