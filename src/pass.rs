@@ -263,11 +263,11 @@ impl<'a> Fixer<'a> {
         if self.mode == Mode::Check {
             self.counters.changed_mode.add(r.restored);
         }
-        for (full, op, e) in &r.failed {
-            self.error_at(full, *op, *e);
+        for f in &r.failed {
+            self.error_at(&f.path, f.op, f.errno);
         }
-        for (full, text) in &r.refused {
-            self.error_note(full, Op::Restore, text.clone());
+        for refused in &r.refused {
+            self.error_note(&refused.path, Op::Restore, refused.text.clone());
         }
     }
 

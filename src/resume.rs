@@ -53,6 +53,7 @@ use crate::error::errno_text;
 use crate::escape::{Escaped, escape_bytes};
 use crate::frontier::{Frontier, Record, Seal};
 use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint, Pending};
+use crate::options::ShardFilter;
 use crate::runid::RunId;
 use crate::spec::Digest;
 use crate::special::SpecialRecord;
@@ -114,9 +115,9 @@ pub struct Place<'a> {
 
 impl<'a> Place<'a> {
     /// The unsharded pass's checkpoint, or shard I of N's (a share of the bound each).
-    pub fn new(root: BorrowedFd<'a>, shard: Option<(u32, u32)>) -> Self {
-        let max_bytes = shard.map_or(CHECKPOINT_MAX_BYTES, |(_, n)| (CHECKPOINT_MAX_BYTES / n as usize).max(600));
-        let index = shard.map(|s| s.0);
+    pub fn new(root: BorrowedFd<'a>, shard: Option<ShardFilter>) -> Self {
+        let max_bytes = shard.map_or(CHECKPOINT_MAX_BYTES, |f| (CHECKPOINT_MAX_BYTES / f.count as usize).max(600));
+        let index = shard.map(|f| f.index);
         Place { root, xattr: marker::checkpoint_xattr(index), pending_xattr: marker::pending_xattr(index), max_bytes }
     }
 

@@ -93,7 +93,7 @@ pub fn run(
         Some(round) if opts.mode == Mode::Apply => run.plan(round),
         _ => ResumePlan::None,
     };
-    let mut fixer = pass.fixer(&plan, Some(Place::new(root, Some((filter.index, filter.count)))));
+    let mut fixer = pass.fixer(&plan, Some(Place::new(root, Some(filter))));
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
@@ -119,7 +119,7 @@ impl Run<'_, '_> {
 
     /// Where this shard keeps its checkpoint on the root.
     fn place(&self) -> Place<'_> {
-        Place::new(self.root, Some((self.f.index, self.f.count)))
+        Place::new(self.root, Some(self.f))
     }
 
     /// Waits for this shard's turn: registers under the root lock, or learns it skips, or that
@@ -462,7 +462,7 @@ impl Run<'_, '_> {
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
                 // No shard's checkpoint is needed any more.
                 for i in marker::shard_indices(f.count) {
-                    let _ = Place::new(root, Some((i, f.count))).remove();
+                    let _ = Place::new(root, Some(ShardFilter { index: i, ..f })).remove();
                 }
                 info!(path = %self.pass.shown, "every shard is done: root fixed, volume marked done");
             }
