@@ -7,6 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::escape::escape_bytes;
+use crate::sys::Kind;
 
 /// Group read/write bits the kubelet adds to every non-symlink (`rwMask`).
 pub const RW_MASK: u32 = 0o660;
@@ -104,12 +105,13 @@ impl Spec {
         }
     }
 
-    /// The permission bits a non-symlink entry must have (ORed into its mode),
-    /// or `None` when the spec does not touch modes (`--owner` alone).
-    pub fn mode_mask(&self, is_dir: bool) -> Option<u32> {
+    /// The permission bits an entry of `kind` must have (ORed into its mode; a directory's
+    /// add search and setgid), or `None` when the spec does not touch modes (`--owner` alone).
+    /// Symlinks have no mode of their own: callers never ask for theirs.
+    pub fn mode_mask(&self, kind: Kind) -> Option<u32> {
         self.fs_group?;
         let base = if self.read_only { RO_MASK } else { RW_MASK };
-        Some(if is_dir { base | EXEC_MASK | libc::S_ISGID } else { base })
+        Some(if kind == Kind::Dir { base | EXEC_MASK | libc::S_ISGID } else { base })
     }
 
     /// True when the spec asks for nothing.
@@ -133,8 +135,8 @@ impl Spec {
             "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}{modes}",
             opt(self.gid()),
             opt(self.uid()),
-            self.mode_mask(false).map_or_else(|| "-".into(), |m| format!("{m:o}")),
-            self.mode_mask(true).map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(Kind::File).map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(Kind::Dir).map_or_else(|| "-".into(), |m| format!("{m:o}")),
         )
     }
 
@@ -306,13 +308,13 @@ mod tests {
 
     #[test]
     fn masks_follow_the_kubelet() {
-        assert_eq!(Spec::group(1).mode_mask(false), Some(0o660));
-        assert_eq!(Spec::group(1).mode_mask(true), Some(0o2770));
+        assert_eq!(Spec::group(1).mode_mask(Kind::File), Some(0o660));
+        assert_eq!(Spec::group(1).mode_mask(Kind::Dir), Some(0o2770));
         let ro = Spec { read_only: true, ..Spec::group(1) };
-        assert_eq!(ro.mode_mask(false), Some(0o440));
-        assert_eq!(ro.mode_mask(true), Some(0o2550));
+        assert_eq!(ro.mode_mask(Kind::File), Some(0o440));
+        assert_eq!(ro.mode_mask(Kind::Dir), Some(0o2550));
         let owner = Spec::owner(5, Some(6));
-        assert_eq!(owner.mode_mask(true), None);
+        assert_eq!(owner.mode_mask(Kind::Dir), None);
         assert_eq!(owner.gid(), Some(6));
     }
 
