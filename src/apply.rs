@@ -54,9 +54,9 @@ fn refuse_before_starting(o: &Options) -> Result<(), Error> {
 pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
     // `--threads 0`: by the kind of filesystem, more when any volume is on network storage.
-    let remote = o.run.threads == 0 && o.targets.iter().any(|(p, _)| sys::is_remote_fs(p));
+    let storage = || o.targets.iter().map(|(p, _)| sys::storage(p)).max().unwrap_or(sys::Storage::Local);
     let opts = &fit_threads(
-        RunOptions { threads: options::resolve_threads(o.run.threads, remote), ..o.run.clone() },
+        RunOptions { threads: options::resolve_threads(o.run.threads, storage), ..o.run.clone() },
         o.run.threads != 0,
     );
     refuse_overlaps(&o.targets, opts.cross_devices)?;

@@ -64,7 +64,7 @@ pub struct Options {
 pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let started = Instant::now();
     let path = args.path.as_path();
-    let threads = resolve_threads(args.threads, args.threads == 0 && sys::is_remote_fs(path));
+    let threads = resolve_threads(args.threads, || sys::storage(path));
     let workers = Pool::new(threads);
     let pool = workers.start()?;
     let root_fd = crate::lifecycle::open_root(path)?;

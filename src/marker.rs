@@ -291,31 +291,36 @@ const UNFINISHED: &str = "interrupted, or some entries failed";
 /// conforming root; anything else walks. Only an `in-progress` marker of the same spec resumes.
 pub fn decide(i: &Inputs<'_>) -> Decision {
     if i.force {
-        return walk("--force".into(), false);
+        return walk("--force".into());
     }
     match i.found {
         Found::Unsupported if i.verify == Verify::Marker && i.root_conforms => {
             Decision::Skip("no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)".into())
         }
-        Found::Unsupported => walk("no xattr support here and the root does not conform".into(), false),
-        Found::Absent => walk("no marker".into(), false),
-        Found::Unreadable(e) => walk(e.clone(), false),
+        Found::Unsupported => walk("no xattr support here and the root does not conform".into()),
+        Found::Absent => walk("no marker".into()),
+        Found::Unreadable(e) => walk(e.clone()),
         Found::Marker(m) if m.digest != *i.digest => {
-            walk(format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec), false)
+            walk(format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec))
         }
         Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
-        Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into(), false),
+        Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into()),
         Found::Marker(m) if m.mounts.is_some() && m.mounts != i.mounts_now => walk(
             "the mount points below the root are not those of the pass that marked it done (what an unmounted one hid was never walked)".into(),
-            false,
         ),
-        Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into(), false),
+        Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into()),
         Found::Marker(m) => by_age(i, m),
     }
 }
 
-fn walk(reason: String, resume: bool) -> Decision {
-    Decision::Walk { reason, resume }
+/// Walk the whole tree, for `reason`.
+fn walk(reason: String) -> Decision {
+    Decision::Walk { reason, resume: false }
+}
+
+/// Walk, continuing the interrupted run of this spec, for `reason`.
+fn resume(reason: String) -> Decision {
+    Decision::Walk { reason, resume: true }
 }
 
 /// An `in-progress` marker of this spec: resume, unless the pass finished unprivileged (walk
@@ -324,20 +329,16 @@ fn unfinished(i: &Inputs<'_>, m: &Marker) -> Decision {
     let run = &m.run;
     if i.verify == Verify::Full {
         // Nothing is skipped on the checkpoint's word; its special-bit records are still honoured.
-        return walk(
-            format!("previous pass (run {run}) did not finish ({UNFINISHED}); --verify full: walking everything"),
-            true,
-        );
+        return resume(format!(
+            "previous pass (run {run}) did not finish ({UNFINISHED}); --verify full: walking everything"
+        ));
     }
     match m.left {
-        Some(n) => walk(
-            format!(
-                "previous pass (run {run}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
-                if n == 1 { "entry" } else { "entries" }
-            ),
-            false,
-        ),
-        None => walk(format!("previous pass (run {run}) did not finish ({UNFINISHED}): resuming"), true),
+        Some(n) => walk(format!(
+            "previous pass (run {run}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
+            if n == 1 { "entry" } else { "entries" }
+        )),
+        None => resume(format!("previous pass (run {run}) did not finish ({UNFINISHED}): resuming")),
     }
 }
 
@@ -350,10 +351,10 @@ fn by_age(i: &Inputs<'_>, m: &Marker) -> Decision {
         // A time in the future (forged, or a skewed clock) would never grow old: it is stale.
         if when > i.now {
             let ahead = human_age(when - i.now);
-            return walk(format!("marker's finish time is {ahead} in the future: taken as stale"), false);
+            return walk(format!("marker's finish time is {ahead} in the future: taken as stale"));
         }
         if age > max.as_secs() {
-            return walk(format!("marker is {} old, more than --reverify-after", human_age(age)), false);
+            return walk(format!("marker is {} old, more than --reverify-after", human_age(age)));
         }
     }
     Decision::Skip(format!("marker says done for this spec ({} ago) and the root conforms", human_age(age)))

@@ -47,6 +47,14 @@ enum Step {
     Finish,
 }
 
+/// Whether this run walks its shard's part, or only finishes a volume whose shards are all done
+/// (a finishing run was killed): the other parts are checked, and a walked one needs no check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnPart {
+    Walked,
+    NotWalked,
+}
+
 /// What a shard leaves after recording its outcome.
 enum Outcome {
     /// The marker's state word: this run does not complete the volume.
@@ -88,7 +96,7 @@ pub fn run(
         Step::Wait(_) => unreachable!("handled by turn"),
     };
     info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {}", pass.shown);
-    let walk_needed = round.is_some();
+    let part = if round.is_some() { OwnPart::Walked } else { OwnPart::NotWalked };
     let plan = match round {
         Some(round) if opts.mode == Mode::Apply => run.plan(round),
         _ => ResumePlan::None,
@@ -97,11 +105,11 @@ pub fn run(
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
-    let claimed = walk_needed.then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
-    if walk_needed {
+    let claimed = (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
+    if part == OwnPart::Walked {
         run.walk(&mut fixer, pool.start()?, root_meta)?;
     }
-    let after = run.settle(&mut fixer, claimed.as_deref(), root_meta, pool, walk_needed)?;
+    let after = run.settle(&mut fixer, claimed.as_deref(), root_meta, pool, part)?;
     drop(run);
     pass.reason = reason;
     Ok(pass.report(fixer, Action::Walked, before, Some(after)))
@@ -316,14 +324,14 @@ impl Run<'_, '_> {
         claimed: Option<&str>,
         root_meta: sys::Meta,
         pool: &Pool,
-        walked: bool,
+        part: OwnPart,
     ) -> Result<MarkerState, Error> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer);
         let after = match self.locked(|root| self.finish(root, fixer, claimed))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
-                self.recheck(fixer, &shards, root_meta, pool.start()?, walked)?;
+                self.recheck(fixer, &shards, root_meta, pool.start()?, part)?;
                 self.locked(|root| self.seal(root, fixer))?
             }
         };
@@ -344,7 +352,7 @@ impl Run<'_, '_> {
         shards: &Shards,
         root_meta: sys::Meta,
         threads: &rayon_core::ThreadPool,
-        walked: bool,
+        part: OwnPart,
     ) -> Result<(), Error> {
         let (pass, name) = (self.pass, self.name());
         let check = recheck::Recheck {
@@ -356,7 +364,7 @@ impl Run<'_, '_> {
             threads,
             fixer,
         };
-        let sum = check.run(shards, walked.then_some(self.f.index))?;
+        let sum = check.run(shards, (part == OwnPart::Walked).then_some(self.f.index))?;
         if let Some(sig) = sum.stopped {
             // The check did not cover every part: the volume is not sealed.
             warn!(path = %pass.shown, "shard {name}: {sig}: stopped checking what the other shards claim; the volume is completed at the next start");
@@ -451,7 +459,7 @@ impl Run<'_, '_> {
         let private = crate::pass::root_place(root, self.pass.spec);
         match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid) {
             Ok(fixed) => {
-                fixer.count(fixed.change.owner(), fixed.mode_changed());
+                fixer.count(&fixed);
                 m.state = State::Done;
                 m.finished = Some(marker::now());
                 // Sealed: the claims were checked and are needed no more (room for the rest).
