@@ -21,7 +21,7 @@ pub use fs::{
     open_subdir, pin_at, pin_beneath, readlink_at, remove_xattr, set_xattr, symlink_at, try_lock,
 };
 pub use fstype::{FsInfo, Storage, fs_info, fs_type, storage};
-pub use path::{open_dir_no_symlinks, stat_path};
+pub use path::{Blocked, open_dir_no_symlinks, stat_path};
 pub use proc::{
     LockHolder, euid, fd_limit, groups, lock_holders, mount_fs_type, mounts_below, overflow_uid, raise_fd_limit,
     random_u64,
