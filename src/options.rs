@@ -36,6 +36,25 @@ pub enum ProgressStyle {
     Bar,
 }
 
+/// `--log-format`: human text (the default), or one JSON object per line. `inject` passes the
+/// same words to the init containers it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    /// The flag's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
 /// Who reads stderr: a person at a terminal with text logs, or a log collector (JSON logs, a
 /// container's log, a file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
