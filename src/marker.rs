@@ -735,6 +735,18 @@ mod tests {
         assert_eq!(e.unwrap_err(), "marker format 2 is not 1");
     }
 
+    /// A checkpoint or special-bit record of a run id volprep never writes is none at all (it
+    /// could never belong to the run a valid marker names).
+    #[test]
+    fn a_forged_run_id_makes_checkpoints_and_records_unreadable() {
+        let c = br#"{"run":"r1\nX","digest":"d1","v":3,"dirs":[],"pending":[]}"#;
+        assert!(serde_json::from_slice::<Checkpoint>(c).is_err());
+        let p = br#"{"run":"r1\u2028","digest":"d1","pending":[["a",1,2048]]}"#;
+        assert!(serde_json::from_slice::<Pending>(p).is_err());
+        let ok = br#"{"run":"r1","digest":"d1","pending":[["a",1,2048]]}"#;
+        assert_eq!(serde_json::from_slice::<Pending>(ok).unwrap().run, run("r1"));
+    }
+
     #[test]
     fn heartbeats_keep_their_wire_format() {
         let old = br#"{"n":2,"depth":1,"parts":"00","entries":0,"running":[[1,"5f-7@h",1700000000]]}"#;
