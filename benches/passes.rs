@@ -12,9 +12,14 @@
 //!
 //! Methods (`--methods` ids): `floor` (`find ROOT -printf '%U\n'`), `check` (volprep check, a
 //! second floor), `kubelet` (`passes/kubelet.rs`), `kubelet-2nd` (the same on a tree it already
-//! fixed), `onrootmismatch` (the kubelet's root-only check, on a prepared tree), `chown`
-//! (`chown -R 1001:2000`), `chgrp` (`chgrp -R 2000 && chmod -R g+rwX`), and volprep `full` (every
-//! entry needs a change), `rescan` (tree already right, `--verify full` when the binary has it),
+//! fixed), `onrootmismatch` (`fsGroupChangePolicy: OnRootMismatch` at a restart: the kubelet's
+//! root-only check, on a prepared tree), `onrootmismatch-1st` (the same policy's first walk: the
+//! check, then the kubelet's pass), `chown` (`chown -R 1001:2000`), `chgrp` (`chgrp -R 2000 &&
+//! chmod -R g+rwX`), `rchm` (crates.io `rcp-tools-rchm`, pinned, built with `cargo install
+//! --locked` into `target/peers/` on first use, about 4 minutes; a `--smoke` run uses it only
+//! when already built; its failures, such as EMFILE, are shown in its row, not fatal), and
+//! volprep `full` (every entry needs a change; an explicit thread count runs with `--load full`,
+//! `default` with volprep's own load policy, adaptive on FUSE and CephFS), `rescan` (tree already right, `--verify full` when the binary has it),
 //! `skip` (valid marker), `resume` and `resume80` (SIGKILL once a progress line counts 50 % or
 //! 80 % of the entries, or with `--resume-by-time` at that share of the measured `full` time,
 //! then a rerun; reports the entries the rerun read) and `progress` (`full` with `--progress-interval 1s`; the
@@ -93,8 +98,8 @@ fn main() -> ExitCode {
         }
         Ok(Command::Kubelet { root, gid }) => kubelet::main_kubelet(&root, gid),
         Ok(Command::OnRootMismatch { root, gid }) => kubelet::main_onrootmismatch(&root, gid),
-        Ok(Command::Fuse { src, mnt, latency_us, ttl_s, stats }) => {
-            slowfs::main_fuse(&src, &mnt, latency_us, ttl_s, &stats)
+        Ok(Command::Fuse { src, mnt, latency_us, ttl_s, slots, stats }) => {
+            slowfs::main_fuse(&src, &mnt, latency_us, ttl_s, slots, &stats)
         }
         Ok(Command::Spawner) => child::serve(),
         Ok(Command::Bench(a)) => bench(&a),
@@ -108,6 +113,41 @@ fn volprep_bin(target_dir: &Path) -> PathBuf {
         return p.into();
     }
     option_env!("CARGO_BIN_EXE_volprep").map_or_else(|| target_dir.join("release/volprep"), PathBuf::from)
+}
+
+/// rchm, pinned to [`methods::RCHM_VERSION`]: `target/peers/rchm-VERSION/bin/rchm`, built there
+/// with `cargo install --locked` (from crates.io) when missing, except in a smoke run.
+fn rchm_bin(target_dir: &Path, smoke: bool) -> Result<PathBuf, String> {
+    let version = methods::RCHM_VERSION;
+    let root = target_dir.join("peers").join(format!("rchm-{version}"));
+    let bin = root.join("bin/rchm");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    if smoke {
+        return Err(format!("not built ({} missing; a run without --smoke builds it, about 4 minutes)", bin.display()));
+    }
+    eprintln!(
+        "passes: building rchm {version} from crates.io into {} (cargo install --locked; about 4 minutes)",
+        root.display()
+    );
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let log = root.with_extension("log");
+    let _ = fs::create_dir_all(&root);
+    let out = fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let status = std::process::Command::new(cargo)
+        .args(["install", "--locked", "--root"])
+        .arg(&root)
+        .arg(format!("rcp-tools-rchm@{version}"))
+        .stdout(out.try_clone().map_err(|e| e.to_string())?)
+        .stderr(out)
+        .status()
+        .map_err(|e| format!("cargo install: {e}"))?;
+    if status.success() && bin.is_file() {
+        Ok(bin)
+    } else {
+        Err(format!("cargo install rcp-tools-rchm@{version} failed ({status}); see {}", log.display()))
+    }
 }
 
 fn in_ci() -> bool {
@@ -169,7 +209,7 @@ impl Drop for WorkDir {
 #[derive(Debug, Clone)]
 enum Storage {
     Local,
-    Slow { latency_us: u64, ttl_s: u64 },
+    Slow { latency_us: u64, ttl_s: u64, slots: u64 },
     Ceph,
 }
 
@@ -185,6 +225,8 @@ struct Bench<'a> {
     exe: PathBuf,
     volprep: PathBuf,
     features: Features,
+    /// The rchm binary, when built (see [`rchm_bin`]).
+    rchm: Option<PathBuf>,
     runs: Vec<Run>,
     failures: Vec<String>,
     na: BTreeMap<&'static str, String>,
@@ -229,6 +271,7 @@ fn bench(a: &Args) -> i32 {
         a,
         exe,
         features: Features::detect(&volprep),
+        rchm: None,
         volprep,
         runs: Vec::new(),
         failures: Vec::new(),
@@ -236,6 +279,15 @@ fn bench(a: &Args) -> i32 {
         entries: BTreeMap::new(),
         seq: 0,
     };
+    if a.wants("rchm") {
+        match rchm_bin(&target_dir, a.smoke) {
+            Ok(p) => b.rchm = Some(p),
+            Err(why) => {
+                eprintln!("passes: rchm: {why}");
+                b.na.insert("rchm", why);
+            }
+        }
+    }
     match b.main() {
         Ok(()) if b.failures.is_empty() => 0,
         Ok(()) => {
@@ -250,6 +302,49 @@ fn bench(a: &Args) -> i32 {
             1
         }
     }
+}
+
+/// What a peer that failed said: its first error line (rchm logs errors on stdout, in colour)
+/// and how many such lines there were.
+fn peer_error(dir: &Path) -> String {
+    let mut text = fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+    text += &fs::read_to_string(dir.join("stdout")).unwrap_or_default();
+    // Without ANSI escapes (ESC [ ... letter).
+    let mut plain = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let errors: Vec<&str> = plain.lines().filter(|l| l.contains("ERROR") || l.contains("error")).collect();
+    let first = errors.first().copied().or_else(|| plain.lines().rev().find(|l| !l.trim().is_empty())).unwrap_or("");
+    let first: String = first.trim().chars().take(200).collect();
+    format!("{} error line(s), the first: {first}", errors.len())
+}
+
+/// What a volprep report's `load` says when its gate worked: the policy, the limit on
+/// operations in flight (at the end, lowest–highest) and volprep's own mean latency.
+fn load_note(load: Option<&Value>) -> String {
+    let Some(l) = load.filter(|l| l.get("ops").is_some()) else { return String::new() };
+    let mut s = l.get("policy").and_then(Value::as_str).unwrap_or("?").to_string();
+    if let Some(lim) = l.get("in_flight_limit").filter(|v| v.is_object()) {
+        let n = |k: &str| lim.get(k).and_then(Value::as_u64).unwrap_or(0);
+        s += &format!(" {} in flight ({}–{})", n("final"), n("min"), n("max"));
+    }
+    if let Some(us) = l.get("mean_latency_us").and_then(Value::as_u64) {
+        s += &format!(", volprep saw {:.2} ms", us as f64 / 1000.0);
+    }
+    if let Some(us) = l.get("unloaded_latency_us").and_then(Value::as_u64) {
+        s += &format!(" ({:.2} unloaded)", us as f64 / 1000.0);
+    }
+    s
 }
 
 /// The 1-minute load average (`/proc/loadavg`); NaN when unreadable.
@@ -282,7 +377,8 @@ impl Bench<'_> {
     fn storage_name(&self, s: &Storage) -> String {
         match s {
             Storage::Local => self.a.fs.name().to_string(),
-            Storage::Slow { latency_us, .. } => format!("slow {latency_us}us"),
+            Storage::Slow { latency_us, slots: 0, .. } => format!("slow {latency_us}us"),
+            Storage::Slow { latency_us, slots, .. } => format!("slow {latency_us}us {slots} slots"),
             Storage::Ceph => "cephfs".to_string(),
         }
     }
@@ -333,7 +429,8 @@ impl Bench<'_> {
         if a.on(StorageKind::Slow) && a.slow_entries > 0 {
             match self.slow_tree() {
                 Ok(tree) => {
-                    let storage = Storage::Slow { latency_us: a.latency_us, ttl_s: a.fuse_ttl_s };
+                    let storage =
+                        Storage::Slow { latency_us: a.latency_us, ttl_s: a.fuse_ttl_s, slots: a.server_slots };
                     let name = self.storage_name(&storage);
                     self.entries.insert(name.clone(), tree.counts.entries);
                     let plan = methods::plan(a, self.features, true);
@@ -462,7 +559,7 @@ impl Bench<'_> {
         let tree = Tree::generate(&self.vol.mnt.join("slow-vol"), a.shape, a.slow_entries, a.seed, false)?;
         tree.verify(State::Golden, Xattrs::None).map_err(io::Error::other)?;
         // Prove the mount works before timing anything on it.
-        self.mount_slow(&tree, a.latency_us, a.fuse_ttl_s)?;
+        self.mount_slow(&tree, (a.latency_us, a.fuse_ttl_s, a.server_slots))?;
         let n = fs::read_dir(&self.slow.as_ref().expect("mounted").mnt)?.count();
         self.slow = None;
         eprintln!(
@@ -472,12 +569,12 @@ impl Bench<'_> {
         Ok(tree)
     }
 
-    fn mount_slow(&mut self, tree: &Tree, latency_us: u64, ttl_s: u64) -> io::Result<()> {
+    fn mount_slow(&mut self, tree: &Tree, model: (u64, u64, u64)) -> io::Result<()> {
         self.slow = None;
         let mnt = self.work.0.join("slow");
         let stats = self.stats_file();
         let _ = fs::remove_file(&stats);
-        self.slow = Some(SlowMount::start(&self.exe, &tree.root, &mnt, latency_us, ttl_s, &stats)?);
+        self.slow = Some(SlowMount::start(&self.exe, &tree.root, &mnt, model, &stats)?);
         Ok(())
     }
 
@@ -490,8 +587,8 @@ impl Bench<'_> {
     fn attach(&mut self, storage: &Storage, tree: &Tree) -> io::Result<PathBuf> {
         match storage {
             Storage::Local | Storage::Ceph => Ok(tree.root.clone()),
-            Storage::Slow { latency_us, ttl_s } => {
-                self.mount_slow(tree, *latency_us, *ttl_s)?;
+            Storage::Slow { latency_us, ttl_s, slots } => {
+                self.mount_slow(tree, (*latency_us, *ttl_s, *slots))?;
                 Ok(self.slow.as_ref().expect("mounted").mnt.clone())
             }
         }
@@ -558,7 +655,8 @@ impl Bench<'_> {
 
     /// Runs `m`'s command once, untimed setup or timed, with stdout/stderr in `dir`.
     fn exec(&mut self, m: &Method, root: &Path, dir: &Path, kill: Option<child::Kill>) -> io::Result<child::Measured> {
-        let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
+        let runner =
+            Runner { exe: &self.exe, volprep: &self.volprep, features: self.features, rchm: self.rchm.as_deref() };
         let (cmd, _) = runner.command(m, root, &dir.join("report.json"));
         let stdout = (m.kind != Kind::Floor).then(|| dir.join("stdout"));
         let r = self.spawner.run(&cmd, stdout.as_deref(), Some(&dir.join("stderr")), kill);
@@ -597,6 +695,9 @@ impl Bench<'_> {
             return Ok(());
         }
         if m.kind == Kind::Skip && self.na.contains_key("skip") {
+            return Ok(());
+        }
+        if m.kind == Kind::Rchm && self.rchm.is_none() {
             return Ok(());
         }
         let setup = Instant::now();
@@ -672,31 +773,37 @@ impl Bench<'_> {
         let load1 = load1();
         let r = self.exec(&timed, &root, &dir, None)?;
         let sync_s = self.sync(storage)?;
-        let (request_mix, requests) = match storage {
-            Storage::Local => (None, None),
+        let (request_mix, requests, latency_us) = match storage {
+            Storage::Local => (None, None, None),
             Storage::Slow { .. } => {
                 self.slow = None;
                 let mix =
                     fs::read_to_string(self.stats_file()).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok());
                 let delayed = mix.as_ref().and_then(|v| v.get("delayed").and_then(Value::as_u64));
-                (mix, delayed)
+                let latency = mix.as_ref().and_then(|v| v.get("mean_latency_us").and_then(Value::as_f64));
+                (mix, delayed, latency)
             }
             Storage::Ceph => {
                 // After the sync, so whatever the method left to flush is counted too.
                 let after = self.mds_counters(storage)?.unwrap_or_default();
                 let before = before.unwrap_or_default();
-                let delta: BTreeMap<&String, u64> = after
+                let mut delta: BTreeMap<&String, u64> = after
                     .iter()
                     .map(|(k, v)| (k, v.saturating_sub(before.get(k).copied().unwrap_or(0))))
                     .filter(|(_, v)| *v > 0)
                     .collect();
                 let requests = delta.get(&"request".to_string()).copied().unwrap_or(0);
-                (Some(json!(delta)), Some(requests))
+                let sum = delta.remove(&ceph::REPLY_LATENCY_US.to_string());
+                let count = delta.remove(&ceph::REPLIES.to_string());
+                let latency = sum.zip(count).filter(|(_, n)| *n > 0).map(|(s, n)| s as f64 / n as f64);
+                (Some(json!(delta)), Some(requests), latency)
             }
         };
 
         let ran = matches!(r.exit, child::Exit::Code(c) if m.ok_codes.contains(&c));
         let mut ok = ran;
+        // A peer's failure is a measurement (rchm's EMFILE on a deep tree), not the bench's.
+        let peer_failed = !ran && m.kind == Kind::Rchm;
         let (mut action, mut entries_read) = (None, None);
         let text = fs::read_to_string(dir.join("report.json"))
             .or_else(|_| fs::read_to_string(dir.join("stdout")))
@@ -705,11 +812,17 @@ impl Bench<'_> {
             let vol = v.pointer("/volumes/0").unwrap_or(&v);
             action = vol.get("action").and_then(Value::as_str).map(str::to_string);
             entries_read = vol.get("entries").and_then(Value::as_u64);
+            let load = load_note(vol.get("load"));
+            if !load.is_empty() {
+                note = format!("{note}; {load}");
+            }
             if let Some(e) = vol.get("errors").and_then(Value::as_u64).filter(|&e| e > 0) {
-                note = format!("{e} error(s) reported");
+                note = format!("{note}; {e} error(s) reported");
             }
         }
-        if !ran {
+        if peer_failed {
+            note = format!("{note}; {}: {}", r.exit.describe(), peer_error(&dir));
+        } else if !ran {
             let err = fs::read_to_string(dir.join("stderr")).unwrap_or_default();
             let tail: Vec<&str> = err.lines().rev().take(3).collect();
             self.failures.push(format!(
@@ -728,6 +841,12 @@ impl Bench<'_> {
         {
             let pct = 100.0 * n as f64 / tree.counts.entries as f64;
             note = format!("{note}; read {n} entries ({pct:.0} %)");
+        }
+        if m.kind == Kind::Rchm
+            && ran
+            && let Err(e) = tree.verify(State::Prepared, Xattrs::Ignored)
+        {
+            note = format!("{note}; result ≠ the kubelet's: {e}");
         }
         if let Some(state) = m.expect
             && ran
@@ -763,6 +882,7 @@ impl Bench<'_> {
             action,
             requests,
             request_mix,
+            latency_us,
             ok,
             note: note.trim_start_matches("; ").to_string(),
             load1,
@@ -792,7 +912,8 @@ impl Bench<'_> {
             tree.verify(m.start, Xattrs::None).map_err(io::Error::other)?;
             self.vol.sync()?;
             let dir = self.run_dir(&format!("strace-{}", m.id))?;
-            let runner = Runner { exe: &self.exe, volprep: &self.volprep, features: self.features };
+            let runner =
+                Runner { exe: &self.exe, volprep: &self.volprep, features: self.features, rchm: self.rchm.as_deref() };
             let (cmd, _) = runner.command(&m, &tree.root, &dir.join("report.json"));
             let counts = syscalls::count(&cmd, &dir.join("strace.txt"))?;
             let (line, j) = syscalls::summarize(&name, &counts, tree.counts.entries);

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ExitCode};
 use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter, Tolerance};
-use crate::report::{self, Report, VolumeReport};
+use crate::report::{self, Load, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::state::Stop;
+use crate::throttle::{self, Policy};
 use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
@@ -53,12 +54,15 @@ fn refuse_before_starting(o: &Options) -> Result<(), Error> {
 
 pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
-    // `--threads 0`: by the kind of filesystem, more when any volume is on network storage.
-    let storage = || o.targets.iter().map(|(p, _)| sys::storage(p)).max().unwrap_or(sys::Storage::Local);
+    // `--threads 0` and `--load auto`: by the kind of filesystem, more threads and an adaptive
+    // load when any volume is on network or FUSE storage.
+    let storage = o.targets.iter().map(|(p, _)| sys::storage(p)).max().unwrap_or(sys::Storage::Local);
+    let load = Policy { concurrency: o.run.load.concurrency.resolve(storage == sys::Storage::Remote), ..o.run.load };
     let opts = &fit_threads(
-        RunOptions { threads: options::resolve_threads(o.run.threads, storage), ..o.run.clone() },
+        RunOptions { threads: options::resolve_threads(o.run.threads, || storage), load, ..o.run.clone() },
         o.run.threads != 0,
     );
+    throttle::GATE.start(opts.load, opts.threads);
     refuse_overlaps(&o.targets, opts.cross_devices)?;
     check_groups(o, &sys::groups())?;
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
@@ -79,6 +83,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     let mut volumes: Vec<VolumeReport> = o.sticky.iter().map(|p| sticky_report(p, opts.mode)).collect();
     let walked = run_volumes(o, opts, &pool);
     volumes.extend(walked);
+    for v in &mut volumes {
+        // Failed volumes and temp dirs say the run's policy too; walks added their figures.
+        v.load = Load { figures: v.load.figures, ..Load::of(&opts.load) };
+    }
     finish(o, volumes)
 }
 
@@ -244,7 +252,7 @@ fn log_summary(v: &VolumeReport, tolerates: Tolerance) {
         };
     }
     let code = v.exit_code(tolerates);
-    if code == ExitCode::Failure {
+    if matches!(code, ExitCode::Failure | ExitCode::OwnershipIgnored) {
         summary!(tracing::Level::ERROR)
     } else if v.counts.errors > 0 || v.counts.foreign_owned > 0 {
         summary!(tracing::Level::WARN)

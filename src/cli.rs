@@ -14,6 +14,7 @@ use crate::options::{
     parse_duration,
 };
 use crate::spec::{self, Modes, Spec};
+use crate::throttle::{Concurrency, Policy};
 use crate::{apply, demo, inject, inspect, merge, status};
 
 /// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
@@ -139,6 +140,18 @@ pub struct PassArgs {
     #[arg(long, short = 'j', value_name = "N", default_value_t = 0, env = "VOLPREP_THREADS",
           value_parser = threads_parser())]
     pub threads: usize,
+
+    /// Metadata operations kept in flight: 'adaptive' as many as the storage answers without
+    /// making them wait in its queue (each about as fast as unloaded), 'full' one per thread;
+    /// 'auto': adaptive on network and FUSE filesystems, full on local ones.
+    #[arg(long, value_enum, default_value_t = LoadArg::Auto, env = "VOLPREP_LOAD")]
+    pub load: LoadArg,
+
+    /// At most RATE metadata operations per second (stats, opens, directory reads, chowns,
+    /// chmods), whatever --load says: a hard ceiling for shared storage.
+    #[arg(long, value_name = "RATE", env = "VOLPREP_MAX_OPS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_ops: Option<u32>,
 
     /// Prepare a system directory too (/, /etc, /usr, /var, anything below /proc, /sys or /dev,
     /// ...), which is refused otherwise.
@@ -298,6 +311,14 @@ pub enum ReportCommand {
     },
 }
 
+/// `--load`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadArg {
+    Auto,
+    Adaptive,
+    Full,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum VerifyArg {
     Marker,
@@ -452,6 +473,14 @@ impl PassArgs {
             progress: ProgressStyle::pick(self.progress_interval, stderr),
             checkpoint_interval: self.checkpoint_interval,
             privilege,
+            load: Policy {
+                concurrency: match self.load {
+                    LoadArg::Auto => Concurrency::Auto,
+                    LoadArg::Adaptive => Concurrency::Adaptive,
+                    LoadArg::Full => Concurrency::Full,
+                },
+                max_ops: self.max_ops,
+            },
         }
     }
 

@@ -26,6 +26,10 @@ pub enum ExitCode {
     /// `inject --strict`: a workload was left unchanged because the rewrite would change what
     /// the app may read or do; nothing was written.
     Refused = 5,
+    /// The storage ignores ownership changes (they report success and change nothing) or
+    /// refuses them to a root that may make them (NFS root_squash): the pass stopped; the
+    /// group must come from the mount options or the CSI driver.
+    OwnershipIgnored = 6,
     /// Stopped by SIGINT (128 + 2): the walk stopped, the checkpoint and report were written.
     Interrupted = 130,
     /// Stopped by SIGTERM (128 + 15, what a shell reports for a process SIGTERM ended): the walk
@@ -34,14 +38,15 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
-    /// Least severe first: success, "would change", partial, refused, failure, usage, SIGINT,
-    /// SIGTERM. A signal wins over everything (the run was stopped), a usage error over a failure.
-    const SEVERITY: [ExitCode; 8] = [
+    /// Least severe first: success, "would change", partial, refused, failure, storage that
+    /// ignores ownership, usage, SIGINT, SIGTERM. A signal wins over everything (the run was stopped), a usage error over a failure.
+    const SEVERITY: [ExitCode; 9] = [
         ExitCode::Success,
         ExitCode::WouldChange,
         ExitCode::Partial,
         ExitCode::Refused,
         ExitCode::Failure,
+        ExitCode::OwnershipIgnored,
         ExitCode::Usage,
         ExitCode::Interrupted,
         ExitCode::Terminated,
@@ -72,6 +77,8 @@ impl PartialOrd for ExitCode {
 /// What one volume's exit code depends on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VolumeOutcome {
+    /// Its storage ignores (or refuses) ownership changes.
+    pub ownership_ignored: bool,
     /// It could not be prepared at all.
     pub fatal: bool,
     /// Per-entry errors, and how many are tolerated (`--max-errors`).
@@ -89,7 +96,9 @@ impl ExitCode {
     /// per-entry errors than tolerated, partial when entries of other users were left (or would
     /// be) for a privileged run, "would change" when `check` found work, else success.
     pub fn for_volume(o: VolumeOutcome) -> ExitCode {
-        if o.fatal || o.errors > o.max_errors {
+        if o.ownership_ignored {
+            ExitCode::OwnershipIgnored
+        } else if o.fatal || o.errors > o.max_errors {
             ExitCode::Failure
         } else if o.left_foreign {
             ExitCode::Partial
@@ -431,6 +440,9 @@ mod tests {
         assert_eq!(Partial as u8, 4);
         assert_eq!(ExitCode::merge([Failure, Interrupted]), Interrupted);
         assert_eq!(ExitCode::merge([Interrupted, Terminated, Usage]), Terminated);
+        assert_eq!(ExitCode::merge([Failure, OwnershipIgnored, Partial]), OwnershipIgnored);
+        assert_eq!(ExitCode::merge([OwnershipIgnored, Usage]), Usage);
+        assert_eq!(OwnershipIgnored as u8, 6);
         assert_eq!(ExitCode::merge([Refused, Partial]), Refused);
         assert_eq!(ExitCode::merge([Refused, Failure]), Failure);
     }
@@ -456,6 +468,8 @@ mod tests {
         assert_eq!(code(VolumeOutcome { errors: 3, left_foreign: true, ..clean }), ExitCode::Failure);
         assert_eq!(code(VolumeOutcome { left_foreign: true, would_change: true, ..clean }), ExitCode::Partial);
         assert_eq!(code(VolumeOutcome { fatal: true, ..clean }), ExitCode::Failure);
+        let ignored = VolumeOutcome { ownership_ignored: true, fatal: true, errors: 8, ..clean };
+        assert_eq!(code(ignored), ExitCode::OwnershipIgnored);
     }
 
     #[test]

@@ -106,18 +106,74 @@ pub fn judge(meta: &Meta, spec: &Spec, private: Option<Private>, privilege: Priv
     }
 }
 
-/// A fix that failed: the operation and its errno, and what had changed on disk before it
-/// failed (a chown that worked before its chmod was refused), so reports count what was done.
+/// Why a fix failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// The system call failed.
+    Errno(Errno),
+    /// Every call succeeded, but the entry, read back, does not have the change: the storage
+    /// ignores it (see `honour`).
+    Ignored,
+}
+
+/// A fix that failed: the operation and why, and what had changed on disk before it failed (a
+/// chown that worked before its chmod was refused), so reports count what was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failure {
     pub op: Op,
-    pub errno: Errno,
+    pub cause: Cause,
     pub done: Change,
 }
 
 impl Failure {
     fn new(op: Op, errno: Errno) -> Failure {
-        Failure { op, errno, done: Change::default() }
+        Failure { op, cause: Cause::Errno(errno), done: Change::default() }
+    }
+
+    /// The failed call's errno (none when the change was ignored).
+    pub fn errno(&self) -> Option<Errno> {
+        match self.cause {
+            Cause::Errno(e) => Some(e),
+            Cause::Ignored => None,
+        }
+    }
+}
+
+/// Whether a fix reads the entry back after its change reported success (to tell a storage
+/// that ignores ownership changes, while the pass does not know yet: see `honour`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readback {
+    Yes,
+    No,
+}
+
+/// What a regular file's change goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Through {
+    /// The `O_PATH` pin.
+    Pin,
+    /// The file opened for reading through its pin, when it needs both a chown and a chmod. A
+    /// ceph-fuse client keeps an open file's capabilities across the chown, so the chmod after
+    /// it needs no permission `getattr` from the MDS (one request fewer per file).
+    OpenFile,
+}
+
+/// How a fix makes the change it decided on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct How {
+    pub readback: Readback,
+    pub through: Through,
+}
+
+/// The part of `change` that the entry, read back as `after`, does not have: the chown, else
+/// the chmod.
+pub fn unapplied(change: &Change, after: &Meta) -> Option<Op> {
+    if change.uid.is_some_and(|u| u != after.uid) || change.gid.is_some_and(|g| g != after.gid) {
+        Some(Op::Chown)
+    } else if change.mode.is_some_and(|m| m != after.perm()) {
+        Some(Op::Chmod)
+    } else {
+        None
     }
 }
 
@@ -129,7 +185,7 @@ pub fn apply(fd: BorrowedFd<'_>, change: &Change) -> Result<(), Failure> {
     }
     if let Some(mode) = change.mode {
         let done = Change { mode: None, ..*change };
-        sys::chmod_fd(fd, mode).map_err(|errno| Failure { op: Op::Chmod, errno, done })?;
+        sys::chmod_fd(fd, mode).map_err(|errno| Failure { op: Op::Chmod, cause: Cause::Errno(errno), done })?;
     }
     Ok(())
 }
@@ -161,6 +217,7 @@ pub fn fix_entry(
     spec: &Spec,
     private: Option<Private>,
     pin: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<OwnedFd, Errno>,
+    how: How,
 ) -> Result<Fixed, Failure> {
     if decide_at(seen, spec, private).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
@@ -185,7 +242,7 @@ pub fn fix_entry(
         // Another mount took the name's place: not the inode that was looked at.
         return Err(Failure::new(Op::Stat, Errno::XDEV));
     }
-    fix_inode(sys::fd(&pinned), &now, spec, private)
+    fix_inode(sys::fd(&pinned), &now, spec, private, how)
 }
 
 /// Fixes a non-directory entry through `pin`, an O_PATH|O_NOFOLLOW fd of it whose own `fstat`
@@ -200,13 +257,19 @@ pub fn fix_entry(
 /// go stale is the metadata itself, as with any `lstat`-then-change (the kubelet's too): an
 /// inode with several names may be fixed by several threads at once, so such inodes are
 /// re-read under a lock (see [`fix_entry`]).
-pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, spec: &Spec, private: Option<Private>) -> Result<Fixed, Failure> {
+pub fn fix_pinned(
+    pin: BorrowedFd<'_>,
+    seen: &Meta,
+    spec: &Spec,
+    private: Option<Private>,
+    how: How,
+) -> Result<Fixed, Failure> {
     if decide_at(seen, spec, private).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let _one_at_a_time = one_at_a_time(seen);
     let now = if seen.nlink > 1 { sys::stat_fd(pin).map_err(|e| Failure::new(Op::Stat, e))? } else { *seen };
-    fix_inode(pin, &now, spec, private)
+    fix_inode(pin, &now, spec, private, how)
 }
 
 /// An inode with several names may be fixed by several threads: each re-reads and changes it
@@ -216,9 +279,24 @@ fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
     (seen.nlink > 1).then(|| crate::sync::lock(&MULTI_LINK[stripe(seen.dev, seen.ino)]))
 }
 
-/// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`.
-fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec, private: Option<Private>) -> Result<Fixed, Failure> {
+/// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`
+/// (or the file opened through it: see [`Through`]); with `Readback::Yes`, reads it back: a
+/// change that did not hold is `Cause::Ignored`.
+fn fix_inode(
+    pin: BorrowedFd<'_>,
+    now: &Meta,
+    spec: &Spec,
+    private: Option<Private>,
+    how: How,
+) -> Result<Fixed, Failure> {
     let change = decide_at(now, spec, private);
+    let both = change.owner() && change.mode.is_some();
+    // Opened only when the pin is a regular file: never a device, FIFO or socket.
+    let opened = (how.through == Through::OpenFile && both && now.kind() == Kind::File)
+        .then(|| sys::reopen_file(pin).ok())
+        .flatten();
+    let pin = opened.as_ref().map_or(pin, sys::fd);
+    let readback = how.readback;
     apply(pin, &change).map_err(|mut f| {
         // A chown that worked may have cleared setuid/setgid before the chmod was refused.
         if f.done.owner() {
@@ -227,6 +305,12 @@ fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, spec: &Spec, private: Option<Priva
         }
         f
     })?;
+    if readback == Readback::Yes && !change.is_none() {
+        let after = sys::stat_fd(pin).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
+        if let Some(op) = unapplied(&change, &after) {
+            return Err(Failure { op, cause: Cause::Ignored, done: Change::default() });
+        }
+    }
     Ok(Fixed { change, old_perm: now.perm() })
 }
 
@@ -273,13 +357,15 @@ impl SetgidRule {
 /// Without CAP_FSETID the kernel silently drops a directory's setgid bit on chmod when its group
 /// is not the caller's; unless `setgid` says the bit is kept, the result is read back so that
 /// shows as an EPERM error, not a quiet half-prepared volume (the other mode bits that did change
-/// are counted as changed).
+/// are counted as changed). Read back (then, or with `Readback::Yes`), a directory that has
+/// neither its group nor the rest of its mode was ignored by the storage (`Cause::Ignored`).
 pub fn fix_dir(
     fd: BorrowedFd<'_>,
     seen: &Meta,
     spec: &Spec,
     private: Option<Private>,
     setgid: &SetgidRule,
+    readback: Readback,
 ) -> Result<Fixed, Failure> {
     let change = decide_at(seen, spec, private);
     if change.is_none() {
@@ -287,14 +373,20 @@ pub fn fix_dir(
     }
     apply(fd, &change)?;
     let (uid, gid) = (change.uid.unwrap_or(seen.uid), change.gid.unwrap_or(seen.gid));
-    if change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid) {
-        let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
-        if after.perm() & libc::S_ISGID == 0 {
-            let mode = (after.perm() != seen.perm()).then_some(after.perm());
-            return Err(Failure { op: Op::Chmod, errno: Errno::PERM, done: Change { mode, ..change } });
-        }
+    let setgid_unsure = change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid);
+    if readback == Readback::No && !setgid_unsure {
+        return Ok(Fixed { change, old_perm: seen.perm() });
     }
-    Ok(Fixed { change, old_perm: seen.perm() })
+    let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
+    match unapplied(&change, &after) {
+        None => Ok(Fixed { change, old_perm: seen.perm() }),
+        // Everything but the setgid bit held: the kernel dropped it (see above).
+        Some(Op::Chmod) if change.mode.is_some_and(|m| m & !libc::S_ISGID == after.perm()) => {
+            let mode = (after.perm() != seen.perm()).then_some(after.perm());
+            Err(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::PERM), done: Change { mode, ..change } })
+        }
+        Some(op) => Err(Failure { op, cause: Cause::Ignored, done: Change::default() }),
+    }
 }
 
 #[cfg(test)]
@@ -340,6 +432,20 @@ mod tests {
         // Most other inodes do not wait for `a`: their stripes are others (a few share its).
         let free = (1001..1033).filter(|&ino| stripe(7, ino) != mine).count();
         assert!(free >= 24, "{free} of 32 other inodes went ahead");
+    }
+
+    #[test]
+    fn a_change_read_back_without_it_was_not_applied() {
+        let before = meta(libc::S_IFREG, 0o600, 5, 1);
+        let change = decide(&before, &fs(2000));
+        assert_eq!(unapplied(&change, &before), Some(Op::Chown), "nothing held");
+        let grouped = Meta { gid: 2000, ..before };
+        assert_eq!(unapplied(&change, &grouped), Some(Op::Chmod), "only the chown held");
+        let both = Meta { mode: libc::S_IFREG | 0o660, ..grouped };
+        assert_eq!(unapplied(&change, &both), None);
+        assert_eq!(Failure::new(Op::Chmod, Errno::PERM).errno(), Some(Errno::PERM));
+        let ignored = Failure { op: Op::Chown, cause: Cause::Ignored, done: Change::default() };
+        assert_eq!(ignored.errno(), None);
     }
 
     #[test]

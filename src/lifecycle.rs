@@ -20,13 +20,14 @@ use crate::marker::{self, Checkpoint, Decision, Found};
 use crate::options::{RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::progress;
-use crate::report::{Action, VolumeReport};
+use crate::report::{Action, Load, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::runid::RunId;
 use crate::spec::{Digest, Spec};
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys::{self, Meta};
+use crate::throttle;
 use crate::walk::Walk;
 
 /// What a pass takes over from an interrupted run, and the checkpoint it keeps for the next.
@@ -95,6 +96,9 @@ pub struct Pass<'a> {
     /// progress display and the report.
     pub fs: String,
     pub estimate: Option<u64>,
+    /// The filesystem as the verdict on ownership names it: the mount's type and source
+    /// (`nfs from fileserver:/exports/data`), else `fs`.
+    fs_named: String,
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
     pub digest: Digest,
     pub spec_text: String,
@@ -110,6 +114,8 @@ impl<'a> Pass<'a> {
         shard: Option<ShardFilter>,
     ) -> Self {
         let sys::FsInfo { name: fs, estimate } = sys::fs_info(root);
+        let mounted = sys::stat_fd(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_name(m.mnt_id));
+        let fs_named = mounted.unwrap_or_else(|| fs.clone());
         Pass {
             path,
             spec,
@@ -120,6 +126,7 @@ impl<'a> Pass<'a> {
             reason: String::new(),
             fs,
             estimate,
+            fs_named,
             digest: spec.coverage_digest(opts.cross_devices),
             spec_text: spec.coverage_text(opts.cross_devices),
         }
@@ -167,6 +174,7 @@ impl<'a> Pass<'a> {
         };
         let mut fixer = Fixer::new(self.path, self.spec, self.opts.mode, resume);
         fixer.privilege = self.opts.privilege;
+        fixer.may_change = crate::pass::may_change(self.opts.privilege);
         fixer.shard = self.shard;
         fixer
     }
@@ -231,6 +239,15 @@ impl<'a> Pass<'a> {
         r.estimated_entries = self.estimate;
         r.marker_before = before;
         r.marker_after = after.unwrap_or(before);
+        let verdict = fixer.probe.final_verdict();
+        if let Some(line) = fixer.probe.explain(verdict, &self.fs_named) {
+            r.ownership = verdict.word().map(str::to_string);
+            r.fatal = Some(line);
+        }
+        r.load = Load {
+            figures: (action != Action::Skipped).then(|| throttle::GATE.figures()).flatten(),
+            ..Load::of(&self.opts.load)
+        };
         fixer.fill(&mut r, self.started.elapsed());
         r
     }

@@ -32,7 +32,9 @@ mod progress;
 mod walk;
 // The report's data and rendering:
 mod report;
-// Whether a finished subtree changed since (the filesystem's clock):
+// Whether a finished subtree changed since (the filesystem's clock); whether the storage
+// honours ownership changes:
+mod honour;
 mod verify;
 // App-private paths and the app-safe mode rule:
 mod apps;
@@ -48,6 +50,8 @@ mod special;
 mod state;
 mod sync;
 mod sys;
+// Below the syscalls: the gate every metadata syscall of a walk passes (load on the storage):
+mod throttle;
 
 use clap::Parser;
 

@@ -1,13 +1,14 @@
 //! Plain option values shared by `cli` (which fills them) and the pass machinery (which reads
 //! them): the mode, when to trust the marker, the thread count, the shard a run owns, how
-//! progress shows, who the pass runs as, and [`RunOptions`], which carries them down. No clap,
-//! no I/O.
+//! progress shows, who the pass runs as, and [`RunOptions`], which carries them down (with the
+//! load policy of `throttle`). No clap, no I/O.
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::sys::Storage;
+use crate::throttle::Policy;
 
 /// `apply` changes entries; `check` only decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +133,9 @@ pub struct RunOptions {
     pub checkpoint_interval: Duration,
     /// Which entries the pass may change.
     pub privilege: Privilege,
+    /// The load on the storage: operations in flight (`Auto` until `apply` resolves it) and
+    /// the ceiling on operations per second.
+    pub load: Policy,
 }
 
 impl RunOptions {
@@ -147,6 +151,7 @@ impl RunOptions {
             progress: ProgressStyle::Off,
             checkpoint_interval: Duration::from_secs(3),
             privilege: Privilege::Full,
+            load: Policy::default(),
         }
     }
 }

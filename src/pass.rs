@@ -22,7 +22,8 @@ use crate::apps::Private;
 use crate::caps;
 use crate::error::Op;
 use crate::escape::{Escaped, EscapedPath, escape_bytes};
-use crate::fix::{self, Change, Failure, Fixed, SetgidRule, Verdict};
+use crate::fix::{self, Cause, Change, Failure, Fixed, How, Readback, SetgidRule, Through, Verdict};
+use crate::honour::{Outcome, Probe};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
@@ -61,6 +62,14 @@ pub struct Fixer<'a> {
     pub foreign: Mutex<ForeignList>,
     /// When a directory's setgid bit is sure to stick (`apply`; else it is always read back).
     pub setgid: SetgidRule,
+    /// Whether the storage honours ownership changes, from the first ones (`apply`).
+    pub probe: Probe,
+    /// What a regular file's change goes through (a file opened for reading on ceph-fuse).
+    pub through: Through,
+    /// EPERM on a chown or chmod is the storage's refusal, not a missing capability: this
+    /// process may make every change it attempts (root with CAP_CHOWN and CAP_FOWNER, or
+    /// unprivileged, which changes only its own entries).
+    pub may_change: bool,
     /// `--modes app-safe`: which entries are app-private paths, and which were tightened.
     places: Option<Places>,
 }
@@ -82,6 +91,9 @@ impl<'a> Fixer<'a> {
             privilege: Privilege::Full,
             foreign: Mutex::default(),
             setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
+            probe: Probe::default(),
+            through: if mode == Mode::Apply { through(root) } else { Through::Pin },
+            may_change: false,
             places: Places::of(spec),
         }
     }
@@ -93,6 +105,24 @@ impl<'a> Fixer<'a> {
                 self.counters.tightened.inc();
             }
         }
+    }
+
+    /// Whether to read the next change back (see `honour`).
+    fn readback(&self) -> Readback {
+        if self.mode == Mode::Apply && self.probe.wants_readback() { Readback::Yes } else { Readback::No }
+    }
+
+    /// Tells the probe what a change (made with `readback`) did.
+    fn probe(&self, at: At<'_>, readback: Readback, outcome: &Result<Fixed, Failure>) {
+        let seen = match outcome {
+            Ok(f) if readback == Readback::Yes && !f.change.is_none() => Outcome::Held,
+            Err(f) if f.cause == Cause::Ignored => Outcome::Ignored,
+            Err(f) if self.may_change && f.errno() == Some(Errno::PERM) && matches!(f.op, Op::Chown | Op::Chmod) => {
+                Outcome::Refused
+            }
+            _ => return,
+        };
+        self.probe.record(seen, || walk::full_path(self.root, &at.rel_path()).display().to_string());
     }
 
     /// Records `dir` as finished work for resume, counted with its entries (and `itself`, unless
@@ -132,11 +162,18 @@ impl<'a> Fixer<'a> {
                            mode = change.mode.map_or_else(|| "-".to_string(), |m| format!("{m:04o}")).as_str(), "{verb}");
                 }
             }
-            Err(f) if f.errno == Errno::NOENT => self.count_change(&f.done),
+            Err(f) if f.errno() == Some(Errno::NOENT) => self.count_change(&f.done),
             Err(f) => {
                 // What did change on disk before the failure is counted like any change.
                 self.count_change(&f.done);
-                self.error(at, f.op, f.errno)
+                // Until a change is seen to hold, a change the storage ignored or refused may
+                // be the first of many: logged at debug, the verdict says it once.
+                let quiet = self.may_change && !self.probe.held();
+                match f.cause {
+                    Cause::Errno(e) if quiet && e == Errno::PERM => self.quiet_error(at, f.op, e),
+                    Cause::Errno(e) => self.error(at, f.op, e),
+                    Cause::Ignored => self.ignored(at, f.op),
+                }
             }
         }
     }
@@ -252,6 +289,26 @@ impl<'a> Fixer<'a> {
         list.push(err);
     }
 
+    /// A change that reported success and did not hold.
+    fn ignored(&self, at: At<'_>, op: Op) {
+        at.dir().taint();
+        let what = if op == Op::Chown { "the owner or group" } else { "the mode" };
+        let text = format!("{op} reported success, but {what} did not change (the storage ignores it)");
+        self.counters.errors.inc();
+        let err = EntryError::note(EscapedPath::new(walk::full_path(self.root, &at.rel_path())), op, text);
+        debug!("{}: {}", err.path, err.error);
+        crate::sync::lock(&self.errors).push(err);
+    }
+
+    /// A failed syscall the probe is still weighing (logged at debug).
+    fn quiet_error(&self, at: At<'_>, op: Op, errno: Errno) {
+        at.dir().taint();
+        self.counters.errors.inc();
+        let err = EntryError::new(EscapedPath::new(walk::full_path(self.root, &at.rel_path())), op, errno);
+        debug!("{}: {} failed: {}", err.path, op, err.error);
+        crate::sync::lock(&self.errors).push(err);
+    }
+
     /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
     pub fn error_note(&self, path: &Path, op: Op, text: String) {
         self.counters.errors.inc();
@@ -297,10 +354,12 @@ impl<'a> Fixer<'a> {
         if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, private, self.privilege) {
             return self.left(dir, None, &dir.meta, change, Contents::Read);
         }
+        let readback = self.readback();
         let outcome = match self.mode {
             Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec, private)),
-            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, private, &self.setgid),
+            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, private, &self.setgid, readback),
         };
+        self.probe(At::Dir(dir), readback, &outcome);
         self.tightened(private, &outcome, || dir.rel_path());
         self.record(At::Dir(dir), outcome);
     }
@@ -362,6 +421,7 @@ impl<'a> Fixer<'a> {
         changed
     }
 
+    /// Fixes one non-directory entry (reading it back while the probe wants it).
     fn fix_one(
         &self,
         dir: &Dir<'_>,
@@ -370,12 +430,22 @@ impl<'a> Fixer<'a> {
         private: Option<Private>,
         pin: Option<BorrowedFd<'_>>,
     ) -> Result<Fixed, Failure> {
-        match pin {
-            Some(pin) => fix::fix_pinned(pin, meta, self.spec, private),
-            None => fix::fix_entry(dir.fd(), name, meta, self.spec, private, |d, n| {
-                walk::with_fd_relief(|| sys::pin_at(d, n))
-            }),
-        }
+        let readback = self.readback();
+        let how = How { readback, through: self.through };
+        let outcome = match pin {
+            Some(pin) => fix::fix_pinned(pin, meta, self.spec, private, how),
+            None => fix::fix_entry(
+                dir.fd(),
+                name,
+                meta,
+                self.spec,
+                private,
+                |d, n| walk::with_fd_relief(|| sys::pin_at(d, n)),
+                how,
+            ),
+        };
+        self.probe(At::Entry(*dir, name), readback, &outcome);
+        outcome
     }
 }
 
@@ -475,7 +545,7 @@ impl Visitor for Fixer<'_> {
     }
 
     fn stopped(&self) -> bool {
-        sys::termination().is_some()
+        sys::termination().is_some() || self.probe.verdict().stops()
     }
 
     fn error(&self, at: At<'_>, op: Op, errno: Errno) {
@@ -526,6 +596,27 @@ fn setgid_rule(root: &Path) -> SetgidRule {
         groups: sys::groups(),
         fsetid: caps::effective().is_some_and(|e| e & (1 << caps::FSETID.bit) != 0),
         overflow_uid: sys::overflow_uid(),
+    }
+}
+
+/// The filesystem (as mountinfo names it) whose client keeps an open file's capabilities: a
+/// file's chown and chmod through an open fd make no permission `getattr` round trip.
+const OPEN_FILES_KEEP_CAPS: &str = "fuse.ceph-fuse";
+
+/// What regular files' changes go through on the volume at `root`.
+fn through(root: &Path) -> Through {
+    let fs = sys::stat_path(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_fs_type(m.mnt_id));
+    if fs.as_deref() == Some(OPEN_FILES_KEEP_CAPS) { Through::OpenFile } else { Through::Pin }
+}
+
+/// Whether this process may make every change a pass with `privilege` attempts: unprivileged,
+/// it attempts only its own entries; privileged, it needs CAP_CHOWN and CAP_FOWNER.
+pub fn may_change(privilege: Privilege) -> bool {
+    match privilege {
+        Privilege::Unprivileged { .. } => true,
+        Privilege::Full => {
+            caps::effective().is_some_and(|e| [caps::CHOWN, caps::FOWNER].iter().all(|c| e & (1 << c.bit) != 0))
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use crate::report::Counts;
 use crate::spec::Ownership;
 use crate::state::MarkerState;
 use crate::sys::{self, Kind, Meta};
+use crate::throttle::Policy;
 
 /// The environment variable of the kill test hook (see [`arm_test_hook`]).
 pub const KILL_AFTER_ENV: &str = "VOLPREP_TEST_KILL_AFTER";
@@ -278,6 +279,8 @@ pub struct DecisionLine<'a> {
     pub spec: &'a str,
     pub digest: &'a str,
     pub threads: usize,
+    /// The load on the storage (`--load`, `--max-ops`).
+    pub load: &'a Policy,
     pub estimate: Option<u64>,
     pub marker: MarkerState,
     /// `skip`, `check`, `resume`, `walk`.
@@ -297,6 +300,8 @@ impl DecisionLine<'_> {
                     spec = d.spec,
                     digest = d.digest,
                     threads = d.threads,
+                    load = d.load.concurrency.name(),
+                    max_ops = d.load.max_ops,
                     estimated_entries = $estimate,
                     marker = d.marker.name(),
                     decision = d.decision,

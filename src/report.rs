@@ -13,6 +13,7 @@ use crate::escape::EscapedPath;
 use crate::options::{Foreign, Tolerance};
 use crate::spec::{Digest, Ownership};
 use crate::state::{MarkerState, Stop};
+use crate::throttle::{Concurrency, Figures, Policy};
 
 mod wire;
 
@@ -179,6 +180,32 @@ pub struct VolumeReport {
     pub fatal: Option<String>,
     /// The signal that stopped the walk early.
     pub interrupted: Option<Stop>,
+    /// The load on the storage: the run's policy and what the gate saw.
+    pub load: Load,
+    /// `ignored` or `refused` when the storage did not take ownership changes (see `honour`):
+    /// the pass stopped, `fatal` says what to do.
+    pub ownership: Option<String>,
+}
+
+/// The load a run put on its storage (`--load`, `--max-ops`): the report's `load` object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Load {
+    /// `adaptive` or `full` (operations in flight).
+    pub policy: Concurrency,
+    /// The ceiling on operations per second, if any.
+    pub max_ops: Option<u32>,
+    /// What the gate measured during the walk (absent when it had nothing to do: `full` without
+    /// a ceiling, or no walk). One gate serves every volume of a run: the figures are the run's.
+    #[serde(flatten)]
+    pub figures: Option<Figures>,
+}
+
+impl Load {
+    /// The run's policy, no figures yet.
+    pub fn of(p: &Policy) -> Load {
+        Load { policy: p.concurrency, max_ops: p.max_ops, figures: None }
+    }
 }
 
 impl VolumeReport {
@@ -215,6 +242,7 @@ impl VolumeReport {
     /// The exit code this volume alone asks for, with what the run `tolerates`.
     pub fn exit_code(&self, tolerates: Tolerance) -> ExitCode {
         ExitCode::for_volume(VolumeOutcome {
+            ownership_ignored: self.ownership.is_some(),
             fatal: self.fatal.is_some(),
             errors: self.counts.errors,
             max_errors: tolerates.max_errors,

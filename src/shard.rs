@@ -95,7 +95,7 @@ pub fn run(
         Step::Walk { why, round } => (Some(round), why),
         Step::Wait(_) => unreachable!("handled by turn"),
     };
-    info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, decision = "walk", reason = %reason, "walk {}", pass.shown);
+    info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, load = opts.load.concurrency.name(), max_ops = opts.load.max_ops, decision = "walk", reason = %reason, "walk {}", pass.shown);
     let part = if round.is_some() { OwnPart::Walked } else { OwnPart::NotWalked };
     let plan = match round {
         Some(round) if opts.mode == Mode::Apply => run.plan(round),
@@ -457,7 +457,7 @@ impl Run<'_, '_> {
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         fixer.counters.seen(sys::Kind::Dir);
         let private = crate::pass::root_place(root, self.pass.spec);
-        match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid) {
+        match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid, fix::Readback::No) {
             Ok(fixed) => {
                 fixer.count(&fixed);
                 m.state = State::Done;
@@ -476,7 +476,14 @@ impl Run<'_, '_> {
             }
             Err(e) => {
                 fixer.count_change(&e.done);
-                fixer.error_at(path, e.op, e.errno);
+                match e.errno() {
+                    Some(errno) => fixer.error_at(path, e.op, errno),
+                    None => fixer.error_note(
+                        path,
+                        e.op,
+                        format!("{} reported success, but did not change the root (the storage ignores it)", e.op),
+                    ),
+                }
                 return Ok(MarkerState::InProgress);
             }
         }

@@ -72,6 +72,7 @@ fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
         spec: &pass.spec_text,
         digest: pass.digest.as_str(),
         threads: pass.opts.threads,
+        load: &pass.opts.load,
         estimate: pass.estimate,
         marker: found.state(),
         decision: verb,
@@ -218,7 +219,7 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
 /// that can't be written is a warning. Returns the state.
 fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &RunId, fixer: &mut Fixer<'_>) -> MarkerState {
     let errors = fixer.counters.errors.get();
-    if errors > 0 || fixer.interrupted.is_some() {
+    if errors > 0 || fixer.interrupted.is_some() || fixer.probe.final_verdict().stops() {
         if let Some(r) = &fixer.resume {
             if let Err(e) = r.write() {
                 debug!("{}: cannot write the checkpoint: {e}", pass.shown);

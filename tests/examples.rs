@@ -145,6 +145,8 @@ volumePermissions:
   modes: app-safe
   sticky: []
   threads: 16
+  load: adaptive
+  maxOps: 2000
   maxErrors: 10
   logFormat: text
   terminationLog: ""
@@ -160,6 +162,8 @@ volumePermissions:
             "--read-only",
             "--modes=app-safe",
             "--threads=16",
+            "--load=adaptive",
+            "--max-ops=2000",
             "--max-errors=10",
             "--log-format=text",
             "--report=-",
@@ -474,6 +478,8 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "\"Bad_Name\" is not a Secret name",
         ),
         ("two-gids", "volumePermissions:\n  fsGroup: \"1000:1000\"\n", "a group is one GID"),
+        ("bad-load", "volumePermissions:\n  load: gentle\n", "at '/load': value must be one of"),
+        ("no-ops", "volumePermissions:\n  maxOps: 0\n", "at '/maxOps': minimum"),
         (
             "not-numeric",
             "volumePermissions:\n  owner: app\n",

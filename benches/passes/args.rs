@@ -22,7 +22,8 @@ options:
   --storages L         local,slow,ceph (default local,slow): where the methods run
   --temps L            cold,warm (default both)
   --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
-                       onrootmismatch,chown,chgrp,full,rescan,skip,resume,
+                       onrootmismatch,onrootmismatch-1st,chown,chgrp,rchm,full,
+                       rescan,skip,resume,
                        resume80,progress
   --seed N             tree generator seed (default 1)
   --smoke              10k entries (CephFS 500), 1 repetition, every method, short
@@ -31,6 +32,8 @@ options:
   --latency-us N       slow storage: delay per metadata request (default 500)
   --slow-entries N     slow storage: tree size (default entries/10, at most 10000; 0: skip)
   --fuse-ttl-s N       slow storage: entry/attr cache TTL the model grants (default 60)
+  --server-slots K     slow storage: a server of finite capacity, K requests served at
+                       once (the others queue); 0: unlimited, 64 in flight (default 0)
   --ceph-entries N     CephFS: tree size (default 20000)
   --syscalls           also count syscalls per entry (from an `strace -f` trace)
   --resume-by-time     resume/resume80: SIGKILL at 50/80 % of the measured full time
@@ -115,6 +118,7 @@ pub struct Args {
     pub latency_us: u64,
     pub slow_entries: u64,
     pub fuse_ttl_s: u64,
+    pub server_slots: u64,
     pub storages: Vec<StorageKind>,
     pub ceph_entries: u64,
     pub syscalls: bool,
@@ -151,12 +155,13 @@ pub enum Command {
         root: PathBuf,
         gid: u32,
     },
-    /// Hidden: serve the slow-storage FUSE model (`__fuse SRC MNT LATENCY_US TTL_S STATS`).
+    /// Hidden: serve the slow-storage FUSE model (`__fuse SRC MNT LATENCY_US TTL_S SLOTS STATS`).
     Fuse {
         src: PathBuf,
         mnt: PathBuf,
         latency_us: u64,
         ttl_s: u64,
+        slots: u64,
         stats: PathBuf,
     },
 }
@@ -178,14 +183,15 @@ pub fn parse(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String> {
         }
         Some("__spawner") => return Ok(Command::Spawner),
         Some("__fuse") => {
-            let [_, src, mnt, lat, ttl, stats] = &raw[..] else {
-                return Err("__fuse: expected SRC MNT LATENCY_US TTL_S STATS".into());
+            let [_, src, mnt, lat, ttl, slots, stats] = &raw[..] else {
+                return Err("__fuse: expected SRC MNT LATENCY_US TTL_S SLOTS STATS".into());
             };
             return Ok(Command::Fuse {
                 src: src.into(),
                 mnt: mnt.into(),
                 latency_us: num(lat)?,
                 ttl_s: num(ttl)?,
+                slots: num(slots)?,
                 stats: stats.into(),
             });
         }
@@ -214,6 +220,7 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
         latency_us: 500,
         slow_entries: 0,
         fuse_ttl_s: 60,
+        server_slots: 0,
         storages: vec![StorageKind::Local, StorageKind::Slow],
         ceph_entries: 20_000,
         syscalls: false,
@@ -239,6 +246,7 @@ fn parse_bench(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String>
             "--latency-us" => a.latency_us = num(&value()?)?,
             "--slow-entries" => slow_entries = Some(num(&value()?)?),
             "--fuse-ttl-s" => a.fuse_ttl_s = num(&value()?)?,
+            "--server-slots" => a.server_slots = num(&value()?)?,
             "--ceph-entries" => ceph_entries = Some(num(&value()?)?.max(10)),
             "--storages" => {
                 a.storages = value()?

@@ -38,6 +38,10 @@ const NEEDS: [(&str, &str); 7] = [
 /// How long the cluster may take to come up.
 const UP_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Keys of [`Cluster::mds_counters`]: the MDS's summed reply latency (µs) and its count.
+pub const REPLY_LATENCY_US: &str = "reply_latency_us";
+pub const REPLIES: &str = "replies";
+
 /// `statfs` magic of a FUSE mount.
 const FUSE_SUPER_MAGIC: i64 = 0x6573_5546;
 
@@ -317,6 +321,13 @@ keyring = /dev/null
         let mut m = BTreeMap::new();
         let request = v.pointer("/mds/request").and_then(Value::as_u64);
         m.insert("request".to_string(), request.ok_or_else(|| io::Error::other("no mds.request counter"))?);
+        // The MDS's reply latency (`mds.reply_latency`: request received to reply sent, its
+        // queue included): the sum, in µs, and the count, so a run's mean is their increases'.
+        if let Some(r) = v.pointer("/mds/reply_latency") {
+            let sum = r.get("sum").and_then(Value::as_f64).unwrap_or(0.0);
+            m.insert(REPLY_LATENCY_US.to_string(), (sum * 1e6) as u64);
+            m.insert(REPLIES.to_string(), r.get("avgcount").and_then(Value::as_u64).unwrap_or(0));
+        }
         for k in ["handle_client_caps", "handle_client_caps_dirty"] {
             if let Some(n) = v.pointer(&format!("/mds/{k}")).and_then(Value::as_u64) {
                 m.insert(k.to_string(), n);

@@ -4,6 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::args::Args;
+
+/// The rchm release the benchmark builds (`cargo install --locked rcp-tools-rchm@VERSION`).
+pub const RCHM_VERSION: &str = "0.41.0";
 use crate::tree::{FS_GROUP, State};
 
 /// What a method runs.
@@ -19,6 +22,9 @@ pub enum Kind {
     ChownR,
     /// `chgrp -R 2000 ROOT && chmod -R g+rwX ROOT`.
     ChgrpChmod,
+    /// rchm (crates.io `rcp-tools-rchm`, [`RCHM_VERSION`]): the same rule with
+    /// `--group 2000 --mode 'f:ug+rw d:ug+rwx,g+s'`, in parallel.
+    Rchm,
     /// `volprep apply` with extra flags.
     Apply(Vec<String>),
     /// `volprep check`.
@@ -53,6 +59,9 @@ pub struct Features {
     pub verify_full: bool,
     /// `--checkpoint-interval` exists (resume checkpoints; `resume` sets it to 1/100 of a pass).
     pub checkpoint_interval: bool,
+    /// `--load` exists: an explicit thread count runs with `--load full` (that many operations
+    /// in flight), the default with volprep's own policy (adaptive on FUSE and CephFS).
+    pub load: bool,
 }
 
 impl Features {
@@ -66,6 +75,7 @@ impl Features {
             progress_interval: help.contains("--progress-interval"),
             verify_full: help.contains("--verify"),
             checkpoint_interval: help.contains("--checkpoint-interval"),
+            load: help.contains("--load"),
         }
     }
 }
@@ -87,8 +97,12 @@ pub fn plan(args: &Args, features: Features, remote: bool) -> Vec<Method> {
     m.push(one("kubelet", Kind::Kubelet, Golden, Some(Prepared), &[0]));
     m.push(one("kubelet-2nd", Kind::Kubelet, Prepared, Some(Prepared), &[0]));
     m.push(one("onrootmismatch", Kind::OnRootMismatch, Prepared, Some(Prepared), &[0]));
+    m.push(one("onrootmismatch-1st", Kind::OnRootMismatch, Golden, Some(Prepared), &[0]));
     m.push(one("chown", Kind::ChownR, Golden, None, &[0]));
     m.push(one("chgrp", Kind::ChgrpChmod, Golden, None, &[0]));
+    // Its result is compared with the kubelet's (a note), not required: rchm's `ug+rw` on a
+    // setuid file whose chown cleared the bit does not put it back.
+    m.push(one("rchm", Kind::Rchm, Golden, None, &[0]));
     for &t in &args.threads {
         m.push(Method { threads: Some(t), ..one("full", Kind::Apply(vec![]), Golden, Some(Prepared), &[0]) });
     }
@@ -128,7 +142,9 @@ pub fn label(id: &str) -> &'static str {
         "check" => "volprep check",
         "kubelet" => "kubelet",
         "kubelet-2nd" => "kubelet-2nd",
-        "onrootmismatch" => "kubelet OnRootMismatch",
+        "onrootmismatch" => "kubelet OnRootMismatch, restart",
+        "onrootmismatch-1st" => "kubelet OnRootMismatch, first walk",
+        "rchm" => "rchm",
         "chown" => "chown -R",
         "chgrp" => "chgrp -R && chmod -R g+rwX",
         "full" => "volprep full",
@@ -147,6 +163,8 @@ pub struct Runner<'a> {
     pub exe: &'a Path,
     pub volprep: &'a Path,
     pub features: Features,
+    /// The rchm binary, when built.
+    pub rchm: Option<&'a Path>,
 }
 
 impl Runner<'_> {
@@ -157,6 +175,9 @@ impl Runner<'_> {
         c.arg(sub).args(["--fs-group", &FS_GROUP.to_string()]);
         if threads > 0 {
             c.args(["--threads", &threads.to_string()]);
+            if self.features.load {
+                c.args(["--load", "full"]);
+            }
         }
         c.arg("--report").arg(report);
         c.env_remove("RUST_LOG");
@@ -204,6 +225,11 @@ impl Runner<'_> {
             Kind::ChgrpChmod => {
                 let mut c = Command::new("sh");
                 c.args(["-c", "chgrp -R \"$1\" \"$2\" && chmod -R g+rwX \"$2\"", "sh", &gid]).arg(root);
+                (c, None)
+            }
+            Kind::Rchm => {
+                let mut c = Command::new(self.rchm.unwrap_or(Path::new("rchm")));
+                c.args(["--group", &gid, "--mode", "f:ug+rw d:ug+rwx,g+s"]).arg(root);
                 (c, None)
             }
             Kind::Apply(extra) => volprep("apply", extra),

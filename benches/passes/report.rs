@@ -28,6 +28,9 @@ pub struct Run {
     pub requests: Option<u64>,
     /// Slow storage: the server's counts by request kind.
     pub request_mix: Option<Value>,
+    /// Slow storage: the model's mean latency of a delayed request, arrival to reply; CephFS:
+    /// the MDS's mean reply latency over the run's requests. Microseconds.
+    pub latency_us: Option<f64>,
     pub ok: bool,
     pub note: String,
     /// The 1-minute load average just before the run (the machine may be shared).
@@ -52,6 +55,8 @@ pub struct Row {
     pub entries_read: Option<u64>,
     /// Slow storage / CephFS: median (delayed / MDS) requests per entry.
     pub requests_per_entry: Option<f64>,
+    /// Median of the runs' mean request latency (µs).
+    pub latency_us: Option<f64>,
     pub failed: bool,
     pub na: Option<String>,
     pub notes: Vec<String>,
@@ -112,6 +117,10 @@ pub fn rows(runs: &[Run], entries: &BTreeMap<String, u64>, na: &BTreeMap<&str, S
                     let n = entries.get(&storage).copied().unwrap_or(1).max(1) as f64;
                     (!q.is_empty()).then(|| median(&mut q) / n)
                 },
+                latency_us: {
+                    let mut l: Vec<f64> = good.iter().filter_map(|r| r.latency_us).collect();
+                    (!l.is_empty()).then(|| median(&mut l))
+                },
                 failed,
                 na: na.get(method).cloned(),
                 notes,
@@ -147,21 +156,22 @@ fn fmt_s(x: f64) -> String {
 /// The markdown table of one storage.
 pub fn table(rows: &[Row], storage: &str) -> String {
     let mut s = String::new();
-    s.push_str("| method | threads | cache | min s | median s | max s | entries/s | user s | sys s | RSS MiB | sync s | requests/entry | kubelet ÷ this | this ÷ floor | notes |\n");
-    s.push_str("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
+    s.push_str("| method | threads | cache | min s | median s | max s | entries/s | user s | sys s | RSS MiB | sync s | requests/entry | request latency ms | kubelet ÷ this | this ÷ floor | notes |\n");
+    s.push_str("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n");
     for r in rows.iter().filter(|r| r.storage == storage) {
         let kubelet = best(rows, storage, "kubelet", r.temp).map(|x| x.0);
         let floor = best(rows, storage, "floor", r.temp).map(|x| x.0);
         let threads = threads_label(r.threads);
         let mut notes = r.notes.clone();
         let requests = r.requests_per_entry.map_or("-".into(), |q| format!("{q:.2}"));
+        let latency = r.latency_us.map_or("-".into(), |l| format!("{:.2}", l / 1000.0));
         if r.failed {
             notes.insert(0, "FAILED".into());
         }
         if let Some(na) = &r.na {
             let _ = writeln!(
                 s,
-                "| {} | {threads} | {} | n/a | n/a | n/a | n/a | | | | | | | | {na} |",
+                "| {} | {threads} | {} | n/a | n/a | n/a | n/a | | | | | | | | | {na} |",
                 label(r.method),
                 r.temp
             );
@@ -170,7 +180,7 @@ pub fn table(rows: &[Row], storage: &str) -> String {
         let ratio = |x: Option<f64>| x.filter(|x| x.is_finite() && *x > 0.0);
         let _ = writeln!(
             s,
-            "| {} | {threads} | {} | {} | {} | {} | {:.0} | {} | {} | {:.1} | {} | {requests} | {} | {} | {} |",
+            "| {} | {threads} | {} | {} | {} | {} | {:.0} | {} | {} | {:.1} | {} | {requests} | {latency} | {} | {} | {} |",
             label(r.method),
             r.temp,
             fmt_s(r.min),
@@ -415,7 +425,7 @@ pub fn json(meta: Value, runs: &[Run], rows: &[Row], targets: &[String], syscall
                 "rep": r.rep, "wall_s": r.m.wall_s, "user_s": r.m.user_s, "sys_s": r.m.sys_s,
                 "maxrss_kib": r.m.maxrss_kib, "exit": r.m.exit.describe(), "sync_s": r.sync_s,
                 "entries_read": r.entries_read, "action": r.action, "requests": r.requests,
-                "request_mix": r.request_mix,
+                "request_mix": r.request_mix, "request_latency_us": r.latency_us,
                 "ok": r.ok, "note": r.note, "load1": r.load1,
             })
         })
@@ -430,7 +440,7 @@ pub fn json(meta: Value, runs: &[Run], rows: &[Row], targets: &[String], syscall
                 "min_s": r.min, "median_s": r.median, "max_s": r.max,
                 "entries_per_s": r.entries_per_s, "user_s": r.user, "sys_s": r.sys,
                 "peak_rss_mib": r.rss_mib, "sync_s": r.sync, "entries_read": r.entries_read,
-                "requests_per_entry": r.requests_per_entry,
+                "requests_per_entry": r.requests_per_entry, "request_latency_us": r.latency_us,
                 "kubelet_over_this": kubelet, "this_over_floor": floor,
                 "failed": r.failed, "na": r.na, "notes": r.notes,
             })

@@ -12,7 +12,15 @@
 //! `security.capability` on every chown of a file, which would otherwise double chown's cost. Up to 64
 //! requests are in flight at once (64 server threads, each with its own /dev/fuse fd).
 //!
-//! **What it does not model**: bandwidth, server-side contention or queueing, latency jitter,
+//! **Capacity** (`--server-slots K`): a metadata server that serves K delayed requests at once,
+//! each for `--latency-us`, in arrival order; the others wait in its queue, so a request's
+//! latency grows with the queue (with n requests in flight: `latency × max(1, n / K)`) and the
+//! server never answers more than `K / latency` requests per second, however many clients
+//! send. The server then has 256 threads (every request reaches the queue, none waits in the
+//! kernel), and the stats file has each delayed request's latency from its arrival to its
+//! reply (`mean_latency_us`), the figure the other tenants of such a server feel.
+//!
+//! **What it does not model**: bandwidth, server-side contention (but for the slots),
 //! cache invalidations by other clients, lease or capability recalls, journal or writeback
 //! costs on the server (the underlying ext4 is local and mostly cached), per-directory locks on
 //! the server, or a client that batches or pipelines (e.g. readdirplus): `readdir` returns names
@@ -37,8 +45,45 @@ use fuser::{
     ReplyStatfs, ReplyXattr, Request,
 };
 
-/// Server threads, so requests in flight.
+/// Server threads, so requests in flight (without `--server-slots`).
 const THREADS: usize = 64;
+/// Server threads with `--server-slots`: the queue is the slots', not the kernel's.
+const THREADS_QUEUED: usize = 256;
+
+/// K service slots, served in arrival order (a ticket queue).
+struct Slots {
+    /// Next ticket to hand out, next ticket to serve, free slots.
+    state: Mutex<(u64, u64, usize)>,
+    turn: std::sync::Condvar,
+}
+
+impl Slots {
+    fn new(k: usize) -> Slots {
+        Slots { state: Mutex::new((0, 0, k)), turn: std::sync::Condvar::new() }
+    }
+
+    /// Waits for a free slot in arrival order; returns the queue's length on arrival.
+    fn take(&self) -> u64 {
+        let mut s = self.state.lock().expect("slots lock");
+        let me = s.0;
+        s.0 += 1;
+        let queued = me - s.1;
+        while !(s.1 == me && s.2 > 0) {
+            s = self.turn.wait(s).expect("slots lock");
+        }
+        s.1 += 1;
+        s.2 -= 1;
+        drop(s);
+        // The next in line may have a free slot too.
+        self.turn.notify_all();
+        queued
+    }
+
+    fn give_back(&self) {
+        self.state.lock().expect("slots lock").2 += 1;
+        self.turn.notify_all();
+    }
+}
 
 type DirList = Vec<(u64, FileType, OsString)>;
 
@@ -59,6 +104,11 @@ struct Slow {
     stats: PathBuf,
     counts: Counts,
     latency: Duration,
+    /// `--server-slots`: the server's capacity, when it has one.
+    slots: Option<Slots>,
+    /// Delayed requests' latency from arrival to reply, summed (µs), and the longest queue met.
+    latency_sum_us: AtomicU64,
+    max_queue: AtomicU64,
     ttl: Duration,
     root_ino: u64,
     paths: RwLock<HashMap<u64, PathBuf>>,
@@ -100,7 +150,16 @@ impl Slow {
     /// One delayed round trip, counted under `c`.
     fn wait(&self, c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
-        std::thread::sleep(self.latency);
+        let arrived = Instant::now();
+        match &self.slots {
+            Some(slots) => {
+                self.max_queue.fetch_max(slots.take(), Ordering::Relaxed);
+                std::thread::sleep(self.latency);
+                slots.give_back();
+            }
+            None => std::thread::sleep(self.latency),
+        }
+        self.latency_sum_us.fetch_add(arrived.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
 
     fn fuse_ino(&self, ino: u64) -> u64 {
@@ -181,8 +240,10 @@ impl Filesystem for Slow {
             + get(&c.readdir)
             + get(&c.readlink)
             + get(&c.xattr_write);
+        let mean_latency_us = get(&self.latency_sum_us) / delayed.max(1);
         let json = format!(
-            "{{\"delayed\":{delayed},\"lookup\":{},\"getattr\":{},\"setattr\":{},\"readdir\":{},\"readlink\":{},\"xattr_read\":{},\"xattr_write\":{},\"opendir\":{}}}\n",
+            "{{\"delayed\":{delayed},\"mean_latency_us\":{mean_latency_us},\"max_queue\":{},\"lookup\":{},\"getattr\":{},\"setattr\":{},\"readdir\":{},\"readlink\":{},\"xattr_read\":{},\"xattr_write\":{},\"opendir\":{}}}\n",
+            get(&self.max_queue),
             get(&c.lookup),
             get(&c.getattr),
             get(&c.setattr),
@@ -376,9 +437,9 @@ fn xattr_reply(r: Result<Vec<u8>, Errno>, size: u32, reply: ReplyXattr) {
     }
 }
 
-/// `__fuse SRC MNT LATENCY_US TTL_S STATS`: serves until unmounted, then writes the request
-/// counts to STATS.
-pub fn main_fuse(src: &Path, mnt: &Path, latency_us: u64, ttl_s: u64, stats: &Path) -> i32 {
+/// `__fuse SRC MNT LATENCY_US TTL_S SLOTS STATS`: serves until unmounted, then writes the
+/// request counts to STATS. SLOTS 0: no capacity limit.
+pub fn main_fuse(src: &Path, mnt: &Path, latency_us: u64, ttl_s: u64, slots: u64, stats: &Path) -> i32 {
     let root_ino = match fs::metadata(src) {
         Ok(m) => m.ino(),
         Err(e) => {
@@ -390,6 +451,9 @@ pub fn main_fuse(src: &Path, mnt: &Path, latency_us: u64, ttl_s: u64, stats: &Pa
         stats: stats.to_path_buf(),
         counts: Counts::default(),
         latency: Duration::from_micros(latency_us),
+        slots: (slots > 0).then(|| Slots::new(slots as usize)),
+        latency_sum_us: AtomicU64::new(0),
+        max_queue: AtomicU64::new(0),
         ttl: Duration::from_secs(ttl_s),
         root_ino,
         paths: RwLock::new(HashMap::from([(1, src.to_path_buf())])),
@@ -402,7 +466,7 @@ pub fn main_fuse(src: &Path, mnt: &Path, latency_us: u64, ttl_s: u64, stats: &Pa
         MountOption::Subtype("volprep-slow".into()),
         MountOption::Suid,
     ];
-    config.n_threads = Some(THREADS);
+    config.n_threads = Some(if slots > 0 { THREADS_QUEUED } else { THREADS });
     config.clone_fd = true;
     match fuser::mount(fs, mnt, &config) {
         Ok(()) => 0,
@@ -434,7 +498,8 @@ fn is_fuse_mount(mnt: &Path) -> bool {
 
 impl SlowMount {
     /// Starts `exe __fuse` serving `src` on `mnt` and waits until the mount is up.
-    pub fn start(exe: &Path, src: &Path, mnt: &Path, latency_us: u64, ttl_s: u64, stats: &Path) -> io::Result<Self> {
+    pub fn start(exe: &Path, src: &Path, mnt: &Path, model: (u64, u64, u64), stats: &Path) -> io::Result<Self> {
+        let (latency_us, ttl_s, slots) = model;
         fs::create_dir_all(mnt)?;
         let mnt = mnt.canonicalize()?;
         let child = Command::new(exe)
@@ -443,6 +508,7 @@ impl SlowMount {
             .arg(&mnt)
             .arg(latency_us.to_string())
             .arg(ttl_s.to_string())
+            .arg(slots.to_string())
             .arg(stats)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -118,10 +118,12 @@ impl Serialize for VolumeReport {
         m.serialize_entry("tightened_list", &v.tightened_list)?;
         m.serialize_entry("elapsed_ms", &v.timing.elapsed_ms)?;
         m.serialize_entry("entries_per_s", &v.timing.entries_per_s)?;
+        m.serialize_entry("load", &v.load)?;
         optional(&mut m, "shard", &v.shard)?;
         optional(&mut m, "sticky", &v.sticky)?;
         optional(&mut m, "fatal", &v.fatal)?;
         optional(&mut m, "interrupted", &v.interrupted)?;
+        optional(&mut m, "ownership", &v.ownership)?;
         m.end()
     }
 }
@@ -149,11 +151,12 @@ fn optional<M: SerializeMap, T: Serialize>(m: &mut M, key: &str, v: &Option<T>) 
 mod tests {
     use super::super::*;
 
-    /// The keys of a report of the version before `Counts`, in their order.
+    /// The keys of a report, in their order: those of the version before `Counts`, and `load`
+    /// (added before the optional keys).
     const KEYS: &str = "path action spec spec_digest threads fs_type estimated_entries reason marker_before \
         marker_after entries dirs files symlinks others changed_owner changed_mode errors error_list skipped_mounts \
         unprivileged foreign_owned foreign_owned_list foreign_unread_dirs dirs_read skipped_subtrees verified_dirs \
-        hardlinked tightened tightened_list elapsed_ms entries_per_s shard sticky fatal interrupted";
+        hardlinked tightened tightened_list elapsed_ms entries_per_s load shard sticky fatal interrupted ownership";
 
     #[test]
     fn keys_keep_their_order_and_every_value_comes_back() {
@@ -183,6 +186,7 @@ mod tests {
             sticky: Some(StickyOutcome { created: true, mode_before: None, mode_after: "1777".into() }),
             fatal: Some("x".into()),
             interrupted: Some(Stop::Term),
+            ownership: Some("ignored".into()),
             error_list: [EntryError::new(EscapedPath::new("/a"), Op::Chown, Errno::PERM)].into_iter().collect(),
             ..VolumeReport::default()
         };
@@ -203,6 +207,6 @@ mod tests {
         assert!(json.contains(r#""errno":"EPERM""#), "{json}");
         assert_eq!(back.error_list[0].errno, Some(Errno::PERM));
         let plain = serde_json::to_value(VolumeReport::default()).unwrap();
-        assert_eq!(plain.as_object().unwrap().len(), keys.len() - 4, "the optional keys are absent when unset");
+        assert_eq!(plain.as_object().unwrap().len(), keys.len() - 5, "the optional keys are absent when unset");
     }
 }

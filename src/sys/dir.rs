@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{FileType, RawDir};
 use rustix::io::Errno;
 
+use crate::throttle::{GATE, OpKind};
+
 /// Reads a directory in fixed-size `getdents64` batches, from the start (`from` 0) or from
 /// position `from`, calling `each(name, d_type, d_ino)` for every entry but `.` and `..` whose
 /// position is below `until` (`u64::MAX`: all). Memory is the caller's buffer, whatever the
@@ -31,7 +33,10 @@ pub fn read_dir(
     let (mut began, mut dots_end) = (if from == 0 { 0 } else { 3 }, None);
     // The position of the next entry (where a read from `from` finds it).
     let mut at = from;
-    while let Some(entry) = raw.next() {
+    loop {
+        // A `getdents64` call when the buffer is used up: one metadata operation for the gate.
+        let next = if raw.is_buffer_empty() { GATE.op(OpKind::Read, || raw.next()) } else { raw.next() };
+        let Some(entry) = next else { break };
         let entry = match entry {
             Ok(e) => e,
             Err(Errno::INTR) => continue,

@@ -78,6 +78,23 @@ fn unescape_octal(field: &str) -> Vec<u8> {
     out
 }
 
+/// The mount with id `mnt_id` as a person would name it: its type as mountinfo says it, and
+/// where it is mounted from (`nfs from fileserver:/exports/data`, `fuse.ceph-fuse from
+/// ceph-fuse`); `None` when not listed.
+pub fn mount_name(mnt_id: u64) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mountinfo_name(&text, mnt_id)
+}
+
+fn mountinfo_name(text: &str, mnt_id: u64) -> Option<String> {
+    let mut rest = mountinfo_line(text, mnt_id)?.split_once(" - ")?.1.split(' ');
+    let (fs, source) = (rest.next()?, rest.next().unwrap_or(""));
+    Some(match source {
+        "" | "none" => fs.to_string(),
+        s => format!("{fs} from {}", crate::escape::escape_bytes(s.as_bytes())),
+    })
+}
+
 /// Raises the soft open-file limit to the hard limit: a deep tree keeps one fd per directory
 /// on the path being walked.
 pub fn raise_fd_limit() {
@@ -203,6 +220,8 @@ mod tests {
         assert_eq!(mountinfo_fs_type(text, 27).as_deref(), Some("ext4"));
         assert_eq!(mountinfo_fs_type(text, 470).as_deref(), Some("tmpfs"));
         assert_eq!(mountinfo_fs_type(text, 4), None);
+        assert_eq!(mountinfo_name(text, 46).as_deref(), Some("fuse.ceph-fuse from ceph-fuse"));
+        assert_eq!(mountinfo_name(text, 4), None);
         let bind = "81 27 253:0 /var/lib/kubelet/pods/x/volumes/v /data rw - ext4 /dev/vda rw\n";
         fn root_of(text: &str, id: u64) -> Option<&str> {
             mountinfo_line(text, id)?.split(' ').nth(3)

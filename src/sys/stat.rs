@@ -8,6 +8,7 @@ use rustix::fs::{AtFlags, Statx, StatxFlags};
 use rustix::io::Errno;
 
 use super::retry;
+use crate::throttle::{GATE, OpKind};
 
 /// The lstat data a decision needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +117,15 @@ fn statx_mask() -> StatxFlags {
 /// One stat: `statx(dir, name, flags, mask)` (one syscall, the mount id included), or
 /// `fstatat` where `statx` is missing (`mnt_id` then 0).
 pub(super) fn stat(dir: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<Meta, Errno> {
+    GATE.op(kind_of(name), || stat_now(dir, name, flags))
+}
+
+/// What the gate counts a stat of `name` as: a lookup, or (`""`) a stat of an open fd.
+fn kind_of(name: &CStr) -> OpKind {
+    if name.is_empty() { OpKind::Fstat } else { OpKind::Lookup }
+}
+
+fn stat_now(dir: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<Meta, Errno> {
     if !NO_STATX.load(Ordering::Relaxed) {
         match retry(|| rustix::fs::statx(dir, name, flags, statx_mask())) {
             Err(Errno::NOSYS) => NO_STATX.store(true, Ordering::Relaxed),
@@ -151,8 +161,12 @@ pub fn stat_at_times(dir: BorrowedFd<'_>, name: &CStr) -> Result<(Meta, Times), 
     stat_times(dir, name, AtFlags::SYMLINK_NOFOLLOW)
 }
 
-#[allow(clippy::unnecessary_cast)]
 fn stat_times(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<(Meta, Times), Errno> {
+    GATE.op(kind_of(name), || stat_times_now(fd, name, flags))
+}
+
+#[allow(clippy::unnecessary_cast)]
+fn stat_times_now(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<(Meta, Times), Errno> {
     if !NO_STATX.load(Ordering::Relaxed) {
         let mask = statx_mask() | StatxFlags::CTIME | StatxFlags::MTIME;
         match retry(|| rustix::fs::statx(fd, name, flags, mask)) {

@@ -16,8 +16,10 @@ use crate::error::Op;
 use crate::sys::{self, DirReader, Kind, Meta, Place};
 use crate::verify::{self, Stamp};
 
-/// Filesystems whose directories' link count is 2 plus their subdirectories.
-const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs"];
+/// Filesystems (as mountinfo names them) whose directories' link count is 2 plus their
+/// subdirectories. ceph-fuse reports 2 plus the directory's `nsubdirs`, which the MDS keeps (its
+/// listings are checked against it too: `sys::DirReader`).
+const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs", "fuse.ceph-fuse"];
 
 /// The inode btrfs gives the empty stand-in of a subvolume a snapshot did not include
 /// (`BTRFS_EMPTY_SUBVOL_DIR_OBJECTID`; real inodes start at 256).

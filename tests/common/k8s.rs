@@ -51,6 +51,8 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--modes",
     "--sticky",
     "--threads",
+    "--load",
+    "--max-ops",
     "--max-errors",
     "--report",
     "--log-format",

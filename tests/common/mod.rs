@@ -2,13 +2,15 @@
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
 //! (`snap`), the mixed-owner volume of the unprivileged mode (`mixed`), the Kubernetes
 //! examples' tools and checks (`k8s`), a pass killed midway (`kill`), real apps on prepared
-//! volumes (`apps`). Each test file uses a part of it.
+//! volumes (`apps`), FUSE filesystems that ignore or refuse ownership changes (`fusefs`). Each
+//! test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
 pub mod apps;
 pub mod clones;
 pub mod containers;
 pub mod fd;
+pub mod fusefs;
 pub mod k8s;
 pub mod kill;
 pub mod mixed;

@@ -39,6 +39,8 @@ sticky: []
 paths: []
 volumeMounts: []
 threads: 0
+load: auto
+maxOps: null
 maxErrors: 0
 logFormat: json
 terminationLog: /dev/termination-log
@@ -189,6 +191,19 @@ a string: (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID"), where kind is 
 {{- end -}}
 {{- if $v.threads -}}
 {{- $args = append $args (printf "--threads=%d" ($v.threads | int64)) -}}
+{{- end -}}
+{{- $load := toString $v.load -}}
+{{- if not (has $load (list "auto" "adaptive" "full")) -}}
+{{- fail (printf "volumePermissions.load: %q is not auto, adaptive or full" $load) -}}
+{{- end -}}
+{{- if ne $load "auto" -}}
+{{- $args = append $args (printf "--load=%s" $load) -}}
+{{- end -}}
+{{- if include "volprep.isSet" $v.maxOps -}}
+{{- if lt ($v.maxOps | int64) 1 -}}
+{{- fail (printf "volumePermissions.maxOps: %v: a ceiling is at least 1 operation per second (null: none)" $v.maxOps) -}}
+{{- end -}}
+{{- $args = append $args (printf "--max-ops=%d" ($v.maxOps | int64)) -}}
 {{- end -}}
 {{- if $v.maxErrors -}}
 {{- $args = append $args (printf "--max-errors=%d" ($v.maxErrors | int64)) -}}

@@ -1,0 +1,191 @@
+//! Whether the storage honours ownership changes, from the first changes of a pass: a storage
+//! that accepts chown and chmod and changes nothing (SMB and Azure Files with fixed `uid=`,
+//! `gid=`, `file_mode=` mount options, EFS access points, blobfuse), or that refuses them to a
+//! root that may make them (NFS `root_squash`), stops the pass with one line saying so.
+//!
+//! Until a change is seen to hold, every change is read back (one stat); after that, none is.
+//! [`VERDICT_AFTER`] changes in a row that did not hold, with none that did, are the storage's
+//! doing, not one odd entry's (an immutable file refuses root too).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::sync::lock;
+
+/// Changes that did not hold, with none that did, before the verdict.
+pub const VERDICT_AFTER: u32 = 8;
+
+/// What one change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Read back, the entry has it.
+    Held,
+    /// Every call succeeded, but the entry is as it was.
+    Ignored,
+    /// The storage answered EPERM where this process may make the change.
+    Refused,
+}
+
+/// What the storage does with ownership changes, as far as the changes so far tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not known yet (or no change was made).
+    Unknown,
+    /// A change held: the storage applies them.
+    Honours,
+    /// Changes report success and change nothing.
+    Ignores,
+    /// Changes fail with EPERM although this process may make them.
+    Refuses,
+}
+
+impl Verdict {
+    /// Whether the pass must stop: the storage will not take the changes.
+    pub fn stops(self) -> bool {
+        matches!(self, Verdict::Ignores | Verdict::Refuses)
+    }
+
+    /// The report's word for it (`ownership`), for a verdict that stops.
+    pub fn word(self) -> Option<&'static str> {
+        match self {
+            Verdict::Ignores => Some("ignored"),
+            Verdict::Refuses => Some("refused"),
+            Verdict::Unknown | Verdict::Honours => None,
+        }
+    }
+
+    /// The one line that says what the storage did and what to do instead; `fs` names the
+    /// filesystem, `n` the changes seen, `example` one entry's path.
+    pub fn explain(self, fs: &str, n: u32, example: &str) -> Option<String> {
+        let n = if n == 1 { "1 entry".to_string() } else { format!("{n} entries") };
+        let what = match self {
+            Verdict::Ignores => format!(
+                "this filesystem ({fs}) ignores ownership changes: chown and chmod reported success on {n} and changed nothing (e.g. {example}); set the group with the mount options (SMB, Azure Files: gid=, file_mode=, dir_mode=) or the CSI driver's fsGroupPolicy"
+            ),
+            Verdict::Refuses => format!(
+                "this filesystem ({fs}) refuses ownership changes: chown and chmod failed with EPERM on {n} although volprep may make them (e.g. {example}; NFS root_squash maps root to nobody); export the volume to this host without root squashing, set the group on the server, or use the CSI driver's fsGroupPolicy"
+            ),
+            Verdict::Unknown | Verdict::Honours => return None,
+        };
+        Some(format!("{what}; stopped, nothing more was changed and the marker stays in-progress"))
+    }
+}
+
+/// The pass's record of its first changes (shared by the walker threads).
+#[derive(Debug, Default)]
+pub struct Probe {
+    held: AtomicBool,
+    ignored: AtomicU32,
+    refused: AtomicU32,
+    /// The first entry whose change did not hold, for the verdict's line.
+    example: Mutex<Option<String>>,
+}
+
+impl Probe {
+    /// Whether the next change should be read back: none has held yet (after a verdict that
+    /// stops the pass too: a change made meanwhile is not counted as made unless it held).
+    pub fn wants_readback(&self) -> bool {
+        !self.held.load(Ordering::Relaxed)
+    }
+
+    /// Whether a change held (the storage honours them).
+    pub fn held(&self) -> bool {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Records what a change to the entry at `path` (shown escaped) did; returns the verdict.
+    pub fn record(&self, outcome: Outcome, path: impl FnOnce() -> String) -> Verdict {
+        match outcome {
+            Outcome::Held => self.held.store(true, Ordering::Relaxed),
+            Outcome::Ignored | Outcome::Refused => {
+                let count = if outcome == Outcome::Ignored { &self.ignored } else { &self.refused };
+                count.fetch_add(1, Ordering::Relaxed);
+                lock(&self.example).get_or_insert_with(path);
+            }
+        }
+        self.verdict()
+    }
+
+    /// What the changes so far say, during the walk.
+    pub fn verdict(&self) -> Verdict {
+        let (ignored, refused) = (self.ignored.load(Ordering::Relaxed), self.refused.load(Ordering::Relaxed));
+        decide(self.held.load(Ordering::Relaxed), ignored, refused, VERDICT_AFTER)
+    }
+
+    /// What every change of the pass says, once it is over: a change that reported success
+    /// and did not hold, with none that did, is the storage's doing however few there were.
+    pub fn final_verdict(&self) -> Verdict {
+        let (ignored, refused) = (self.ignored.load(Ordering::Relaxed), self.refused.load(Ordering::Relaxed));
+        match decide(self.held.load(Ordering::Relaxed), ignored, refused, VERDICT_AFTER) {
+            Verdict::Unknown if ignored > 0 && !self.held.load(Ordering::Relaxed) => Verdict::Ignores,
+            v => v,
+        }
+    }
+
+    /// The verdict's line (see [`Verdict::explain`]) when it stops the pass.
+    pub fn explain(&self, verdict: Verdict, fs: &str) -> Option<String> {
+        let n = self.ignored.load(Ordering::Relaxed) + self.refused.load(Ordering::Relaxed);
+        let example = lock(&self.example).clone().unwrap_or_default();
+        verdict.explain(fs, n, &example)
+    }
+}
+
+/// The verdict (pure): any change that held means the storage honours them; `after` that did
+/// not, with none that did, mean it does not (the more frequent way wins).
+fn decide(held: bool, ignored: u32, refused: u32, after: u32) -> Verdict {
+    if held {
+        Verdict::Honours
+    } else if ignored + refused < after {
+        Verdict::Unknown
+    } else if ignored >= refused {
+        Verdict::Ignores
+    } else {
+        Verdict::Refuses
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_change_that_holds_means_the_storage_honours_them() {
+        assert_eq!(decide(true, 30, 30, 8), Verdict::Honours);
+        assert_eq!(decide(false, 7, 0, 8), Verdict::Unknown, "a few odd entries are no verdict");
+        assert_eq!(decide(false, 8, 0, 8), Verdict::Ignores);
+        assert_eq!(decide(false, 2, 6, 8), Verdict::Refuses);
+    }
+
+    #[test]
+    fn the_probe_reads_back_until_a_change_holds_or_the_verdict_stops_the_pass() {
+        let p = Probe::default();
+        assert!(p.wants_readback());
+        for i in 0..VERDICT_AFTER - 1 {
+            assert_eq!(p.record(Outcome::Ignored, || format!("/v/f{i}")), Verdict::Unknown);
+        }
+        assert_eq!(p.record(Outcome::Ignored, || "/v/last".into()), Verdict::Ignores);
+        assert!(p.wants_readback(), "a change made while the pass stops is read back too");
+        let line = p.explain(p.verdict(), "fuse.blobfuse2").unwrap();
+        assert!(line.starts_with("this filesystem (fuse.blobfuse2) ignores ownership changes: "), "{line}");
+        assert!(line.contains("on 8 entries") && line.contains("e.g. /v/f0") && line.contains("fsGroupPolicy"));
+        assert!(line.ends_with("the marker stays in-progress"), "{line}");
+
+        let q = Probe::default();
+        q.record(Outcome::Refused, || "/v/a".into());
+        assert_eq!(q.record(Outcome::Held, String::new), Verdict::Honours);
+        assert!(!q.wants_readback(), "one change held: no more read-backs");
+        assert_eq!(q.explain(q.final_verdict(), "nfs"), None);
+    }
+
+    #[test]
+    fn at_the_end_one_ignored_change_is_enough_but_refusals_need_the_full_count() {
+        let p = Probe::default();
+        p.record(Outcome::Ignored, || "/v/x".into());
+        assert_eq!((p.verdict(), p.final_verdict()), (Verdict::Unknown, Verdict::Ignores));
+        let q = Probe::default();
+        q.record(Outcome::Refused, || "/v/x".into());
+        assert_eq!(q.final_verdict(), Verdict::Unknown, "an immutable file refuses root too");
+        assert!(Verdict::Refuses.explain("nfs", 8, "/v/x").unwrap().contains("root_squash"));
+        assert_eq!(Verdict::Refuses.word(), Some("refused"));
+    }
+}

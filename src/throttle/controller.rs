@@ -1,0 +1,341 @@
+//! The adaptive limit on metadata operations in flight (pure): a latency-ratio controller.
+//!
+//! It compares what the operations of each window took with what the same operations took
+//! unloaded (the baseline of each kind, from the first, nearly idle windows and from a probe at
+//! a quarter of the limit every [`PROBE_EVERY`]): a storage answers as fast with more requests
+//! in flight until it is saturated, and from then on each request more only waits in its queue.
+//! The limit starts at 1 and doubles while the ratio stays near 1 (slow start), then grows by an
+//! eighth while the ratio is below [`LOW`], holds up to [`HIGH`], and above it shrinks towards
+//! [`TARGET`] (by half at most): a saturated storage is kept just past its capacity, with
+//! every request taking about [`TARGET`] times its unloaded latency instead of waiting in a
+//! queue that more threads would only lengthen.
+
+use std::time::Duration;
+
+/// What a metadata operation is, for its baseline: kinds differ in cost (a change is a round
+/// trip to the server, a stat of an open inode is often answered from the client's cache).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// A stat by name (a lookup).
+    Lookup,
+    /// A stat of an open fd.
+    Fstat,
+    /// An open (a directory, or an `O_PATH` pin).
+    Open,
+    /// One `getdents64` call.
+    Read,
+    /// A chown or chmod.
+    Change,
+}
+
+/// The number of [`OpKind`]s.
+pub const KINDS: usize = 5;
+
+impl OpKind {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Latencies of the operations completed in one window, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Window {
+    n: [u64; KINDS],
+    /// Sums of latencies, in microseconds.
+    sum_us: [f64; KINDS],
+    /// The operations in flight reached the limit during the window: a window that never did
+    /// (the walk had fewer to send) says nothing about a higher limit.
+    at_limit: bool,
+}
+
+impl Window {
+    pub fn add(&mut self, kind: OpKind, latency: Duration) {
+        let k = kind.index();
+        self.n[k] += 1;
+        self.sum_us[k] += latency.as_secs_f64() * 1e6;
+    }
+
+    /// The operations in flight reached the limit.
+    pub fn reached_limit(&mut self) {
+        self.at_limit = true;
+    }
+
+    /// Operations in the window.
+    pub fn samples(&self) -> u64 {
+        self.n.iter().sum()
+    }
+
+    /// Their total latency, in microseconds.
+    pub fn total_us(&self) -> f64 {
+        self.sum_us.iter().sum()
+    }
+
+    fn mean_us(&self, k: usize) -> Option<f64> {
+        (self.n[k] > 0).then(|| self.sum_us[k] / self.n[k] as f64)
+    }
+}
+
+/// Samples a window needs at least (with 2 × the limit: about two round trips of every slot).
+pub const MIN_SAMPLES: u64 = 16;
+/// Samples of a kind a probe window needs to re-base it.
+const PROBE_MIN: u64 = 4;
+/// Slow start ends at this ratio.
+const SLOW_START_EXIT: f64 = 1.3;
+/// Below this ratio the limit grows.
+pub const LOW: f64 = 1.15;
+/// Above this ratio the limit shrinks ...
+pub const HIGH: f64 = 1.5;
+/// ... towards this one.
+pub const TARGET: f64 = 1.25;
+/// How often the baseline is measured again at a quarter of the limit (the storage's unloaded
+/// latency may change: other clients come and go).
+pub const PROBE_EVERY: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    SlowStart,
+    Steady,
+    /// Measuring the baseline at a lower limit; then back to this one.
+    Probe {
+        resume: f64,
+    },
+}
+
+/// The limit and what it is based on.
+#[derive(Debug, Clone)]
+pub struct Controller {
+    limit: f64,
+    max: f64,
+    phase: Phase,
+    /// Unloaded mean latency of each kind, in microseconds.
+    base: [Option<f64>; KINDS],
+    last_probe: Duration,
+}
+
+impl Controller {
+    /// A controller of at most `max` operations in flight (the walk's threads), starting at 1.
+    pub fn new(max: usize) -> Controller {
+        Controller {
+            limit: 1.0,
+            max: max.max(1) as f64,
+            phase: Phase::SlowStart,
+            base: [None; KINDS],
+            last_probe: Duration::ZERO,
+        }
+    }
+
+    /// Operations allowed in flight now.
+    pub fn limit(&self) -> usize {
+        self.limit.round().clamp(1.0, self.max) as usize
+    }
+
+    /// Samples of the next window.
+    pub fn window_size(&self) -> u64 {
+        (2 * self.limit() as u64).max(MIN_SAMPLES)
+    }
+
+    /// The unloaded latency of `kind` in microseconds, once measured.
+    #[cfg(test)]
+    pub fn base_us(&self, kind: OpKind) -> Option<f64> {
+        self.base[kind.index()]
+    }
+
+    /// The mean unloaded latency of the operations counted in `w` (each kind at its baseline),
+    /// in microseconds; `None` before any baseline.
+    pub fn unloaded_us(&self, w: &Window) -> Option<f64> {
+        let (mut n, mut sum) = (0, 0.0);
+        for k in 0..KINDS {
+            if let Some(base) = self.base[k] {
+                n += w.n[k];
+                sum += w.n[k] as f64 * base;
+            }
+        }
+        (n > 0).then(|| sum / n as f64)
+    }
+
+    /// What the window's operations took over what they take unloaded (kinds without a
+    /// baseline yet get this window's as theirs).
+    fn ratio(&mut self, w: &Window) -> f64 {
+        let (mut now, mut unloaded) = (0.0, 0.0);
+        for k in 0..KINDS {
+            let Some(mean) = w.mean_us(k) else { continue };
+            let base = *self.base[k].get_or_insert(mean);
+            now += w.n[k] as f64 * mean;
+            unloaded += w.n[k] as f64 * base;
+        }
+        if unloaded > 0.0 { now / unloaded } else { 1.0 }
+    }
+
+    /// Takes a finished window (of operations admitted at the current limit) at `now` since the
+    /// walk began; the limit may change.
+    pub fn update(&mut self, w: &Window, now: Duration) {
+        if w.samples() == 0 {
+            return;
+        }
+        match self.phase {
+            Phase::Probe { resume } => {
+                for k in 0..KINDS {
+                    if w.n[k] >= PROBE_MIN {
+                        self.base[k] = w.mean_us(k);
+                    }
+                }
+                self.limit = resume;
+                self.last_probe = now;
+                self.phase = Phase::Steady;
+            }
+            Phase::SlowStart => {
+                let r = self.ratio(w);
+                // Still (nearly) unloaded: the lowest means are the baseline.
+                for k in 0..KINDS {
+                    if let (Some(mean), Some(base)) = (w.mean_us(k), self.base[k]) {
+                        self.base[k] = Some(base.min(mean));
+                    }
+                }
+                if r < SLOW_START_EXIT && self.limit < self.max {
+                    if w.at_limit {
+                        self.limit = (self.limit * 2.0).min(self.max);
+                    }
+                } else {
+                    self.phase = Phase::Steady;
+                    self.last_probe = now;
+                    self.steer(r, w.at_limit);
+                }
+            }
+            Phase::Steady => {
+                let r = self.ratio(w);
+                if now.saturating_sub(self.last_probe) >= PROBE_EVERY && self.limit >= 2.0 {
+                    self.phase = Phase::Probe { resume: self.limit };
+                    self.limit = (self.limit / 4.0).max(1.0);
+                } else {
+                    self.steer(r, w.at_limit);
+                }
+            }
+        }
+    }
+
+    /// Grows (when the window used the whole limit), holds or shrinks the limit for ratio `r`.
+    fn steer(&mut self, r: f64, at_limit: bool) {
+        if r > HIGH {
+            self.limit = (self.limit * (TARGET / r).clamp(0.5, 1.0)).max(1.0);
+        } else if r < LOW && at_limit {
+            self.limit = (self.limit + (self.limit / 8.0).max(1.0)).min(self.max);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A metadata server with `slots` service slots of `service` each, and a queue: with `n`
+    /// requests in flight each takes `service × max(1, n / slots)`. Runs the controller against
+    /// it for `secs` and returns (requests served per second over the last half, mean ratio of
+    /// latency to `service` over the last half).
+    fn closed_loop(slots: f64, service_us: f64, max: usize, secs: f64) -> (f64, f64) {
+        let mut c = Controller::new(max);
+        let mut t = 0.0;
+        let (mut served, mut ratio_sum, mut windows) = (0.0, 0.0, 0.0);
+        while t < secs {
+            let n = c.limit() as f64;
+            let latency = service_us * (n / slots).max(1.0);
+            let size = c.window_size();
+            let mut w = Window { at_limit: true, ..Window::default() };
+            // A mix: lookups and changes at the server's latency, cached fstats at 3 µs.
+            for i in 0..size {
+                let (kind, us) = match i % 4 {
+                    0 => (OpKind::Fstat, 3.0),
+                    1 => (OpKind::Lookup, latency),
+                    _ => (OpKind::Change, latency),
+                };
+                w.add(kind, Duration::from_secs_f64(us / 1e6));
+            }
+            // The window lasts as long as its server requests take with n in flight.
+            let dt = (size as f64 * 0.75) * latency / n / 1e6;
+            t += dt;
+            if t > secs / 2.0 {
+                served += size as f64 * 0.75;
+                ratio_sum += latency / service_us * dt;
+                windows += dt;
+            }
+            c.update(&w, Duration::from_secs_f64(t));
+        }
+        (served / windows, ratio_sum / windows)
+    }
+
+    #[test]
+    fn a_saturated_server_is_kept_near_its_capacity_at_a_low_latency_ratio() {
+        for slots in [1.0, 4.0, 16.0, 50.0] {
+            for max in [32, 128, 256] {
+                let (rate, ratio) = closed_loop(slots, 2000.0, max, 30.0);
+                let capacity = slots.min(max as f64) / 2000e-6;
+                assert!(rate >= 0.85 * capacity, "{slots} slots, {max} threads: {rate:.0}/s of {capacity:.0}/s");
+                assert!(ratio <= 2.0, "{slots} slots, {max} threads: latency {ratio:.2}× unloaded");
+            }
+        }
+    }
+
+    #[test]
+    fn an_unsaturated_server_gets_every_thread_the_walk_uses() {
+        let mut c = Controller::new(64);
+        // A walk with only 3 operations to send at once: the limit goes no further than 4.
+        for i in 0..40 {
+            let mut w = Window { at_limit: c.limit() <= 3, ..Window::default() };
+            for _ in 0..c.window_size() {
+                w.add(OpKind::Lookup, Duration::from_micros(500));
+            }
+            c.update(&w, Duration::from_millis(i * 10));
+        }
+        assert_eq!(c.limit(), 4);
+        for i in 40..80 {
+            let mut w = Window { at_limit: true, ..Window::default() };
+            for _ in 0..c.window_size() {
+                w.add(OpKind::Lookup, Duration::from_micros(500));
+            }
+            c.update(&w, Duration::from_millis(i * 10));
+        }
+        assert_eq!(c.limit(), 64);
+    }
+
+    #[test]
+    fn latency_rising_shrinks_the_limit_by_half_at_most_and_never_below_one() {
+        let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
+        c.base[OpKind::Change.index()] = Some(1000.0);
+        let window = |us: u64| {
+            let mut w = Window { at_limit: true, ..Window::default() };
+            for _ in 0..20 {
+                w.add(OpKind::Change, Duration::from_micros(us));
+            }
+            w
+        };
+        c.update(&window(2500), Duration::from_millis(1));
+        assert_eq!(c.limit(), 20, "ratio 2.5: × 1.25/2.5");
+        c.update(&window(1400), Duration::from_millis(2));
+        assert_eq!(c.limit(), 20, "ratio 1.4: held");
+        c.update(&window(100_000), Duration::from_millis(3));
+        assert_eq!(c.limit(), 10, "by half at most");
+        for i in 0..10 {
+            c.update(&window(100_000), Duration::from_millis(4 + i));
+        }
+        assert_eq!(c.limit(), 1);
+    }
+
+    #[test]
+    fn a_probe_measures_the_baseline_again_and_comes_back() {
+        let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
+        c.base[OpKind::Lookup.index()] = Some(1000.0);
+        let window = |us: u64| {
+            let mut w = Window { at_limit: true, ..Window::default() };
+            for _ in 0..20 {
+                w.add(OpKind::Lookup, Duration::from_micros(us));
+            }
+            w
+        };
+        c.update(&window(1300), PROBE_EVERY);
+        assert_eq!(c.limit(), 10, "a quarter of the limit while probing");
+        // The storage got slower for everyone: the probe's latency is the new baseline.
+        c.update(&window(3000), PROBE_EVERY + Duration::from_millis(5));
+        assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(3000.0)));
+        c.update(&window(3300), PROBE_EVERY + Duration::from_millis(10));
+        assert_eq!(c.limit(), 45, "ratio 1.1 against the new baseline: it grows");
+    }
+}
