@@ -6,8 +6,9 @@ use std::io::IsTerminal;
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Job, LogFormat, LogLevel};
+use crate::cli::{Cli, Job, LogLevel};
 use crate::error::{Error, ExitCode};
+use crate::options::LogFormat;
 use crate::{apply, demo, inject, inspect, logsink, merge, status};
 
 /// Sets up `tracing` on stderr (stdout is for the JSON report), through [`logsink`], at

@@ -56,10 +56,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
     // `--threads 0` and `--load auto`: by the kind of filesystem, more threads and an adaptive
     // load when any volume is on network or FUSE storage.
-    let remote = o.targets.iter().any(|(p, _)| sys::is_remote_fs(p));
-    let load = Policy { concurrency: o.run.load.concurrency.resolve(remote), ..o.run.load };
+    let storage = o.targets.iter().map(|(p, _)| sys::storage(p)).max().unwrap_or(sys::Storage::Local);
+    let load = Policy { concurrency: o.run.load.concurrency.resolve(storage == sys::Storage::Remote), ..o.run.load };
     let opts = &fit_threads(
-        RunOptions { threads: options::resolve_threads(o.run.threads, remote), load, ..o.run.clone() },
+        RunOptions { threads: options::resolve_threads(o.run.threads, || storage), load, ..o.run.clone() },
         o.run.threads != 0,
     );
     throttle::GATE.start(opts.load, opts.threads);

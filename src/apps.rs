@@ -366,16 +366,16 @@ mod tests {
         ParentFacts { name, owner: APP, grand_owner: Some(APP) }
     }
 
-    fn mask(is_dir: bool) -> Option<u32> {
-        Some(if is_dir { 0o2770 } else { 0o660 })
+    fn mask(kind: Kind) -> Option<u32> {
+        crate::spec::Spec::group(1).mode_mask(kind)
     }
 
     #[test]
     fn kubelet_is_the_kubelets_formula_whatever_the_place() {
         for old in 0..=0o7777 {
             for private in [None, Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself })] {
-                assert_eq!(want_mode(Modes::Kubelet, old, mask(true), private, APP), Some(old | 0o2770));
-                assert_eq!(want_mode(Modes::Kubelet, old, mask(false), private, APP), Some(old | 0o660));
+                assert_eq!(want_mode(Modes::Kubelet, old, mask(Kind::Dir), private, APP), Some(old | 0o2770));
+                assert_eq!(want_mode(Modes::Kubelet, old, mask(Kind::File), private, APP), Some(old | 0o660));
                 assert_eq!(want_mode(Modes::Kubelet, old, None, private, APP), None, "--owner alone");
             }
         }
@@ -385,8 +385,8 @@ mod tests {
     #[test]
     fn app_safe_never_widens_a_private_path_nor_narrows_another() {
         for old in 0..=0o7777u32 {
-            for is_dir in [false, true] {
-                let m = mask(is_dir);
+            for kind in [Kind::File, Kind::Dir] {
+                let m = mask(kind);
                 // Not an app path: bits are only added, and only when some group/other bit is set.
                 let plain = want_mode(Modes::AppSafe, old, m, None, APP).unwrap();
                 assert_eq!(plain & old, old, "{old:o}: nothing removed");
@@ -436,7 +436,11 @@ mod tests {
         ];
         for (path, old, want) in cases {
             let p = Private { path, anchor: Anchor::Itself };
-            assert_eq!(want_mode(Modes::AppSafe, old, mask(old > 0o777), Some(p), APP), Some(want), "{path:?}");
+            assert_eq!(
+                want_mode(Modes::AppSafe, old, mask(if old > 0o777 { Kind::Dir } else { Kind::File }), Some(p), APP),
+                Some(want),
+                "{path:?}"
+            );
             assert!(!path.accepts(old) && path.accepts(want), "{path:?}");
         }
     }

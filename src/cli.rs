@@ -10,7 +10,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::inject_args::InjectArgs;
 use crate::options::{
-    self, Foreign, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify, parse_duration,
+    self, Foreign, LogFormat, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify,
+    parse_duration,
 };
 use crate::spec::{self, Modes, Spec};
 use crate::throttle::{Concurrency, Policy};
@@ -34,10 +35,15 @@ pub struct Cli {
     pub log_level: LogLevel,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
+/// The words of `--log-format` are [`LogFormat::as_str`]'s.
+impl ValueEnum for LogFormat {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[LogFormat::Text, LogFormat::Json]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
 }
 
 /// `--log-level`: the least severe events logged.

@@ -20,7 +20,7 @@ use crate::escape::{Escaped, escape_bytes};
 use crate::options::{Mode, RunOptions, resolve_threads};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::sys::{self, fd};
+use crate::sys::{self, Storage, fd};
 use crate::volume;
 use crate::walk::Pool;
 
@@ -80,7 +80,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
 /// summary line.
 fn check_apply_check(dir: &Path, gid: u32) -> Result<Vec<VolumeReport>, Error> {
     let spec = Spec::group(gid);
-    let threads = resolve_threads(0, false);
+    let threads = resolve_threads(0, || Storage::Local);
     let pool = Pool::new(threads);
     let mut volumes = Vec::new();
     for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {

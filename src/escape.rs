@@ -61,6 +61,25 @@ impl fmt::Display for EscapedPath {
     }
 }
 
+/// Text read back from where the app may write (the spec in words that a marker records): kept
+/// as it was read, and shown (`Display`) escaped, so that no log line or message has to remember
+/// to. Serde reads and writes it as the plain string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Untrusted(String);
+
+impl From<&str> for Untrusted {
+    fn from(text: &str) -> Self {
+        Untrusted(text.into())
+    }
+}
+
+impl fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&escape_bytes(self.0.as_bytes()))
+    }
+}
+
 /// Escapes raw name bytes (see the module docs).
 pub fn escape_bytes(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
@@ -131,6 +150,15 @@ pub fn unescape(s: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn untrusted_text_is_kept_as_read_and_shown_escaped() {
+        let t: Untrusted = serde_json::from_str(r#""fs-group=1\nFAKE\u2028""#).unwrap();
+        assert_eq!(t.to_string(), r"fs-group=1\nFAKE\u{2028}");
+        let back: String = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, "fs-group=1\nFAKE\u{2028}");
+        assert_eq!(Untrusted::from("fs-group=2000").to_string(), "fs-group=2000");
+    }
 
     #[test]
     fn plain_names_are_unchanged() {

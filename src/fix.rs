@@ -77,7 +77,7 @@ pub fn decide_at(meta: &Meta, spec: &Spec, private: Option<Private>) -> Change {
     } else {
         let old = meta.perm();
         let owner = uid.unwrap_or(meta.uid);
-        apps::want_mode(spec.modes, old, spec.mode_mask(kind == Kind::Dir), private, owner).and_then(|want| {
+        apps::want_mode(spec.modes, old, spec.mode_mask(kind), private, owner).and_then(|want| {
             let special_cleared = chown && kind != Kind::Dir && old & (libc::S_ISUID | libc::S_ISGID) != 0;
             (want != old || special_cleared).then_some(want)
         })

@@ -64,7 +64,7 @@ pub struct Options {
 pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let started = Instant::now();
     let path = args.path.as_path();
-    let threads = resolve_threads(args.threads, args.threads == 0 && sys::is_remote_fs(path));
+    let threads = resolve_threads(args.threads, || sys::storage(path));
     let workers = Pool::new(threads);
     let pool = workers.start()?;
     let root_fd = crate::lifecycle::open_root(path)?;
@@ -264,7 +264,7 @@ impl<'a> Inspector<'a> {
     fn check_mode(&self, meta: &Meta, rel: impl Fn() -> PathBuf) {
         let kind = meta.kind();
         let perm = meta.perm();
-        if let Some(mask) = self.policy.mode_mask(kind == Kind::Dir) {
+        if let Some(mask) = self.policy.mode_mask(kind) {
             if kind != Kind::Symlink && perm & mask != mask {
                 self.lacking_bits.add(|| EscapedPath::relative(&rel()));
             }
@@ -296,7 +296,7 @@ impl<'a> Inspector<'a> {
     fn check_acl(&self, meta: &Meta, acl: Result<Option<Vec<u8>>, Errno>, rel: impl Fn() -> PathBuf) {
         let Ok(Some(acl)) = acl else { return };
         let Some((group, mask)) = acl_group_and_mask(&acl) else { return };
-        let need = (self.policy.mode_mask(meta.kind() == Kind::Dir).unwrap_or(0) >> 3 & 7) as u16;
+        let need = (self.policy.mode_mask(meta.kind()).unwrap_or(0) >> 3 & 7) as u16;
         if group & need != need {
             self.acl_group.add(|| AclGroup {
                 path: EscapedPath::relative(&rel()),
@@ -352,8 +352,8 @@ impl<'a> Inspector<'a> {
             path: EscapedPath::new(path),
             threads,
             seen,
-            file_mask: format!("{:04o}", self.policy.mode_mask(false).unwrap_or(0)),
-            dir_mask: format!("{:04o}", self.policy.mode_mask(true).unwrap_or(0)),
+            file_mask: format!("{:04o}", self.policy.mode_mask(Kind::File).unwrap_or(0)),
+            dir_mask: format!("{:04o}", self.policy.mode_mask(Kind::Dir).unwrap_or(0)),
             modes: self.apply_spec.map_or(crate::spec::Modes::Kubelet, |s| s.modes).word(),
             owners: self.owners.finish(),
             lacking_group_bits: self.lacking_bits.finish(),
@@ -499,7 +499,7 @@ mod tests {
     fn on_root_mismatch_agrees_with_the_dir_mask_of_the_spec() {
         // The kubelet's root check is exactly "the root has every bit of the directory mask".
         for ro in [false, true] {
-            let mask = mode_policy(ro).mode_mask(true).unwrap();
+            let mask = mode_policy(ro).mode_mask(Kind::Dir).unwrap();
             for perm in 0..=0o7777 {
                 let skips = root_mismatch(&dir(perm, 7), 7, ro).is_none();
                 assert_eq!(skips, perm & mask == mask, "{perm:o} ro={ro}");

@@ -22,7 +22,8 @@ use crate::pass::Fixer;
 use crate::progress;
 use crate::report::{Action, Load, VolumeReport};
 use crate::resume::{self, Place, Resume};
-use crate::spec::Spec;
+use crate::runid::RunId;
+use crate::spec::{Digest, Spec};
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys::{self, Meta};
@@ -38,14 +39,14 @@ pub enum ResumePlan {
     CheckPending(Vec<SpecialRecord>),
     /// `apply`: a checkpoint kept under `run`, starting empty (a new run, or an interrupted
     /// one whose checkpoint is gone or belongs to another spec).
-    Fresh { run: String },
+    Fresh { run: RunId },
     /// `apply`: the interrupted run `run` continued from its checkpoint.
-    Resume { run: String, checkpoint: Checkpoint },
+    Resume { run: RunId, checkpoint: Checkpoint },
 }
 
 impl ResumePlan {
     /// An `apply` under run `run`, continuing `checkpoint` when there is one.
-    pub fn apply(run: String, checkpoint: Option<Checkpoint>) -> Self {
+    pub fn apply(run: RunId, checkpoint: Option<Checkpoint>) -> Self {
         match checkpoint {
             Some(checkpoint) => ResumePlan::Resume { run, checkpoint },
             None => ResumePlan::Fresh { run },
@@ -53,7 +54,7 @@ impl ResumePlan {
     }
 
     /// The run whose checkpoint the pass keeps (none in `check`, nor without xattrs).
-    pub fn run(&self) -> Option<&str> {
+    pub fn run(&self) -> Option<&RunId> {
         match self {
             ResumePlan::Fresh { run } | ResumePlan::Resume { run, .. } => Some(run),
             ResumePlan::None | ResumePlan::CheckPending(_) => None,
@@ -99,7 +100,7 @@ pub struct Pass<'a> {
     /// (`nfs from fileserver:/exports/data`), else `fs`.
     fs_named: String,
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
-    pub digest: String,
+    pub digest: Digest,
     pub spec_text: String,
 }
 
@@ -186,8 +187,8 @@ impl<'a> Pass<'a> {
             (ResumePlan::Resume { run, .. }, Some(r)) => {
                 let (records, covered) = r.adopted();
                 info!(path = %self.shown, records, covered,
-                      "{}resuming run {}: {records} directory records of finished work, covering {covered} entries, are not read again",
-                      self.label(), marker::escape_str(run));
+                      "{}resuming run {run}: {records} directory records of finished work, covering {covered} entries, are not read again",
+                      self.label());
                 &r.previous_pending
             }
             _ => return,
@@ -276,11 +277,12 @@ mod tests {
 
     #[test]
     fn a_plan_keeps_a_checkpoint_only_in_apply() {
-        let fresh = ResumePlan::apply("r1".into(), None);
-        assert_eq!(fresh, ResumePlan::Fresh { run: "r1".into() });
-        let resumed = ResumePlan::apply("r1".into(), Some(Checkpoint::new("r1", "d")));
-        assert!(matches!(&resumed, ResumePlan::Resume { run, .. } if run == "r1"));
-        assert_eq!((fresh.run(), resumed.run()), (Some("r1"), Some("r1")));
+        let r1 = RunId::parse("r1").unwrap();
+        let fresh = ResumePlan::apply(r1.clone(), None);
+        assert_eq!(fresh, ResumePlan::Fresh { run: r1.clone() });
+        let resumed = ResumePlan::apply(r1.clone(), Some(Checkpoint::new(&r1, &"d".into())));
+        assert!(matches!(&resumed, ResumePlan::Resume { run, .. } if *run == r1));
+        assert_eq!((fresh.run(), resumed.run()), (Some(&r1), Some(&r1)));
         assert_eq!(ResumePlan::CheckPending(Vec::new()).run(), None);
         assert_eq!(ResumePlan::None.run(), None);
     }

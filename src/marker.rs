@@ -15,9 +15,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 
-use crate::escape::escape_bytes;
+use crate::escape::{Untrusted, escape_bytes};
 use crate::options::Verify;
-use crate::runid::valid_run_id;
+use crate::runid::{NotARunId, RunId};
+use crate::spec::Digest;
 use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys;
@@ -29,11 +30,6 @@ pub use shards::{Heartbeat, Shards, anchor_digest, xor_digests};
 /// The most shards a round can have on ext4 with 1 KiB blocks (what mke2fs picks below 512
 /// MiB): the root's xattr space holds no bigger record (measured; see docs/shards.md).
 pub const SHARDS_ON_1K_EXT4: u32 = 600;
-
-/// A string read from the root (the app may have written it), escaped for logs and messages.
-pub fn escape_str(s: &str) -> String {
-    escape_bytes(s.as_bytes())
-}
 
 /// The root xattr holding the [`Marker`].
 pub const MARKER_XATTR: &CStr = c"user.volprep";
@@ -75,12 +71,12 @@ pub struct Marker {
     /// Format version.
     pub v: u32,
     pub state: State,
-    /// `Spec::digest` of the spec this state is for.
-    pub digest: String,
+    /// `Spec::coverage_digest` of the spec this state is for.
+    pub digest: Digest,
     /// The spec in words, for people (`status`, logs).
-    pub spec: String,
+    pub spec: Untrusted,
     /// The run that wrote it; a checkpoint belongs to one run.
-    pub run: String,
+    pub run: RunId,
     /// Unix seconds.
     pub started: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,10 +128,11 @@ impl From<State> for MarkerState {
 }
 
 /// What an unfinished run has finished, kept on the root only (nothing is written below it).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// One whose run id volprep would not write does not decode: it is no checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
-    pub run: String,
-    pub digest: String,
+    pub run: RunId,
+    pub digest: Digest,
     /// [`CHECKPOINT_FORMAT`] (absent in checkpoints of the first format, which skip nothing).
     #[serde(default)]
     pub v: u32,
@@ -149,8 +146,14 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    pub fn new(run: &str, digest: &str) -> Self {
-        Checkpoint { run: run.into(), digest: digest.into(), v: CHECKPOINT_FORMAT, ..Default::default() }
+    pub fn new(run: &RunId, digest: &Digest) -> Self {
+        Checkpoint {
+            run: run.clone(),
+            digest: digest.clone(),
+            v: CHECKPOINT_FORMAT,
+            dirs: Vec::new(),
+            pending: Vec::new(),
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -165,23 +168,23 @@ impl Checkpoint {
 
 /// Files whose setuid/setgid bits a chown is about to clear, of one run: (escaped relative
 /// path, inode, mode to restore). Normally empty: a record lives for the time of two syscalls.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
-    pub run: String,
-    pub digest: String,
+    pub run: RunId,
+    pub digest: Digest,
     pub pending: Vec<SpecialRecord>,
 }
 
 impl Marker {
     /// A marker of this format with `state` for spec `digest` (in words: `spec`), written by
     /// `run` that started at `started`; nothing finished, no shards, nothing left.
-    pub fn new(state: State, digest: &str, spec: &str, run: &str, started: u64) -> Marker {
+    pub fn new(state: State, digest: &Digest, spec: &str, run: &RunId, started: u64) -> Marker {
         Marker {
             v: FORMAT,
             state,
-            digest: digest.into(),
+            digest: digest.clone(),
             spec: spec.into(),
-            run: run.into(),
+            run: run.clone(),
             started,
             finished: None,
             entries: None,
@@ -195,20 +198,37 @@ impl Marker {
         serde_json::to_vec(self).expect("marker serializes")
     }
 
+    /// The marker in `bytes`, or why it is none: text safe to log as it is. A run id volprep
+    /// would not write (U+2028, a tag character, a forged line: a resumed pass carries the run
+    /// id into its own marker and logs) makes the whole marker untrusted.
     pub fn decode(bytes: &[u8]) -> Result<Marker, String> {
-        let m: Marker =
-            serde_json::from_slice(bytes).map_err(|e| format!("unreadable marker: {}", escape_str(&e.to_string())))?;
+        let m: Marker = serde_json::from_slice(bytes).map_err(|e| match forged_run_id(bytes) {
+            Some(bad) => format!("marker has {bad}"),
+            None => format!("unreadable marker: {}", escape_bytes(e.to_string().as_bytes())),
+        })?;
         if m.v != FORMAT {
             return Err(format!("marker format {} is not {FORMAT}", m.v));
         }
-        // A resumed pass carries the run id into its own marker and logs: one volprep would not
-        // write (U+2028, a tag character, a forged line) makes the whole marker untrusted.
-        let shard_runs = m.shards.iter().flat_map(|s| s.running.iter().map(|r| r.run.as_str()));
-        if let Some(bad) = std::iter::once(m.run.as_str()).chain(shard_runs).find(|r| !valid_run_id(r)) {
-            return Err(format!("marker has a run id volprep does not write: '{}'", escape_str(bad)));
-        }
         Ok(m)
     }
+}
+
+/// The first of the run ids in a marker (its own, then its shards' heartbeats) that is none,
+/// read as plain strings: when a marker does not decode, the one to name.
+fn forged_run_id(bytes: &[u8]) -> Option<NotARunId> {
+    #[derive(Deserialize)]
+    struct Runs {
+        run: String,
+        #[serde(default)]
+        shards: Option<Running>,
+    }
+    #[derive(Deserialize)]
+    struct Running {
+        running: Vec<(u32, String, u64)>,
+    }
+    let runs: Runs = serde_json::from_slice(bytes).ok()?;
+    let shard_runs = runs.shards.into_iter().flat_map(|s| s.running).map(|(_, run, _)| run);
+    std::iter::once(runs.run).chain(shard_runs).find_map(|r| RunId::parse(r).err())
 }
 
 /// What was found on the root.
@@ -241,7 +261,7 @@ impl Found {
 #[derive(Debug, Clone)]
 pub struct Inputs<'a> {
     pub found: &'a Found,
-    pub digest: &'a str,
+    pub digest: &'a Digest,
     pub spec: &'a str,
     pub root_conforms: bool,
     pub force: bool,
@@ -271,53 +291,54 @@ const UNFINISHED: &str = "interrupted, or some entries failed";
 /// conforming root; anything else walks. Only an `in-progress` marker of the same spec resumes.
 pub fn decide(i: &Inputs<'_>) -> Decision {
     if i.force {
-        return walk("--force".into(), false);
+        return walk("--force".into());
     }
     match i.found {
         Found::Unsupported if i.verify == Verify::Marker && i.root_conforms => {
             Decision::Skip("no xattr support here; the root conforms (the kubelet's OnRootMismatch rule)".into())
         }
-        Found::Unsupported => walk("no xattr support here and the root does not conform".into(), false),
-        Found::Absent => walk("no marker".into(), false),
-        Found::Unreadable(e) => walk(e.clone(), false),
-        Found::Marker(m) if m.digest != i.digest => {
-            walk(format!("spec changed: marker is for '{}', now '{}'", escape_str(&m.spec), i.spec), false)
+        Found::Unsupported => walk("no xattr support here and the root does not conform".into()),
+        Found::Absent => walk("no marker".into()),
+        Found::Unreadable(e) => walk(e.clone()),
+        Found::Marker(m) if m.digest != *i.digest => {
+            walk(format!("spec changed: marker is for '{}', now '{}'", m.spec, i.spec))
         }
         Found::Marker(m) if m.state == State::InProgress => unfinished(i, m),
-        Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into(), false),
+        Found::Marker(_) if !i.root_conforms => walk("marker says done, but the root does not conform".into()),
         Found::Marker(m) if m.mounts.is_some() && m.mounts != i.mounts_now => walk(
             "the mount points below the root are not those of the pass that marked it done (what an unmounted one hid was never walked)".into(),
-            false,
         ),
-        Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into(), false),
+        Found::Marker(_) if i.verify == Verify::Full => walk("--verify full".into()),
         Found::Marker(m) => by_age(i, m),
     }
 }
 
-fn walk(reason: String, resume: bool) -> Decision {
-    Decision::Walk { reason, resume }
+/// Walk the whole tree, for `reason`.
+fn walk(reason: String) -> Decision {
+    Decision::Walk { reason, resume: false }
+}
+
+/// Walk, continuing the interrupted run of this spec, for `reason`.
+fn resume(reason: String) -> Decision {
+    Decision::Walk { reason, resume: true }
 }
 
 /// An `in-progress` marker of this spec: resume, unless the pass finished unprivileged (walk
 /// again: nothing to resume).
 fn unfinished(i: &Inputs<'_>, m: &Marker) -> Decision {
-    let run = escape_str(&m.run);
+    let run = &m.run;
     if i.verify == Verify::Full {
         // Nothing is skipped on the checkpoint's word; its special-bit records are still honoured.
-        return walk(
-            format!("previous pass (run {run}) did not finish ({UNFINISHED}); --verify full: walking everything"),
-            true,
-        );
+        return resume(format!(
+            "previous pass (run {run}) did not finish ({UNFINISHED}); --verify full: walking everything"
+        ));
     }
     match m.left {
-        Some(n) => walk(
-            format!(
-                "previous pass (run {run}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
-                if n == 1 { "entry" } else { "entries" }
-            ),
-            false,
-        ),
-        None => walk(format!("previous pass (run {run}) did not finish ({UNFINISHED}): resuming"), true),
+        Some(n) => walk(format!(
+            "previous pass (run {run}) finished unprivileged and left {n} {} of other users that do not conform: walking again (a privileged run fixes them)",
+            if n == 1 { "entry" } else { "entries" }
+        )),
+        None => resume(format!("previous pass (run {run}) did not finish ({UNFINISHED}): resuming")),
     }
 }
 
@@ -330,10 +351,10 @@ fn by_age(i: &Inputs<'_>, m: &Marker) -> Decision {
         // A time in the future (forged, or a skewed clock) would never grow old: it is stale.
         if when > i.now {
             let ahead = human_age(when - i.now);
-            return walk(format!("marker's finish time is {ahead} in the future: taken as stale"), false);
+            return walk(format!("marker's finish time is {ahead} in the future: taken as stale"));
         }
         if age > max.as_secs() {
-            return walk(format!("marker is {} old, more than --reverify-after", human_age(age)), false);
+            return walk(format!("marker is {} old, more than --reverify-after", human_age(age)));
         }
     }
     Decision::Skip(format!("marker says done for this spec ({} ago) and the root conforms", human_age(age)))
@@ -430,14 +451,25 @@ mod tests {
     use super::*;
     use crate::marker::shards::MAX_CLAIMS;
 
+    /// The digest of the spec the tests' runs are for.
+    static D1: std::sync::LazyLock<Digest> = std::sync::LazyLock::new(|| "d1".into());
+
+    fn run(id: &str) -> RunId {
+        RunId::parse(id).unwrap()
+    }
+
     fn marker(state: State, digest: &str) -> Marker {
-        Marker { finished: Some(1100), entries: Some(5), ..Marker::new(state, digest, "fs-group=1000", "r1", 1000) }
+        Marker {
+            finished: Some(1100),
+            entries: Some(5),
+            ..Marker::new(state, &digest.into(), "fs-group=1000", &run("r1"), 1000)
+        }
     }
 
     fn inputs(found: &Found) -> Inputs<'_> {
         Inputs {
             found,
-            digest: "d1",
+            digest: &D1,
             spec: "fs-group=1000",
             root_conforms: true,
             force: false,
@@ -549,7 +581,7 @@ mod tests {
             assert!(s(bad).misfit(2, 1).is_some(), "{bad:?}");
         }
         assert!(s("11").misfit(3, 1).is_some() && s("11").misfit(2, 2).is_some());
-        let running = Shards { running: vec![(7, "r".to_string(), 1).into()], ..s("00") };
+        let running = Shards { running: vec![(7, run("r"), 1).into()], ..s("00") };
         assert!(running.misfit(2, 1).is_some());
         // A record of an earlier version (a `done` list, per-shard claims): a new round.
         let old = br#"{"n":2,"depth":1,"done":[0],"entries":5,"running":[],"claims":[{"i":0,"t":[1,2],"a":"00"}]}"#;
@@ -609,7 +641,7 @@ mod tests {
     #[test]
     fn a_round_of_1024_shards_fits_a_4k_block_with_room_for_running_ones() {
         let mut m = Marker {
-            run: "61b8369b5344-4f53@volprep-fleet-1023-abcde".into(),
+            run: run("61b8369b5344-4f53@volprep-fleet-1023-abcde"),
             ..marker(State::InProgress, "0123456789abcdef")
         };
         let mut s = Shards::new(1024, 3);
@@ -647,13 +679,17 @@ mod tests {
 
     #[test]
     fn verify_full_resumes_without_skipping_and_strings_are_escaped() {
-        let mut m = marker(State::InProgress, "d1");
-        m.run = "r\nFAKE".into();
-        let f = Found::Marker(m);
+        let f = Found::Marker(marker(State::InProgress, "d1"));
         match decide(&Inputs { verify: Verify::Full, ..inputs(&f) }) {
             Decision::Walk { reason, resume } => {
-                assert!(resume && reason.contains("--verify full"), "{reason}");
-                assert!(!reason.contains('\n'), "{reason}");
+                assert!(resume && reason.contains("--verify full") && reason.contains("(run r1)"), "{reason}");
+            }
+            d => panic!("{d:?}"),
+        }
+        let forged = Marker { spec: "fs-group=1\nFAKE\u{2028}".into(), ..marker(State::Done, "d0") };
+        match decide(&inputs(&Found::Marker(forged))) {
+            Decision::Walk { reason, .. } => {
+                assert!(reason.contains("'fs-group=1\\nFAKE\\u{2028}'"), "{reason}");
             }
             d => panic!("{d:?}"),
         }
@@ -665,7 +701,7 @@ mod tests {
         let c: Checkpoint = serde_json::from_slice(old).unwrap();
         assert!(c.records().is_empty(), "{c:?}");
         assert_eq!(c.pending.len(), 1, "its special-bit records are still honoured");
-        let mut new = Checkpoint::new("r1", "d1");
+        let mut new = Checkpoint::new(&run("r1"), &D1);
         new.dirs.push("2:1.0:3:4:0@9".into());
         let back: Checkpoint = serde_json::from_slice(&new.encode()).unwrap();
         assert_eq!(back.records(), ["2:1.0:3:4:0@9".to_string()]);
@@ -675,24 +711,47 @@ mod tests {
 
     #[test]
     fn a_forged_run_id_makes_the_marker_unreadable() {
-        let good = marker(State::InProgress, "d1");
+        let good = Marker {
+            shards: Some(Shards { n: 2, running: vec![(0, run("r2"), 1).into()], ..Shards::default() }),
+            ..marker(State::InProgress, "d1")
+        };
         assert_eq!(Marker::decode(&good.encode()).unwrap(), good);
+        let forge = |bad: &str, at: &str| {
+            let mut v: serde_json::Value = serde_json::from_slice(&good.encode()).unwrap();
+            *v.pointer_mut(at).unwrap() = bad.into();
+            Marker::decode(&serde_json::to_vec(&v).unwrap()).unwrap_err()
+        };
         for bad in ["", "r\u{2028}FAKE", "r\u{e0041}", "r\u{200b}", "a b", "r\nx", "r\\x", &"r".repeat(101)] {
-            let mut m = good.clone();
-            m.run = bad.into();
-            let e = Marker::decode(&m.encode()).unwrap_err();
-            assert!(e.contains("run id") && !e.contains('\u{2028}') && !e.contains('\n'), "{bad:?}: {e}");
-            let mut m = good.clone();
-            m.shards = Some(Shards { n: 2, running: vec![(0, bad.to_string(), 1).into()], ..Shards::default() });
-            assert!(Marker::decode(&m.encode()).is_err(), "a shard's run {bad:?}");
+            let shown = crate::escape::escape_bytes(bad.as_bytes());
+            for at in ["/run", "/shards/running/0/1"] {
+                let e = forge(bad, at);
+                assert_eq!(e, format!("marker has a run id volprep does not write: '{shown}'"), "{bad:?} at {at}");
+            }
         }
+        // A marker that does not parse for another reason says that reason.
+        let e = forge("x", "/started");
+        assert!(e.starts_with("unreadable marker: invalid type"), "{e}");
+        let e = Marker::decode(br#"{"v":2,"state":"done","digest":"d","spec":"s","run":"r1","started":1}"#);
+        assert_eq!(e.unwrap_err(), "marker format 2 is not 1");
+    }
+
+    /// A checkpoint or special-bit record of a run id volprep never writes is none at all (it
+    /// could never belong to the run a valid marker names).
+    #[test]
+    fn a_forged_run_id_makes_checkpoints_and_records_unreadable() {
+        let c = br#"{"run":"r1\nX","digest":"d1","v":3,"dirs":[],"pending":[]}"#;
+        assert!(serde_json::from_slice::<Checkpoint>(c).is_err());
+        let p = br#"{"run":"r1\u2028","digest":"d1","pending":[["a",1,2048]]}"#;
+        assert!(serde_json::from_slice::<Pending>(p).is_err());
+        let ok = br#"{"run":"r1","digest":"d1","pending":[["a",1,2048]]}"#;
+        assert_eq!(serde_json::from_slice::<Pending>(ok).unwrap().run, run("r1"));
     }
 
     #[test]
     fn heartbeats_keep_their_wire_format() {
         let old = br#"{"n":2,"depth":1,"parts":"00","entries":0,"running":[[1,"5f-7@h",1700000000]]}"#;
         let s: Shards = serde_json::from_slice(old).unwrap();
-        assert_eq!(s.running, [Heartbeat { shard: 1, run: "5f-7@h".into(), at: 1_700_000_000 }]);
+        assert_eq!(s.running, [Heartbeat { shard: 1, run: run("5f-7@h"), at: 1_700_000_000 }]);
         assert_eq!(serde_json::to_vec(&s).unwrap(), old.to_vec());
     }
 

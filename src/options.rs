@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::sys::Storage;
 use crate::throttle::Policy;
 
 /// `apply` changes entries; `check` only decides.
@@ -34,6 +35,25 @@ pub enum ProgressStyle {
     Lines(Duration),
     /// A live bar on the terminal.
     Bar,
+}
+
+/// `--log-format`: human text (the default), or one JSON object per line. `inject` passes the
+/// same words to the init containers it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl LogFormat {
+    /// The flag's word for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
 }
 
 /// Who reads stderr: a person at a terminal with text logs, or a log collector (JSON logs, a
@@ -150,15 +170,18 @@ pub fn is_stdout(dest: &Path) -> bool {
 /// more than it computes, and what a cold pass needs is requests in flight, whatever the cores.
 /// On a local filesystem 4 threads per core, 32 to 64 (on 2 cores a cold ext4 pass was as fast
 /// at 16 to 64 threads as it gets, 2× faster than at 8; 128 was slower). On a network or FUSE
-/// filesystem (`remote`), where every uncached request is a round trip, 4 times that, 128 to 256
-/// (the slow-storage model was fastest at 128).
-pub fn resolve_threads(n: usize, remote: bool) -> usize {
+/// filesystem ([`Storage::Remote`]), where every uncached request is a round trip, 4 times that,
+/// 128 to 256 (the slow-storage model was fastest at 128). `storage` is only asked when `n` is 0.
+pub fn resolve_threads(n: usize, storage: impl FnOnce() -> Storage) -> usize {
     if n > 0 {
         return n.min(MAX_THREADS);
     }
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let local = (cores * 4).clamp(32, 64);
-    if remote { local * 4 } else { local }
+    match storage() {
+        Storage::Local => local,
+        Storage::Remote => local * 4,
+    }
 }
 
 /// Parses `500ms`, `30s`, `15m`, `12h`, `7d` (or plain seconds).
@@ -218,12 +241,12 @@ impl ShardFilter {
     }
 }
 
-/// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `job_index` (`JOB_COMPLETION_INDEX`).
 /// The most shards of one round (`--shard I/N`, N at most this): the shard record on the root
 /// takes one byte per shard, and the root's xattr space (about 4 KiB on ext4 with 4 KiB blocks,
 /// 1 KiB with 1 KiB blocks) must hold it beside the marker.
 pub const MAX_SHARDS: u32 = 1024;
 
+/// Parses `I/N` (0 ≤ I < N) or `auto/N`, taking I from `job_index` (`JOB_COMPLETION_INDEX`).
 pub fn parse_shard(s: &str, job_index: Option<&str>) -> Result<(u32, u32), String> {
     let (i, n) = s.split_once('/').ok_or_else(|| format!("'{s}' is not I/N (e.g. 0/4) or auto/N"))?;
     let n: u32 = n.parse().ok().filter(|&n| n > 0).ok_or_else(|| format!("'{s}': N must be a number above 0"))?;
@@ -253,10 +276,11 @@ mod tests {
 
     #[test]
     fn thread_default_is_by_cores_and_more_on_remote_storage() {
-        assert_eq!(resolve_threads(5, true), 5, "an explicit count wins");
-        let local = resolve_threads(0, false);
+        let never = || -> Storage { panic!("an explicit count looks at no filesystem") };
+        assert_eq!(resolve_threads(5, never), 5, "an explicit count wins");
+        let local = resolve_threads(0, || Storage::Local);
         assert!((32..=64).contains(&local), "{local}");
-        assert_eq!(resolve_threads(0, true), local * 4);
+        assert_eq!(resolve_threads(0, || Storage::Remote), local * 4);
     }
 
     /// Shards that fix the entry `path` (at depth = its number of components): an entry below

@@ -125,11 +125,11 @@ impl<'a> Fixer<'a> {
         self.probe.record(seen, || walk::full_path(self.root, &at.rel_path()).display().to_string());
     }
 
-    /// Records `dir` as finished work for resume, counted with its entries (itself only when
-    /// `counted`) into its parent's.
-    fn finish_resumable(&self, dir: &Dir<'_>, counted: bool) {
+    /// Records `dir` as finished work for resume, counted with its entries (and `itself`, unless
+    /// it is another shard's) into its parent's.
+    fn finish_resumable(&self, dir: &Dir<'_>, itself: Itself) {
         if let Some(r) = &self.resume {
-            if counted {
+            if itself == Itself::Counted {
                 dir.add_entries(1);
             }
             r.finished(dir);
@@ -152,7 +152,7 @@ impl<'a> Fixer<'a> {
         match outcome {
             Ok(fixed) => {
                 let change = fixed.change;
-                self.count(change.owner(), fixed.mode_changed());
+                self.count(&fixed);
                 if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
                     let path = walk::full_path(self.root, &at.rel_path());
                     let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
@@ -178,24 +178,30 @@ impl<'a> Fixer<'a> {
         }
     }
 
-    /// Counts a change made (or, in check, that would be made).
+    /// Counts what did change on disk before a failure (any chmod made counts as a mode change).
     pub fn count_change(&self, change: &Change) {
-        self.count(change.owner(), change.mode.is_some());
+        self.tally(Changed { owner: change.owner(), mode: change.mode.is_some() });
     }
 
-    /// Counts an entry whose owner and/or mode (final against initial) changed.
-    pub fn count(&self, owner: bool, mode: bool) {
-        if owner {
+    /// Counts an entry fixed (or, in check, decided): its owner and/or its mode, final against
+    /// initial.
+    pub fn count(&self, fixed: &Fixed) {
+        self.tally(Changed { owner: fixed.change.owner(), mode: fixed.mode_changed() });
+    }
+
+    fn tally(&self, changed: Changed) {
+        if changed.owner {
             self.counters.changed_owner.inc();
         }
-        if mode {
+        if changed.mode {
             self.counters.changed_mode.inc();
         }
     }
 
     /// An entry of another user that does not conform: left as it is, counted and listed (with
     /// what a privileged run would change), and no directory above it is finished.
-    fn left(&self, dir: &Node, name: Option<&CStr>, meta: &Meta, change: Change, unread: bool) {
+    fn left(&self, dir: &Node, name: Option<&CStr>, meta: &Meta, change: Change, contents: Contents) {
+        let unread = contents == Contents::Unread;
         self.counters.foreign_owned.inc();
         if unread {
             self.counters.foreign_unread.inc();
@@ -232,7 +238,7 @@ impl<'a> Fixer<'a> {
         match fix::judge(&meta, self.spec, private, self.privilege) {
             Verdict::NotOurs(change) => {
                 self.counters.seen(meta.kind());
-                self.left(parent, Some(name), &meta, change, true);
+                self.left(parent, Some(name), &meta, change, Contents::Unread);
                 true
             }
             Verdict::Fix(_) => false,
@@ -320,11 +326,11 @@ impl<'a> Fixer<'a> {
         if self.mode == Mode::Check {
             self.counters.changed_mode.add(r.restored);
         }
-        for (full, op, e) in &r.failed {
-            self.error_at(full, *op, *e);
+        for f in &r.failed {
+            self.error_at(&f.path, f.op, f.errno);
         }
-        for (full, text) in &r.refused {
-            self.error_note(full, Op::Restore, text.clone());
+        for refused in &r.refused {
+            self.error_note(&refused.path, Op::Restore, refused.text.clone());
         }
     }
 
@@ -346,7 +352,7 @@ impl<'a> Fixer<'a> {
         self.counters.seen(Kind::Dir);
         let private = self.places.as_ref().and_then(|p| p.of_dir(dir));
         if let Verdict::NotOurs(change) = fix::judge(&dir.meta, self.spec, private, self.privilege) {
-            return self.left(dir, None, &dir.meta, change, false);
+            return self.left(dir, None, &dir.meta, change, Contents::Read);
         }
         let readback = self.readback();
         let outcome = match self.mode {
@@ -398,7 +404,7 @@ impl<'a> Fixer<'a> {
         }
         let private = self.places.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
         if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, private, self.privilege) {
-            self.left(parent, Some(name), meta, change, false);
+            self.left(parent, Some(name), meta, change, Contents::Read);
             return false;
         }
         let outcome = match (self.mode, &self.resume) {
@@ -459,7 +465,7 @@ impl Visitor for Fixer<'_> {
         }
         // A failure (or an entry left) marked `dir` and its ancestors: then it is not finished
         // work. A shard's part of a directory it does not own is.
-        self.finish_resumable(dir, owned);
+        self.finish_resumable(dir, if owned { Itself::Counted } else { Itself::OtherShards });
     }
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
@@ -528,7 +534,7 @@ impl Visitor for Fixer<'_> {
     }
 
     fn dir_verified(&self, dir: &Dir<'_>) {
-        self.finish_resumable(dir, true);
+        self.finish_resumable(dir, Itself::Counted);
     }
 
     fn dir_read(&self, dir: &Dir<'_>) {
@@ -555,10 +561,36 @@ impl Visitor for Fixer<'_> {
     }
 }
 
+/// Whether a finished directory counts itself among the entries of its parent's resume record:
+/// not when it is another shard's (this shard only walked through it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Itself {
+    Counted,
+    OtherShards,
+}
+
+/// Whether what lies below an entry left as it is was looked at: not in a directory of another
+/// user that this user may not read (its contents were not checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contents {
+    Read,
+    Unread,
+}
+
+/// What changed on one entry, final against initial: what the counters count.
+#[derive(Debug, Clone, Copy)]
+struct Changed {
+    owner: bool,
+    mode: bool,
+}
+
 /// What this process's credentials and the volume's filesystem say about a directory's setgid
 /// bit (see [`SetgidRule`]).
 fn setgid_rule(root: &Path) -> SetgidRule {
-    let local_dev = if sys::is_remote_fs(root) { None } else { sys::stat_path(root).ok().map(|m| m.dev) };
+    let local_dev = match sys::storage(root) {
+        sys::Storage::Remote => None,
+        sys::Storage::Local => sys::stat_path(root).ok().map(|m| m.dev),
+    };
     SetgidRule {
         local_dev,
         groups: sys::groups(),

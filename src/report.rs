@@ -11,7 +11,7 @@ use crate::bounded::Bounded;
 use crate::error::{Error, ExitCode, Op, VolumeOutcome, errno_text};
 use crate::escape::EscapedPath;
 use crate::options::{Foreign, Tolerance};
-use crate::spec::Ownership;
+use crate::spec::{Digest, Ownership};
 use crate::state::{MarkerState, Stop};
 use crate::throttle::{Concurrency, Figures, Policy};
 
@@ -142,7 +142,7 @@ pub struct VolumeReport {
     pub action: Action,
     /// The spec in words and its digest (what the marker records).
     pub spec: String,
-    pub spec_digest: String,
+    pub spec_digest: Digest,
     /// Walker threads.
     pub threads: usize,
     /// The filesystem type (from `statfs`).

@@ -53,6 +53,9 @@ use crate::error::errno_text;
 use crate::escape::{Escaped, escape_bytes};
 use crate::frontier::{Frontier, Record, Seal};
 use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint, Pending};
+use crate::options::ShardFilter;
+use crate::runid::RunId;
+use crate::spec::Digest;
 use crate::special::SpecialRecord;
 use crate::sys::{self, Meta};
 use crate::verify::{self, Stamp};
@@ -99,6 +102,22 @@ struct Current {
     pending_written: Option<Vec<SpecialRecord>>,
 }
 
+/// Where a finished directory lies: on the root's filesystem (and device), where its record can
+/// be trusted, or elsewhere (see [`Resume::recordable`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fs {
+    Root,
+    Other,
+}
+
+/// When the checkpoint is written: once `--checkpoint-interval` has passed since the last
+/// write, or now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum When {
+    IfDue,
+    Now,
+}
+
 /// A checkpoint budget below which halving stops: the records no longer pay for a write.
 const MIN_BUDGET: usize = 128;
 
@@ -112,17 +131,17 @@ pub struct Place<'a> {
 
 impl<'a> Place<'a> {
     /// The unsharded pass's checkpoint, or shard I of N's (a share of the bound each).
-    pub fn new(root: BorrowedFd<'a>, shard: Option<(u32, u32)>) -> Self {
-        let max_bytes = shard.map_or(CHECKPOINT_MAX_BYTES, |(_, n)| (CHECKPOINT_MAX_BYTES / n as usize).max(600));
-        let index = shard.map(|s| s.0);
+    pub fn new(root: BorrowedFd<'a>, shard: Option<ShardFilter>) -> Self {
+        let max_bytes = shard.map_or(CHECKPOINT_MAX_BYTES, |f| (CHECKPOINT_MAX_BYTES / f.count as usize).max(600));
+        let index = shard.map(|f| f.index);
         Place { root, xattr: marker::checkpoint_xattr(index), pending_xattr: marker::pending_xattr(index), max_bytes }
     }
 
     /// The checkpoint there, with the special-bit records of its xattr, if they belong to `run`
     /// and `digest`.
-    pub fn read(&self, run: &str, digest: &str) -> Option<Checkpoint> {
-        let mut c = marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == run && c.digest == digest);
-        let p = marker::read_pending(self.root, &self.pending_xattr).filter(|p| p.run == run && p.digest == digest);
+    pub fn read(&self, run: &RunId, digest: &Digest) -> Option<Checkpoint> {
+        let mut c = marker::read_checkpoint(self.root, &self.xattr).filter(|c| c.run == *run && c.digest == *digest);
+        let p = marker::read_pending(self.root, &self.pending_xattr).filter(|p| p.run == *run && p.digest == *digest);
         if let Some(p) = p {
             let c = c.get_or_insert_with(|| Checkpoint::new(run, digest));
             for r in p.pending {
@@ -153,8 +172,8 @@ impl<'a> Resume<'a> {
         place: Place<'a>,
         previous: Option<Checkpoint>,
         skip: bool,
-        run: &str,
-        digest: &str,
+        run: &RunId,
+        digest: &Digest,
         every: Duration,
     ) -> Self {
         let mut checkpoint = Checkpoint::new(run, digest);
@@ -287,28 +306,32 @@ impl<'a> Resume<'a> {
         if dir.tainted() {
             return;
         }
-        self.record(parent, ord, dir.meta.ino, dir.entries(), self.recordable(dir));
+        let fs = if self.recordable(dir) { Fs::Root } else { Fs::Other };
+        self.record(parent, ord, dir.meta.ino, dir.entries(), fs);
     }
 
     /// A subdirectory of `parent` (ordinal `ord`, inode `ino`) without subdirectories was
     /// verified unchanged without being opened: finished, as by [`Resume::finished`].
     pub fn finished_leaf(&self, parent: &Node, ord: Option<u32>, ino: u64) {
         if let Some(ord) = ord {
-            self.record(parent, ord, ino, 1, true);
+            self.record(parent, ord, ino, 1, Fs::Root);
         }
     }
 
-    fn record(&self, parent: &Node, ord: u32, ino: u64, covered: u64, recordable: bool) {
+    /// The subdirectory at ordinal `ord` (inode `ino`, on filesystem `fs`) of `parent` is
+    /// finished, covering `covered` entries: its own records go, and it joins `parent`'s record
+    /// (written out when the interval has passed) if it and `parent` may be recorded.
+    fn record(&self, parent: &Node, ord: u32, ino: u64, covered: u64, fs: Fs) {
         let mut cur = self.lock();
         cur.frontier.remove_all(ino);
         let seal = Self::seal(parent);
         let trusted = self.start.is_some_and(|start| verify::seal_trusted(seal.at(), start));
-        if !trusted || !recordable || !self.recordable(parent) {
+        if !trusted || fs != Fs::Root || !self.recordable(parent) {
             return;
         }
         cur.frontier.finish(parent.meta.ino, seal, ord, ino, covered);
         // A failed write is warned about (once) inside: it only costs a later resume re-reading.
-        let _ = self.write_if_due(cur, false);
+        let _ = self.flush(cur, When::IfDue);
     }
 
     /// Records (and writes at once, in its own xattr) the mode a setuid/setgid file must get
@@ -333,11 +356,13 @@ impl<'a> Resume<'a> {
     /// Writes the checkpoint now (at the end of an interrupted pass).
     pub fn write(&self) -> Result<(), Errno> {
         let cur = self.lock();
-        self.write_if_due(cur, true)
+        self.flush(cur, When::Now)
     }
 
-    fn write_if_due(&self, mut cur: std::sync::MutexGuard<'_, Current>, force: bool) -> Result<(), Errno> {
-        if !force && cur.written.elapsed() < self.every {
+    /// Writes the checkpoint and the special-bit records `when` says, warning (once) when that
+    /// fails.
+    fn flush(&self, mut cur: std::sync::MutexGuard<'_, Current>, when: When) -> Result<(), Errno> {
+        if when == When::IfDue && cur.written.elapsed() < self.every {
             return Ok(());
         }
         cur.written = Instant::now();

@@ -21,6 +21,7 @@ use crate::options::{Mode, RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
+use crate::runid::RunId;
 use crate::spec::Spec;
 use crate::state::MarkerState;
 use crate::sys;
@@ -40,10 +41,18 @@ enum Step {
     /// its checkpoint is kept under that run).
     Walk {
         why: String,
-        round: String,
+        round: RunId,
     },
     /// Every shard is done but the volume is not: a finishing run was killed.
     Finish,
+}
+
+/// Whether this run walks its shard's part, or only finishes a volume whose shards are all done
+/// (a finishing run was killed): the other parts are checked, and a walked one needs no check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnPart {
+    Walked,
+    NotWalked,
 }
 
 /// What a shard leaves after recording its outcome.
@@ -58,7 +67,7 @@ enum Outcome {
 struct Run<'p, 'a> {
     pass: &'p Pass<'a>,
     f: ShardFilter,
-    id: String,
+    id: RunId,
     root: BorrowedFd<'p>,
 }
 
@@ -74,7 +83,7 @@ pub fn run(
     let root_fd = lifecycle::open_root(path)?;
     let root = root_fd.as_fd();
     let mut pass = Pass::new(path, spec, opts, root, started, Some(filter));
-    let run = Run { pass: &pass, f: filter, id: crate::runid::new_run_id(), root };
+    let run = Run { pass: &pass, f: filter, id: RunId::new(), root };
     let (step, before) = run.turn()?;
     let (round, reason) = match step {
         Step::Skip(why) => {
@@ -87,20 +96,20 @@ pub fn run(
         Step::Wait(_) => unreachable!("handled by turn"),
     };
     info!(path = %pass.shown, shard = %run.name(), fs = %pass.fs, spec = %spec, threads = opts.threads, load = opts.load.concurrency.name(), max_ops = opts.load.max_ops, decision = "walk", reason = %reason, "walk {}", pass.shown);
-    let walk_needed = round.is_some();
+    let part = if round.is_some() { OwnPart::Walked } else { OwnPart::NotWalked };
     let plan = match round {
         Some(round) if opts.mode == Mode::Apply => run.plan(round),
         _ => ResumePlan::None,
     };
-    let mut fixer = pass.fixer(&plan, Some(Place::new(root, Some((filter.index, filter.count)))));
+    let mut fixer = pass.fixer(&plan, Some(Place::new(root, Some(filter))));
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
-    let claimed = walk_needed.then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
-    if walk_needed {
+    let claimed = (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
+    if part == OwnPart::Walked {
         run.walk(&mut fixer, pool.start()?, root_meta)?;
     }
-    let after = run.settle(&mut fixer, claimed.as_deref(), root_meta, pool, walk_needed)?;
+    let after = run.settle(&mut fixer, claimed.as_deref(), root_meta, pool, part)?;
     drop(run);
     pass.reason = reason;
     Ok(pass.report(fixer, Action::Walked, before, Some(after)))
@@ -118,7 +127,7 @@ impl Run<'_, '_> {
 
     /// Where this shard keeps its checkpoint on the root.
     fn place(&self) -> Place<'_> {
-        Place::new(self.root, Some((self.f.index, self.f.count)))
+        Place::new(self.root, Some(self.f))
     }
 
     /// Waits for this shard's turn: registers under the root lock, or learns it skips, or that
@@ -248,7 +257,7 @@ impl Run<'_, '_> {
 
     /// This shard's place in the round: done already (skip, or finish the volume), walked by a
     /// live run (wait), or this run's to walk (registered in `shards`).
-    fn join(&self, shards: &mut Shards, round: String, own: impl FnOnce() -> Option<String>) -> Step {
+    fn join(&self, shards: &mut Shards, round: RunId, own: impl FnOnce() -> Option<String>) -> Step {
         let f = self.f;
         let now = marker::now();
         if shards.is_done(f.index) && self.pass.opts.verify == Verify::Full {
@@ -261,8 +270,8 @@ impl Run<'_, '_> {
             return Step::Skip(format!("shard {}/{} is already done for this spec", f.index, f.count));
         }
         if let Some(h) = shards.running.iter().find(|h| h.shard == f.index && h.run != self.id) {
-            let other = marker::escape_str(&h.run);
-            if fresh(h.at, now) && !crate::runid::run_is_dead_here(&other) {
+            let other = &h.run;
+            if fresh(h.at, now) && !other.is_dead_here() {
                 return Step::Wait(format!("run {other} is walking this shard"));
             }
             warn!("shard {}/{}: run {other} is gone; taking over", f.index, f.count);
@@ -285,7 +294,7 @@ impl Run<'_, '_> {
     /// special-bit records), kept under the round's run (the marker's), and continued when it
     /// belongs to this round and spec. Under `--force` it is not continued at all (as in an
     /// unsharded pass: a special-bit record is forgotten, as the message about it says).
-    fn plan(&self, round: String) -> ResumePlan {
+    fn plan(&self, round: RunId) -> ResumePlan {
         let place = self.place();
         let previous = if self.pass.opts.force { None } else { place.read(&round, &self.pass.digest) };
         ResumePlan::apply(round, previous)
@@ -315,14 +324,14 @@ impl Run<'_, '_> {
         claimed: Option<&str>,
         root_meta: sys::Meta,
         pool: &Pool,
-        walked: bool,
+        part: OwnPart,
     ) -> Result<MarkerState, Error> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer);
         let after = match self.locked(|root| self.finish(root, fixer, claimed))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
-                self.recheck(fixer, &shards, root_meta, pool.start()?, walked)?;
+                self.recheck(fixer, &shards, root_meta, pool.start()?, part)?;
                 self.locked(|root| self.seal(root, fixer))?
             }
         };
@@ -343,7 +352,7 @@ impl Run<'_, '_> {
         shards: &Shards,
         root_meta: sys::Meta,
         threads: &rayon_core::ThreadPool,
-        walked: bool,
+        part: OwnPart,
     ) -> Result<(), Error> {
         let (pass, name) = (self.pass, self.name());
         let check = recheck::Recheck {
@@ -355,7 +364,7 @@ impl Run<'_, '_> {
             threads,
             fixer,
         };
-        let sum = check.run(shards, walked.then_some(self.f.index))?;
+        let sum = check.run(shards, (part == OwnPart::Walked).then_some(self.f.index))?;
         if let Some(sig) = sum.stopped {
             // The check did not cover every part: the volume is not sealed.
             warn!(path = %pass.shown, "shard {name}: {sig}: stopped checking what the other shards claim; the volume is completed at the next start");
@@ -422,11 +431,11 @@ impl Run<'_, '_> {
         match (m.digest == self.pass.digest, m.shards.is_some(), m.state) {
             (true, true, _) => Ok(Ok(m)),
             (true, false, State::Done) => {
-                info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", marker::escape_str(&m.run));
+                info!(path = %shown, "the volume was completed by another run of this spec (run {}) during this shard's walk: nothing left to do", m.run);
                 Ok(Err(MarkerState::Done))
             }
             (true, false, State::InProgress) => {
-                info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", marker::escape_str(&m.run));
+                info!(path = %shown, "an unsharded run of this spec (run {}) took the volume over during this shard's walk and completes it", m.run);
                 Ok(Err(MarkerState::InProgress))
             }
             (false, ..) => Err(Error::SpecTookOver { path: path.to_path_buf() }),
@@ -450,7 +459,7 @@ impl Run<'_, '_> {
         let private = crate::pass::root_place(root, self.pass.spec);
         match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid, fix::Readback::No) {
             Ok(fixed) => {
-                fixer.count(fixed.change.owner(), fixed.mode_changed());
+                fixer.count(&fixed);
                 m.state = State::Done;
                 m.finished = Some(marker::now());
                 // Sealed: the claims were checked and are needed no more (room for the rest).
@@ -461,7 +470,7 @@ impl Run<'_, '_> {
                 m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
                 // No shard's checkpoint is needed any more.
                 for i in marker::shard_indices(f.count) {
-                    let _ = Place::new(root, Some((i, f.count))).remove();
+                    let _ = Place::new(root, Some(ShardFilter { index: i, ..f })).remove();
                 }
                 info!(path = %self.pass.shown, "every shard is done: root fixed, volume marked done");
             }

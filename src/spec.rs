@@ -1,7 +1,13 @@
 //! The desired state of a volume (group, owner, mode masks, mode policy) and its stable digest.
 
-use sha2::{Digest, Sha256};
+use sha2::Digest as _;
+use sha2::Sha256;
 use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::escape::escape_bytes;
+use crate::sys::Kind;
 
 /// Group read/write bits the kubelet adds to every non-symlink (`rwMask`).
 pub const RW_MASK: u32 = 0o660;
@@ -99,12 +105,13 @@ impl Spec {
         }
     }
 
-    /// The permission bits a non-symlink entry must have (ORed into its mode),
-    /// or `None` when the spec does not touch modes (`--owner` alone).
-    pub fn mode_mask(&self, is_dir: bool) -> Option<u32> {
+    /// The permission bits an entry of `kind` must have (ORed into its mode; a directory's
+    /// add search and setgid), or `None` when the spec does not touch modes (`--owner` alone).
+    /// Symlinks have no mode of their own: callers never ask for theirs.
+    pub fn mode_mask(&self, kind: Kind) -> Option<u32> {
         self.fs_group?;
         let base = if self.read_only { RO_MASK } else { RW_MASK };
-        Some(if is_dir { base | EXEC_MASK | libc::S_ISGID } else { base })
+        Some(if kind == Kind::Dir { base | EXEC_MASK | libc::S_ISGID } else { base })
     }
 
     /// True when the spec asks for nothing.
@@ -128,8 +135,8 @@ impl Spec {
             "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}{modes}",
             opt(self.gid()),
             opt(self.uid()),
-            self.mode_mask(false).map_or_else(|| "-".into(), |m| format!("{m:o}")),
-            self.mode_mask(true).map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(Kind::File).map_or_else(|| "-".into(), |m| format!("{m:o}")),
+            self.mode_mask(Kind::Dir).map_or_else(|| "-".into(), |m| format!("{m:o}")),
         )
     }
 
@@ -156,15 +163,15 @@ impl Spec {
     }
 
     /// A stable digest of the desired state: 16 hex digits of SHA-256 over [`Spec::canonical`].
-    pub fn digest(&self) -> String {
-        hex16(&self.canonical())
+    pub fn digest(&self) -> Digest {
+        Digest(hex16(&self.canonical()))
     }
 
     /// The digest a marker keeps: the spec's, plus what the pass covers. With `--cross-devices`
     /// a pass covers nested mounts too, so a marker of a pass without it must not let one with
     /// it skip. Without it this is [`Spec::digest`], so existing markers stay valid.
-    pub fn coverage_digest(&self, cross_devices: bool) -> String {
-        if cross_devices { hex16(&format!("{} cross-devices", self.canonical())) } else { self.digest() }
+    pub fn coverage_digest(&self, cross_devices: bool) -> Digest {
+        if cross_devices { Digest(hex16(&format!("{} cross-devices", self.canonical()))) } else { self.digest() }
     }
 
     /// The spec in words with what the pass covers (`fs-group=2000 cross-devices`).
@@ -239,6 +246,36 @@ impl fmt::Display for Ownership {
     }
 }
 
+/// The digest of a spec and of what a pass covers ([`Spec::coverage_digest`]): what a marker, a
+/// checkpoint and a report record, and what runs compare. Computed, it is 16 hex digits; read
+/// back from the root it is whatever the app wrote there, which is only ever compared (it never
+/// matches a computed one) and shown through `Display`, which escapes it. On the wire it is the
+/// plain string.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Digest(String);
+
+impl Digest {
+    /// The digest as it was computed or read: for logs and reports of a computed one.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&escape_bytes(self.0.as_bytes()))
+    }
+}
+
+/// Tests name digests by hand (`"d1"`).
+#[cfg(test)]
+impl From<&str> for Digest {
+    fn from(s: &str) -> Self {
+        Digest(s.into())
+    }
+}
+
 /// 16 hex digits of SHA-256 over `text`.
 fn hex16(text: &str) -> String {
     let hash = Sha256::digest(text.as_bytes());
@@ -271,13 +308,13 @@ mod tests {
 
     #[test]
     fn masks_follow_the_kubelet() {
-        assert_eq!(Spec::group(1).mode_mask(false), Some(0o660));
-        assert_eq!(Spec::group(1).mode_mask(true), Some(0o2770));
+        assert_eq!(Spec::group(1).mode_mask(Kind::File), Some(0o660));
+        assert_eq!(Spec::group(1).mode_mask(Kind::Dir), Some(0o2770));
         let ro = Spec { read_only: true, ..Spec::group(1) };
-        assert_eq!(ro.mode_mask(false), Some(0o440));
-        assert_eq!(ro.mode_mask(true), Some(0o2550));
+        assert_eq!(ro.mode_mask(Kind::File), Some(0o440));
+        assert_eq!(ro.mode_mask(Kind::Dir), Some(0o2550));
         let owner = Spec::owner(5, Some(6));
-        assert_eq!(owner.mode_mask(true), None);
+        assert_eq!(owner.mode_mask(Kind::Dir), None);
         assert_eq!(owner.gid(), Some(6));
     }
 
@@ -291,8 +328,9 @@ mod tests {
     #[test]
     fn digest_is_stable_and_sensitive() {
         // Pinned: a change of this value invalidates every marker in the field.
+        assert_eq!(Spec::group(2000).digest().as_str(), "5a8810073d7c0a3d");
         assert_eq!(Spec::group(2000).digest(), Spec::group(2000).digest());
-        assert_eq!(Spec::group(2000).digest().len(), 16);
+        assert_eq!(Spec::group(2000).digest().as_str().len(), 16);
         assert_ne!(Spec::group(2000).digest(), Spec::group(1000).digest());
         assert_ne!(Spec::group(2000).digest(), Spec { read_only: true, ..Spec::group(2000) }.digest());
         assert_ne!(Spec::group(2000).digest(), Spec { owner_uid: Some(1), ..Spec::group(2000) }.digest());
@@ -304,6 +342,19 @@ mod tests {
             Spec { owner_uid: Some(1), owner_gid: Some(5), ..Spec::group(2000) }.digest(),
             Spec { owner_uid: Some(1), owner_gid: None, ..Spec::group(2000) }.digest()
         );
+    }
+
+    #[test]
+    fn a_digest_travels_as_its_text_and_shows_escaped() {
+        let d = Spec::group(2000).digest();
+        assert_eq!(serde_json::to_string(&d).unwrap(), format!("\"{}\"", d.as_str()));
+        assert_eq!(d.to_string(), d.as_str(), "a computed digest shows as it is");
+        // One read back from the root is whatever the app wrote: never equal, shown escaped.
+        let forged: Digest = serde_json::from_str(r#""d\n\u2028x""#).unwrap();
+        assert_ne!(forged, d);
+        assert_eq!(forged.to_string(), r"d\n\u{2028}x");
+        let back: String = serde_json::from_str(&serde_json::to_string(&forged).unwrap()).unwrap();
+        assert_eq!(back, "d\n\u{2028}x", "kept as read");
     }
 
     #[test]

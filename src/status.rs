@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use crate::error::{Error, ExitCode, Op};
 use crate::escape::EscapedPath;
 use crate::frontier::Frontier;
-use crate::marker::{self, Checkpoint, Found, escape_str};
+use crate::marker::{self, Checkpoint, Found};
 use crate::report;
 use crate::sys;
 
@@ -98,13 +98,8 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
     } else {
         format!("{} ago", marker::human_age(now.saturating_sub(when)))
     };
-    let mut s = format!(
-        "{shown}: {} for {} (digest {}), run {}, {age}",
-        found.state().name(),
-        escape_str(&m.spec),
-        escape_str(&m.digest),
-        escape_str(&m.run),
-    );
+    let mut s =
+        format!("{shown}: {} for {} (digest {}), run {}, {age}", found.state().name(), m.spec, m.digest, m.run,);
     if let Some(n) = m.entries {
         s += &format!(", {n} entries");
     }
@@ -112,8 +107,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
         s += &format!(", finished unprivileged: {n} entries of other users left for a privileged run");
     }
     if let Some(sh) = &m.shards {
-        let running: Vec<String> =
-            sh.running.iter().map(|h| format!("{} (run {})", h.shard, escape_str(&h.run))).collect();
+        let running: Vec<String> = sh.running.iter().map(|h| format!("{} (run {})", h.shard, h.run)).collect();
         s += &format!(", shards of {}: done {:?}, running [{}]", sh.n, sh.done(), running.join(", "));
     }
     for (i, c) in checkpoints {
@@ -132,7 +126,7 @@ fn line_of(shown: &EscapedPath, found: &Found, checkpoints: &[(Option<u32>, Chec
 fn summary(c: &Checkpoint, shard: Option<u32>) -> serde_json::Value {
     let f = Frontier::decode(c.records());
     let mut v =
-        json!({ "run": escape_str(&c.run), "records": f.len(), "covered": f.covered(), "pending": c.pending.len() });
+        json!({ "run": c.run.to_string(), "records": f.len(), "covered": f.covered(), "pending": c.pending.len() });
     if let Some(i) = shard {
         v["shard"] = json!(i);
     }

@@ -15,7 +15,7 @@ use crate::escape::Escaped;
 use crate::options::Mode;
 use crate::report::{Action, StickyOutcome, VolumeReport};
 use crate::spec::Spec;
-use crate::sys::{self, Kind};
+use crate::sys::{self, Blocked, Kind};
 
 /// The mode of a shared temp directory: everyone may create, only owners may remove (`/tmp`).
 pub const TMP_MODE: u32 = 0o1777;
@@ -73,10 +73,10 @@ pub fn run(path: &Path, mode: Mode) -> Result<VolumeReport, Error> {
 
 /// The parent of PATH, reached without following any symlink.
 fn open_parent(path: &Path, parent: &Path) -> Result<OwnedFd, Error> {
-    sys::open_dir_no_symlinks(parent).map_err(|(at, link, e)| match (link, e) {
-        (true, _) => Error::StickyParentIsSymlink { at, path: path.to_path_buf() },
-        (false, Errno::NOTDIR) => Error::NotADirectory { path: at },
-        (false, e) => Error::sys(at, Op::Open, e),
+    sys::open_dir_no_symlinks(parent).map_err(|blocked| match blocked {
+        Blocked::Symlink { at } => Error::StickyParentIsSymlink { at, path: path.to_path_buf() },
+        Blocked::Failed { at, errno: Errno::NOTDIR } => Error::NotADirectory { path: at },
+        Blocked::Failed { at, errno } => Error::sys(at, Op::Open, errno),
     })
 }
 

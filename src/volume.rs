@@ -18,6 +18,7 @@ use crate::pass::Fixer;
 use crate::progress;
 use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
+use crate::runid::RunId;
 use crate::spec::Spec;
 use crate::state::MarkerState;
 use crate::sys::{self, LockHolder, Meta};
@@ -69,7 +70,7 @@ fn log_decision(pass: &Pass<'_>, found: &Found, verb: &str) {
         shown: &pass.shown,
         fs: &pass.fs,
         spec: &pass.spec_text,
-        digest: &pass.digest,
+        digest: pass.digest.as_str(),
         threads: pass.opts.threads,
         load: &pass.opts.load,
         estimate: pass.estimate,
@@ -97,9 +98,7 @@ fn plan(
     match (mode, found) {
         (Mode::Check, _) => previous.map_or(ResumePlan::None, |c| ResumePlan::CheckPending(c.pending)),
         (Mode::Apply, Found::Unsupported) => ResumePlan::None,
-        (Mode::Apply, _) => {
-            ResumePlan::apply(resumed.map_or_else(crate::runid::new_run_id, |m| m.run.clone()), previous)
-        }
+        (Mode::Apply, _) => ResumePlan::apply(resumed.map_or_else(RunId::new, |m| m.run.clone()), previous),
     }
 }
 
@@ -151,7 +150,7 @@ enum Begun {
 
 /// Writes the `in-progress` marker of run `run`. A marker that can't be written is a warning:
 /// the entries can still be fixed.
-fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &str, root_meta: &Meta) -> Begun {
+fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &RunId, root_meta: &Meta) -> Begun {
     let shown = pass.shown.as_str();
     match marker::write(root, &pass_marker(pass, State::InProgress, run)) {
         Ok(()) => Begun::Written,
@@ -180,7 +179,7 @@ fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &str, root_meta: &Me
 }
 
 /// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
-fn pass_marker(pass: &Pass<'_>, state: State, run: &str) -> Marker {
+fn pass_marker(pass: &Pass<'_>, state: State, run: &RunId) -> Marker {
     let started = marker::now().saturating_sub(pass.started.elapsed().as_secs());
     Marker::new(state, &pass.digest, &pass.spec_text, run, started)
 }
@@ -218,7 +217,7 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
 /// next run. An unprivileged pass that left other users' entries marks the marker with how many
 /// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
 /// that can't be written is a warning. Returns the state.
-fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &str, fixer: &mut Fixer<'_>) -> MarkerState {
+fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &RunId, fixer: &mut Fixer<'_>) -> MarkerState {
     let errors = fixer.counters.errors.get();
     if errors > 0 || fixer.interrupted.is_some() || fixer.probe.final_verdict().stops() {
         if let Some(r) = &fixer.resume {
@@ -312,22 +311,23 @@ mod tests {
 
     #[test]
     fn the_plan_continues_only_an_interrupted_run_of_this_spec_and_check_keeps_nothing() {
-        let found = Found::Marker(Marker::new(State::InProgress, "d", "s", "r1", 0));
+        let r1 = RunId::parse("r1").unwrap();
+        let found = Found::Marker(Marker::new(State::InProgress, &"d".into(), "s", &r1, 0));
         let record = SpecialRecord { path: "bin/tool".into(), ino: 7, mode: 0o4755 };
-        let checkpoint = Checkpoint { pending: vec![record.clone()], ..Checkpoint::new("r1", "d") };
+        let checkpoint = Checkpoint { pending: vec![record.clone()], ..Checkpoint::new(&r1, &"d".into()) };
         let resume = Decision::Walk { reason: String::new(), resume: true };
         let fresh = Decision::Walk { reason: String::new(), resume: false };
-        let read = |m: &Marker| (m.run == "r1").then(|| checkpoint.clone());
+        let read = |m: &Marker| (m.run == r1).then(|| checkpoint.clone());
         let never = |_: &Marker| -> Option<Checkpoint> { panic!("no checkpoint is read for a fresh walk") };
 
         assert_eq!(
             plan(&resume, &found, Mode::Apply, read),
-            ResumePlan::Resume { run: "r1".into(), checkpoint: checkpoint.clone() }
+            ResumePlan::Resume { run: r1.clone(), checkpoint: checkpoint.clone() }
         );
         // Its checkpoint gone: the run goes on under its id, from nothing.
-        assert_eq!(plan(&resume, &found, Mode::Apply, |_| None), ResumePlan::Fresh { run: "r1".into() });
+        assert_eq!(plan(&resume, &found, Mode::Apply, |_| None), ResumePlan::Fresh { run: r1.clone() });
         let ResumePlan::Fresh { run } = plan(&fresh, &found, Mode::Apply, never) else { panic!("a new run") };
-        assert_ne!(run, "r1");
+        assert_ne!(run, r1);
         assert_eq!(plan(&fresh, &Found::Unsupported, Mode::Apply, never), ResumePlan::None);
         assert_eq!(plan(&resume, &found, Mode::Check, read), ResumePlan::CheckPending(vec![record]));
         assert_eq!(plan(&fresh, &found, Mode::Check, never), ResumePlan::None);

@@ -4,6 +4,7 @@
 
 use super::node::Node;
 use super::parse::parse;
+use crate::options::LogFormat;
 use crate::spec::Modes;
 
 /// Root (four capabilities, fixes every entry) or the app's user with none.
@@ -11,23 +12,6 @@ use crate::spec::Modes;
 pub enum Mode {
     Root,
     Unprivileged,
-}
-
-/// How the init container's volprep logs (`--log-format`): the same words as volprep's own flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LogFormat {
-    Text,
-    #[default]
-    Json,
-}
-
-impl LogFormat {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LogFormat::Text => "text",
-            LogFormat::Json => "json",
-        }
-    }
 }
 
 impl Mode {
@@ -108,6 +92,8 @@ pub struct ApplyArgs {
     pub allow_foreign: bool,
     pub threads: u64,
     pub max_errors: u64,
+    /// How the init container's volprep logs (`--log-format`): JSON unless set, for the
+    /// cluster's log collector.
     pub log_format: LogFormat,
     pub termination_log: String,
     pub extra_args: Vec<String>,
@@ -138,7 +124,11 @@ impl Default for Config {
                 resources,
                 security_context: None,
             },
-            apply: ApplyArgs { termination_log: "/dev/termination-log".into(), ..ApplyArgs::default() },
+            apply: ApplyArgs {
+                log_format: LogFormat::Json,
+                termination_log: "/dev/termination-log".into(),
+                ..ApplyArgs::default()
+            },
             tmp_dirs: vec!["/tmp".into(), "/var/tmp".into()],
             annotate_refusals: true,
         }
@@ -232,7 +222,7 @@ impl ApplyArgs {
             "threads" => self.threads = s.count()?,
             "maxErrors" => self.max_errors = s.count()?,
             "logFormat" => {
-                self.log_format = s.one_of(&[("text", LogFormat::Text), ("json", LogFormat::Json)])?;
+                self.log_format = s.one_of(&[LogFormat::Text, LogFormat::Json].map(|f| (f.as_str(), f)))?;
             }
             "terminationLog" => self.termination_log = s.text(),
             "extraArgs" => self.extra_args = s.list()?,

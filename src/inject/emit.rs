@@ -50,11 +50,11 @@ pub fn document(node: &Node, seqs: Seqs) -> Result<String, String> {
     match node {
         Node::Map { entries, tag } if !entries.is_empty() => {
             root_tag(tag, e.out);
-            e.map(entries, 0, false)?
+            e.map(entries, 0, First::OwnLine)?
         }
         Node::Seq { items, tag } if !items.is_empty() => {
             root_tag(tag, e.out);
-            e.seq(items, 0, false)?
+            e.seq(items, 0, First::OwnLine)?
         }
         _ => {
             e.value_inline(node, 0)?;
@@ -62,6 +62,14 @@ pub fn document(node: &Node, seqs: Seqs) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// Where the first entry of a block collection starts: on the line already begun (after `- `
+/// in a sequence), or on a line of its own at the block's indent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    SameLine,
+    OwnLine,
 }
 
 struct Emitter<'a> {
@@ -74,10 +82,10 @@ fn pad(out: &mut String, indent: usize) {
 }
 
 impl Emitter<'_> {
-    /// The entries of a mapping at `indent`; with `inline` the first starts on the current line.
-    fn map(&mut self, entries: &[(Node, Node)], indent: usize, inline: bool) -> Result<(), String> {
+    /// The entries of a mapping at `indent`, the first where `first` says.
+    fn map(&mut self, entries: &[(Node, Node)], indent: usize, first: First) -> Result<(), String> {
         for (i, (k, v)) in entries.iter().enumerate() {
-            if i > 0 || !inline {
+            if i > 0 || first == First::OwnLine {
                 pad(self.out, indent);
             }
             let Node::Scalar { .. } = k else { return Err("a mapping key is not a scalar".into()) };
@@ -91,21 +99,21 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The items of a sequence at `indent`; with `inline` the first starts on the current line.
-    fn seq(&mut self, items: &[Node], indent: usize, inline: bool) -> Result<(), String> {
+    /// The items of a sequence at `indent`, the first where `first` says.
+    fn seq(&mut self, items: &[Node], indent: usize, first: First) -> Result<(), String> {
         for (i, item) in items.iter().enumerate() {
-            if i > 0 || !inline {
+            if i > 0 || first == First::OwnLine {
                 pad(self.out, indent);
             }
             self.out.push('-');
             match item {
                 Node::Map { entries, tag: None } if !entries.is_empty() => {
                     self.out.push(' ');
-                    self.map(entries, indent + 2, true)?;
+                    self.map(entries, indent + 2, First::SameLine)?;
                 }
                 Node::Seq { items, tag: None } if !items.is_empty() => {
                     self.out.push(' ');
-                    self.seq(items, indent + 2, true)?;
+                    self.seq(items, indent + 2, First::SameLine)?;
                 }
                 _ => self.child(item, indent, 2)?,
             }
@@ -119,11 +127,11 @@ impl Emitter<'_> {
         match v {
             Node::Map { entries, tag } if !entries.is_empty() => {
                 tag_then_newline(tag, self.out);
-                self.map(entries, indent + 2, false)
+                self.map(entries, indent + 2, First::OwnLine)
             }
             Node::Seq { items, tag } if !items.is_empty() => {
                 tag_then_newline(tag, self.out);
-                self.seq(items, indent + seq_extra, false)
+                self.seq(items, indent + seq_extra, First::OwnLine)
             }
             Node::Scalar { text, style: Style::Plain, tag: None } if text.is_empty() => {
                 self.out.push('\n');

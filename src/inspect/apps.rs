@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::apps::{self, AppPath, Private, Stance};
 use crate::escape::EscapedPath;
 use crate::spec::{Modes, Spec};
-use crate::sys::{Kind, Meta};
+use crate::sys::Meta;
 
 /// One app path and what each setting leaves on it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -72,11 +72,10 @@ impl AppPathView {
     /// bits for it (`policy`'s); `spec`: what `inspect` was asked about, if anything.
     pub fn of(path: EscapedPath, meta: &Meta, private: Private, policy: &Spec, spec: Option<&Spec>) -> AppPathView {
         let perm = meta.perm();
-        let mask = policy.mode_mask(meta.kind() == Kind::Dir);
+        let mask = policy.mode_mask(meta.kind());
         let after = |s: &Spec, modes: Modes| {
             let owner = s.uid().unwrap_or(meta.uid);
-            apps::want_mode(modes, perm, s.mode_mask(meta.kind() == Kind::Dir).or(mask), Some(private), owner)
-                .unwrap_or(perm)
+            apps::want_mode(modes, perm, s.mode_mask(meta.kind()).or(mask), Some(private), owner).unwrap_or(perm)
         };
         let safe_spec = spec.unwrap_or(policy);
         AppPathView {
@@ -89,7 +88,7 @@ impl AppPathView {
             app_safe: Outcome::of(private.path, after(safe_spec, Modes::AppSafe)),
             with_spec: spec.map(|s| {
                 let owner = s.uid().unwrap_or(meta.uid);
-                let mode = apps::want_mode(s.modes, perm, s.mode_mask(meta.kind() == Kind::Dir), Some(private), owner);
+                let mode = apps::want_mode(s.modes, perm, s.mode_mask(meta.kind()), Some(private), owner);
                 Outcome::of(private.path, mode.unwrap_or(perm))
             }),
         }

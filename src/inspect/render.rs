@@ -195,7 +195,7 @@ pub fn human(r: &Inspection) -> String {
 /// Entries per owner, with their share and top directories.
 fn owners_table(r: &Inspection) -> String {
     let mut t =
-        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[false, true, true, false]);
+        Table::new(&["OWNER (UID:GID)", "ENTRIES", "SHARE", "TOP DIRECTORIES (ENTRIES)"], &[Left, Right, Right, Left]);
     for o in &r.owners {
         let share = o.entries as f64 * 100.0 / r.seen.entries.max(1) as f64;
         let dirs: Vec<_> = o.top_dirs.iter().map(|d| format!("{} ({})", d.path, d.entries)).collect();
@@ -206,7 +206,7 @@ fn owners_table(r: &Inspection) -> String {
 
 /// Each finding counted, with its first examples; the errors last.
 fn findings_table(r: &Inspection) -> String {
-    let mut t = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[false, true, false]);
+    let mut t = Table::new(&["FINDING", "COUNT", "EXAMPLES"], &[Left, Right, Left]);
     let path = EscapedPath::to_string;
     if r.owner.is_some() && r.fs_group.is_none() {
         t.row(vec!["mode bits and setgid".into(), "-".into(), "not listed: --owner changes no mode".into()]);
@@ -240,8 +240,8 @@ fn app_paths_table(r: &Inspection) -> String {
     if spec {
         head.push(&with);
     }
-    let right: &'static [bool] = if spec { &[false; 6] } else { &[false; 5] };
-    let mut t = Table::new(&head, right);
+    let align: &'static [Align] = if spec { &[Left; 6] } else { &[Left; 5] };
+    let mut t = Table::new(&head, align);
     for a in &r.app_paths.examples {
         let keeps = if a.kubelet.accepted() {
             "any (the kubelet's rule too)".to_string()
@@ -286,7 +286,7 @@ fn fs_group_table(r: &Inspection, g: &FsGroupView) -> String {
     let ro = if g.read_only { " --read-only" } else { "" };
     let modes = if r.modes == "kubelet" { String::new() } else { format!(" --modes {}", r.modes) };
     let head = format!("WITH --fs-group {}{ro}{modes}", g.gid);
-    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[Left, Right, Left]);
     let k = &g.kubelet;
     let nested = if r.nested_mounts.count > 0 { ", and the nested mounts too" } else { "" };
     t.row(vec![
@@ -321,7 +321,7 @@ fn apply_row(a: &ApplyView, entries: u64) -> Vec<String> {
 /// The `--owner` preview: how many entries `apply` would change, and which.
 fn owner_table(r: &Inspection, o: &OwnerView) -> String {
     let head = format!("WITH{}", spec_flags(r));
-    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[false, true, false]);
+    let mut t = Table::new(&[&head, "ENTRIES", "WHAT"], &[Left, Right, Left]);
     t.row(apply_row(&o.volprep_apply, r.seen.entries));
     t.finding("entries it would change", &o.would_change, EscapedPath::to_string);
     t.render()
@@ -339,14 +339,23 @@ fn shown(items: &[String], count: u64) -> String {
 
 /// Columns padded to their widest cell; numeric columns right-aligned.
 struct Table {
-    /// Per column: right-aligned?
-    right: &'static [bool],
+    /// Per column: where its cells go.
+    align: &'static [Align],
     rows: Vec<Vec<String>>,
 }
 
+/// Where a column's cells go: text to the left, numbers to the right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Align {
+    Left,
+    Right,
+}
+
+use Align::{Left, Right};
+
 impl Table {
-    fn new(head: &[&str], right: &'static [bool]) -> Self {
-        Table { right, rows: vec![head.iter().map(|h| h.to_string()).collect()] }
+    fn new(head: &[&str], align: &'static [Align]) -> Self {
+        Table { align, rows: vec![head.iter().map(|h| h.to_string()).collect()] }
     }
 
     fn row(&mut self, cells: Vec<String>) {
@@ -359,7 +368,7 @@ impl Table {
     }
 
     fn render(&self) -> String {
-        let cols = self.right.len();
+        let cols = self.align.len();
         let width: Vec<usize> =
             (0..cols).map(|i| self.rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::from("\n");
@@ -367,7 +376,7 @@ impl Table {
             let mut line = String::new();
             for (i, cell) in r.iter().enumerate() {
                 let pad = " ".repeat(width[i] - cell.chars().count());
-                if self.right[i] {
+                if self.align[i] == Right {
                     line += &pad;
                     line += cell;
                 } else {

@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::runid::RunId;
+
 /// Claim groups kept at most: past this, the two whose clocks are closest are merged.
 pub const MAX_CLAIMS: usize = 14;
 
@@ -33,21 +35,21 @@ pub struct Shards {
 /// A shard being walked: which, by which run, and when that run last said it is alive. On the
 /// wire a `[shard, run, at]` array.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "(u32, String, u64)", into = "(u32, String, u64)")]
+#[serde(from = "(u32, RunId, u64)", into = "(u32, RunId, u64)")]
 pub struct Heartbeat {
     pub shard: u32,
-    pub run: String,
+    pub run: RunId,
     /// Unix seconds.
     pub at: u64,
 }
 
-impl From<(u32, String, u64)> for Heartbeat {
-    fn from((shard, run, at): (u32, String, u64)) -> Self {
+impl From<(u32, RunId, u64)> for Heartbeat {
+    fn from((shard, run, at): (u32, RunId, u64)) -> Self {
         Heartbeat { shard, run, at }
     }
 }
 
-impl From<Heartbeat> for (u32, String, u64) {
+impl From<Heartbeat> for (u32, RunId, u64) {
     fn from(h: Heartbeat) -> Self {
         (h.shard, h.run, h.at)
     }

@@ -18,14 +18,39 @@ use crate::sys::{self, Kind, Meta};
 /// What became of the special-bit records of an interrupted run (see [`restore_pending`]).
 #[derive(Debug, Default)]
 pub struct Restored {
-    /// Failed syscalls: full path, operation, errno.
-    pub failed: Vec<(PathBuf, Op, Errno)>,
-    /// Bits not restored on the word of the record: full path, what to tell a person.
-    pub refused: Vec<(PathBuf, String)>,
+    /// Failed syscalls.
+    pub failed: Vec<RestoreFailed>,
+    /// Bits not restored on the word of the record.
+    pub refused: Vec<Refused>,
     /// Files whose bits were (or, in a dry run, would be) restored.
     pub restored: u64,
     /// The records still needed (refused or failed): kept in the checkpoint until settled.
     pub kept: Vec<SpecialRecord>,
+}
+
+/// A syscall that failed while restoring a file's special bits.
+#[derive(Debug)]
+pub struct RestoreFailed {
+    /// The file's full path.
+    pub path: PathBuf,
+    pub op: Op,
+    pub errno: Errno,
+}
+
+/// Special bits not restored on the word of a record the app could have written.
+#[derive(Debug)]
+pub struct Refused {
+    /// The file's full path.
+    pub path: PathBuf,
+    /// What to tell a person: the cause and the command that settles it.
+    pub text: String,
+}
+
+/// The regular file a record names, pinned: its fd, its metadata now and its full path.
+struct Pinned {
+    fd: OwnedFd,
+    now: Meta,
+    full: PathBuf,
 }
 
 /// Repairs files left between chown and chmod by a killed run (the checkpoint's `pending`);
@@ -47,7 +72,7 @@ pub fn restore_pending(
 ) -> Restored {
     let mut out = Restored::default();
     for record in pending {
-        let Some((pinned, now, full)) = pin_record(root, root_path, record) else {
+        let Some(Pinned { fd: pinned, now, full }) = pin_record(root, root_path, record) else {
             continue;
         };
         let lost = record.mode & (libc::S_ISUID | libc::S_ISGID) & !now.perm();
@@ -61,15 +86,15 @@ pub fn restore_pending(
                     out.restored += 1;
                     warn!(path = %Escaped(full.as_os_str()), "restored special bits lost by an interrupted pass ({:04o})", now.perm() | grant)
                 }
-                Err(e) => {
-                    out.failed.push((full.clone(), Op::Chmod, e));
+                Err(errno) => {
+                    out.failed.push(RestoreFailed { path: full.clone(), op: Op::Chmod, errno });
                     keep = true;
                 }
             }
         }
         let refused = lost & !grant;
         if refused != 0 {
-            out.refused.push((full.clone(), refused_text(&full, refused)));
+            out.refused.push(Refused { text: refused_text(&full, refused), path: full });
             keep = true;
         }
         if keep {
@@ -82,7 +107,7 @@ pub fn restore_pending(
 /// The regular file `record` names below the root, pinned without crossing a symlink or mount,
 /// with its metadata and full path; `None` when it is gone, or (with a warning) when the record
 /// names no such file.
-fn pin_record(root: BorrowedFd<'_>, root_path: &Path, record: &SpecialRecord) -> Option<(OwnedFd, Meta, PathBuf)> {
+fn pin_record(root: BorrowedFd<'_>, root_path: &Path, record: &SpecialRecord) -> Option<Pinned> {
     let shown = escape_bytes(record.path.as_bytes());
     let dropped = |why: &str| warn!(record = %shown, "dropped a special-bit record of an interrupted pass: {why}");
     let Some(rel_bytes) = crate::escape::unescape(&record.path) else {
@@ -106,7 +131,7 @@ fn pin_record(root: BorrowedFd<'_>, root_path: &Path, record: &SpecialRecord) ->
         dropped("the entry there now is not the regular file (inode) it names");
         return None;
     }
-    Some((pinned, now, root_path.join(&rel_path)))
+    Some(Pinned { fd: pinned, now, full: root_path.join(&rel_path) })
 }
 
 /// Of the special bits `lost`, those a record may give back to the file `now`: setgid when its

@@ -42,10 +42,20 @@ pub fn fs_info(fd: BorrowedFd<'_>) -> FsInfo {
     FsInfo { name, estimate }
 }
 
-/// Whether the filesystem at `path` (`statfs`, which follows a symlink: only a hint) is a
-/// network or FUSE filesystem, where requests are round trips (see `options::resolve_threads`).
-pub fn is_remote_fs(path: &Path) -> bool {
-    rustix::fs::statfs(path).is_ok_and(|st| lookup(st.f_type).is_some_and(|fs| fs.remote))
+/// Where a filesystem keeps its metadata, as far as its type tells: ordered by how far a request
+/// goes (a run over several volumes takes the farthest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Storage {
+    /// On this machine (or a type volprep does not know).
+    Local,
+    /// A network or FUSE filesystem: every uncached request is a round trip.
+    Remote,
+}
+
+/// The [`Storage`] of the filesystem at `path` (`statfs`, which follows a symlink: only a hint;
+/// see `options::resolve_threads`).
+pub fn storage(path: &Path) -> Storage {
+    rustix::fs::statfs(path).ok().and_then(|st| lookup(st.f_type)).map_or(Storage::Local, |fs| fs.storage)
 }
 
 /// The filesystem's name for a magic number ("0x..." when unknown).
@@ -62,15 +72,15 @@ struct Fs {
     magic: i64,
     name: &'static str,
     /// A network or FUSE filesystem: each metadata request is a round trip.
-    remote: bool,
+    storage: Storage,
 }
 
 const fn local(magic: i64, name: &'static str) -> Fs {
-    Fs { magic, name, remote: false }
+    Fs { magic, name, storage: Storage::Local }
 }
 
 const fn remote(magic: i64, name: &'static str) -> Fs {
-    Fs { magic, name, remote: true }
+    Fs { magic, name, storage: Storage::Remote }
 }
 
 /// The filesystems volprep names (`f_type` values from `linux/magic.h` and the filesystems' own headers).
@@ -125,7 +135,8 @@ mod tests {
         assert_eq!(magics.len(), FILESYSTEMS.len(), "a magic number listed twice");
         assert_eq!(fs_name(0xEF53), "ext4");
         assert_eq!(fs_name(0x1234), "0x1234");
-        let remote: Vec<&str> = FILESYSTEMS.iter().filter(|fs| fs.remote).map(|fs| fs.name).collect();
+        let remote: Vec<&str> =
+            FILESYSTEMS.iter().filter(|fs| fs.storage == Storage::Remote).map(|fs| fs.name).collect();
         assert_eq!(remote, ["nfs", "ceph", "fuse", "cifs", "smb2", "v9fs", "afs", "lustre", "gpfs", "gfs2", "ocfs2"]);
     }
 }

@@ -11,13 +11,20 @@ use rustix::io::Errno;
 use super::stat::stat;
 use super::{Kind, Meta, open_root, open_subdir, stat_at};
 
+/// Where [`open_dir_no_symlinks`] stopped: at a symlink, or at a component it could not open;
+/// `at` is the component's path (the prefix of the path given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    Symlink { at: PathBuf },
+    Failed { at: PathBuf, errno: Errno },
+}
+
 /// Opens the directory `path` resolving every component without following a symlink (`..` is
-/// taken as it is, after symlink-free components). On failure: the component's path (the prefix
-/// of `path` that failed), whether it is a symlink, and the errno.
-pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, (PathBuf, bool, Errno)> {
+/// taken as it is, after symlink-free components).
+pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, Blocked> {
     let start = if path.has_root() { "/" } else { "." };
     let mut so_far = PathBuf::from(start);
-    let mut fd = open_root(Path::new(start)).map_err(|e| (so_far.clone(), false, e))?;
+    let mut fd = open_root(Path::new(start)).map_err(|errno| Blocked::Failed { at: so_far.clone(), errno })?;
     for c in path.components() {
         let name = match c {
             Component::RootDir | Component::CurDir | Component::Prefix(_) => continue,
@@ -25,14 +32,15 @@ pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, (PathBuf, bool, Errn
             Component::Normal(n) => n,
         };
         so_far.push(name);
-        let cname = std::ffi::CString::new(name.as_bytes()).map_err(|_| (so_far.clone(), false, Errno::INVAL))?;
+        let cname = std::ffi::CString::new(name.as_bytes())
+            .map_err(|_| Blocked::Failed { at: so_far.clone(), errno: Errno::INVAL })?;
         fd = match open_subdir(fd.as_fd(), &cname) {
             Ok(next) => next,
-            Err(e @ (Errno::LOOP | Errno::NOTDIR)) => {
+            Err(errno @ (Errno::LOOP | Errno::NOTDIR)) => {
                 let link = stat_at(fd.as_fd(), &cname).is_ok_and(|m| m.kind() == Kind::Symlink);
-                return Err((so_far, link, e));
+                return Err(if link { Blocked::Symlink { at: so_far } } else { Blocked::Failed { at: so_far, errno } });
             }
-            Err(e) => return Err((so_far, false, e)),
+            Err(errno) => return Err(Blocked::Failed { at: so_far, errno }),
         };
     }
     Ok(fd)
