@@ -17,15 +17,15 @@ use crate::error::{Error, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::marker::{self, Checkpoint, Decision, Found};
-use crate::options::{RunOptions, ShardFilter, Verify};
-use crate::pass::Fixer;
+use crate::options::{RunOptions, ShardFilter};
+use crate::pass::{Fixer, FixerConfig};
 use crate::progress;
-use crate::report::{Action, Load, VolumeReport};
+use crate::report::{Action, Load, Timing, VolumeReport};
 use crate::resume::{self, Place, Resume};
 use crate::runid::RunId;
 use crate::spec::{Digest, Spec};
 use crate::special::SpecialRecord;
-use crate::state::MarkerState;
+use crate::state::{MarkerState, Stop};
 use crate::sys::{self, Meta};
 use crate::throttle;
 use crate::walk::Walk;
@@ -163,26 +163,31 @@ impl<'a> Pass<'a> {
     where
         'a: 'f,
     {
-        let skip = self.opts.verify != Verify::Full;
+        let verify = self.opts.verify;
         let every = self.opts.checkpoint_interval;
         let resume = match (plan, place) {
-            (ResumePlan::Fresh { run }, Some(p)) => Some(Resume::new(p, None, skip, run, &self.digest, every)),
+            (ResumePlan::Fresh { run }, Some(p)) => Some(Resume::new(p, None, verify, run, &self.digest, every)),
             (ResumePlan::Resume { run, checkpoint }, Some(p)) => {
-                Some(Resume::new(p, Some(checkpoint.clone()), skip, run, &self.digest, every))
+                Some(Resume::new(p, Some(checkpoint.clone()), verify, run, &self.digest, every))
             }
             _ => None,
         };
-        let mut fixer = Fixer::new(self.path, self.spec, self.opts.mode, resume);
-        fixer.privilege = self.opts.privilege;
-        fixer.may_change = crate::pass::may_change(self.opts.privilege);
-        fixer.shard = self.shard;
-        fixer
+        Fixer::new(FixerConfig {
+            root: self.path,
+            spec: self.spec,
+            mode: self.opts.mode,
+            privilege: self.opts.privilege,
+            may_change: crate::pass::may_change(self.opts.privilege),
+            shard: self.shard,
+            verify_part: None,
+            resume,
+        })
     }
 
     /// Before the walk, what `plan` says an interrupted run left: its finished work (logged)
     /// and its special-bit records, restored (in `check`: counted) and kept while still needed.
     pub fn take_over(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>, plan: &ResumePlan) {
-        let records = match (plan, &fixer.resume) {
+        let records = match (plan, fixer.resume()) {
             (ResumePlan::CheckPending(records), _) => records.as_slice(),
             (ResumePlan::Resume { run, .. }, Some(r)) => {
                 let (records, covered) = r.adopted();
@@ -195,41 +200,64 @@ impl<'a> Pass<'a> {
         };
         let restored = resume::restore_pending(root, self.path, records, self.spec, self.opts.mode);
         fixer.record_restored(&restored);
-        if let Some(r) = &fixer.resume {
+        if let Some(r) = fixer.resume() {
             r.keep_pending(restored.kept);
         }
     }
 
-    /// Walks the tree below `root_fd` with `fixer` on `threads`, showing its progress. A signal
-    /// that stopped the walk is kept in the fixer and logged, with `then`: what that means.
+    /// Walks the tree below `root_fd` with `fixer` on `threads`, showing its progress. Returns
+    /// the signal that stopped the walk, if one did (logged, with `then`: what that means).
     pub fn walk(
         &self,
-        fixer: &mut Fixer<'_>,
+        fixer: &Fixer<'_>,
         threads: &rayon_core::ThreadPool,
         root_fd: OwnedFd,
         root_meta: Meta,
         then: &str,
-    ) {
-        let visitor: &Fixer<'_> = fixer;
+    ) -> Option<Stop> {
         let shown = progress::Shown { path: &self.shown, estimate: self.estimate, ownership: self.spec.ownership() };
-        progress::watch(&visitor.counters, &shown, self.opts.progress, || {
-            threads.install(|| Walk::new(visitor, &root_meta, self.opts.cross_devices).run(root_fd, root_meta))
+        progress::watch(fixer.counters(), &shown, self.opts.progress, || {
+            threads.install(|| Walk::new(fixer, &root_meta, self.opts.cross_devices).run(root_fd, root_meta))
         });
-        fixer.interrupted = sys::termination();
-        if let Some(sig) = fixer.interrupted {
+        let stop = sys::termination();
+        if let Some(sig) = stop {
             warn!(path = %self.shown, "{}{sig}: stopped walking; {then}", self.label());
         }
+        stop
     }
 
-    /// The report of this pass: what `fixer` counted, and the marker's state as it was found
-    /// (`before`) and left (`after`; `None` when nothing was written: as it was).
+    /// The report of this pass: what `fixer` counted, the signal that stopped it (`stop`), and
+    /// the marker's state as it was found (`before`) and left (`after`; `None` when nothing
+    /// was written: as it was).
     pub fn report(
         &self,
         fixer: Fixer<'_>,
+        stop: Option<Stop>,
         action: Action,
         before: MarkerState,
         after: Option<MarkerState>,
     ) -> VolumeReport {
+        let mut r = self.report_head(action, before, after);
+        let verdict = fixer.probe().final_verdict();
+        if let Some(line) = fixer.probe().explain(verdict, &self.fs_named) {
+            r.ownership = verdict.word().map(str::to_string);
+            r.fatal = Some(line);
+        }
+        r.load.figures = throttle::GATE.figures();
+        fixer.fill(&mut r, stop, self.started.elapsed());
+        r
+    }
+
+    /// The report of a pass that skips: nothing counted.
+    pub fn skipped(&self, before: MarkerState) -> VolumeReport {
+        VolumeReport {
+            timing: Timing::of(self.started.elapsed(), 0),
+            ..self.report_head(Action::Skipped, before, None)
+        }
+    }
+
+    /// What the report of this pass says whether it walked or skipped (see [`Pass::report`]).
+    fn report_head(&self, action: Action, before: MarkerState, after: Option<MarkerState>) -> VolumeReport {
         let mut r = VolumeReport::empty(self.path, self.spec, self.opts.threads, action);
         r.spec = self.spec_text.clone();
         r.spec_digest = self.digest.clone();
@@ -239,22 +267,8 @@ impl<'a> Pass<'a> {
         r.estimated_entries = self.estimate;
         r.marker_before = before;
         r.marker_after = after.unwrap_or(before);
-        let verdict = fixer.probe.final_verdict();
-        if let Some(line) = fixer.probe.explain(verdict, &self.fs_named) {
-            r.ownership = verdict.word().map(str::to_string);
-            r.fatal = Some(line);
-        }
-        r.load = Load {
-            figures: (action != Action::Skipped).then(|| throttle::GATE.figures()).flatten(),
-            ..Load::of(&self.opts.load)
-        };
-        fixer.fill(&mut r, self.started.elapsed());
+        r.load = Load::of(&self.opts.load);
         r
-    }
-
-    /// The report of a pass that skips: nothing counted.
-    pub fn skipped(&self, before: MarkerState) -> VolumeReport {
-        self.report(Fixer::new(self.path, self.spec, self.opts.mode, None), Action::Skipped, before, None)
     }
 }
 
@@ -262,7 +276,7 @@ impl<'a> Pass<'a> {
 /// some (see [`Marker::mounts`](marker::Marker)): their digest now, or a word no digest equals
 /// when they cannot be listed (every start then walks); nothing after a pass that met none.
 pub fn mounts_to_record(root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Option<String> {
-    let met = fixer.mount_points.load(std::sync::atomic::Ordering::Relaxed) > 0;
+    let met = fixer.mount_points() > 0;
     met.then(|| mounts_now(root).unwrap_or_else(|| "unlisted".into()))
 }
 

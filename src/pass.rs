@@ -36,46 +36,61 @@ use crate::sys::{self, Kind, Meta};
 use crate::verify::Stamp;
 use crate::walk::{self, At, Descend, Dir, Node, Visitor};
 
+/// What a pass's [`Fixer`] is built from: filled by the lifecycle (or by the run that checks
+/// the other shards' parts), the same for the whole pass.
+pub struct FixerConfig<'a> {
+    /// The volume root as given: the paths of logs and of the report start with it.
+    pub root: &'a Path,
+    pub spec: &'a Spec,
+    pub mode: Mode,
+    /// Unprivileged: only entries this user owns are changed.
+    pub privilege: Privilege,
+    /// EPERM on a chown or chmod is the storage's refusal, not a missing capability: this
+    /// process may make every change it attempts (see [`may_change`]).
+    pub may_change: bool,
+    /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
+    pub shard: Option<ShardFilter>,
+    /// With `shard`, for the run that completes a sharded volume: the part's anchor
+    /// directories are verified against this bound (`Descend::Verify`) rather than read.
+    pub verify_part: Option<Stamp>,
+    /// The checkpoint this pass keeps (and the interrupted run's it continues), if any.
+    pub resume: Option<Resume<'a>>,
+}
+
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
 /// list, mount list and checkpoint take a lock only on their (rare) events.
 pub struct Fixer<'a> {
     root: &'a Path,
     spec: &'a Spec,
     mode: Mode,
-    pub counters: Counters,
-    pub errors: Mutex<ErrorList>,
-    pub skipped_mounts: Mutex<Vec<PathBuf>>,
+    counters: Counters,
+    errors: Mutex<ErrorList>,
+    skipped_mounts: Mutex<Vec<PathBuf>>,
     /// Mount points met (entered or not): what they hide was not walked, so no directory above
     /// one is recorded finished, and a shard whose part holds one claims nothing.
-    pub mount_points: AtomicU64,
-    pub resume: Option<Resume<'a>>,
-    /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
-    pub shard: Option<ShardFilter>,
-    /// With `shard`, for the run that completes a sharded volume: the part's anchor
-    /// directories are verified against this bound (`Descend::Verify`) rather than read.
-    pub verify_part: Option<Stamp>,
-    /// The signal that stopped the walk early, once it is over.
-    pub interrupted: Option<Stop>,
-    /// Unprivileged: only entries this user owns are changed.
-    pub privilege: Privilege,
+    mount_points: AtomicU64,
+    resume: Option<Resume<'a>>,
+    shard: Option<ShardFilter>,
+    verify_part: Option<Stamp>,
+    privilege: Privilege,
     /// The first entries of other users left as they are (unprivileged).
-    pub foreign: Mutex<ForeignList>,
+    foreign: Mutex<ForeignList>,
     /// When a directory's setgid bit is sure to stick (`apply`; else it is always read back).
-    pub setgid: SetgidRule,
+    setgid: SetgidRule,
     /// Whether the storage honours ownership changes, from the first ones (`apply`).
-    pub probe: Probe,
+    probe: Probe,
     /// What a regular file's change goes through (a file opened for reading on ceph-fuse).
-    pub through: Through,
-    /// EPERM on a chown or chmod is the storage's refusal, not a missing capability: this
-    /// process may make every change it attempts (root with CAP_CHOWN and CAP_FOWNER, or
-    /// unprivileged, which changes only its own entries).
-    pub may_change: bool,
+    through: Through,
+    may_change: bool,
     /// `--modes app-safe`: which entries are app-private paths, and which were tightened.
     places: Option<Places>,
 }
 
 impl<'a> Fixer<'a> {
-    pub fn new(root: &'a Path, spec: &'a Spec, mode: Mode, resume: Option<Resume<'a>>) -> Self {
+    /// The fixer of a pass as `config` says; in `apply`, what the volume's filesystem and this
+    /// process's credentials say about setgid bits and regular files is looked up here.
+    pub fn new(config: FixerConfig<'a>) -> Self {
+        let FixerConfig { root, spec, mode, privilege, may_change, shard, verify_part, resume } = config;
         Fixer {
             root,
             spec,
@@ -85,16 +100,83 @@ impl<'a> Fixer<'a> {
             skipped_mounts: Mutex::new(Vec::new()),
             mount_points: AtomicU64::new(0),
             resume,
-            shard: None,
-            verify_part: None,
-            interrupted: None,
-            privilege: Privilege::Full,
+            shard,
+            verify_part,
+            privilege,
             foreign: Mutex::default(),
             setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
             probe: Probe::default(),
             through: if mode == Mode::Apply { through(root) } else { Through::Pin },
-            may_change: false,
+            may_change,
             places: Places::of(spec),
+        }
+    }
+
+    /// What the pass counted so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The checkpoint this pass keeps, if any.
+    pub fn resume(&self) -> Option<&Resume<'a>> {
+        self.resume.as_ref()
+    }
+
+    /// What the pass's changes say of the storage (see `honour`).
+    pub fn probe(&self) -> &Probe {
+        &self.probe
+    }
+
+    /// How many mount points the pass met (see [`Visitor::mount_skipped`]).
+    pub fn mount_points(&self) -> u64 {
+        self.mount_points.load(Ordering::Relaxed)
+    }
+
+    /// Adds what `from` (a walk of another shard's part) changed, failed and listed to this
+    /// pass's counts; the entries it looked at again are not this pass's part (each part is
+    /// counted once, by its shard).
+    pub fn absorb(&self, from: Fixer<'_>) {
+        let (a, b) = (&self.counters, &from.counters);
+        for (x, y) in [
+            (&a.changed_owner, &b.changed_owner),
+            (&a.changed_mode, &b.changed_mode),
+            (&a.errors, &b.errors),
+            (&a.dirs_read, &b.dirs_read),
+            (&a.verified_dirs, &b.verified_dirs),
+            (&a.foreign_owned, &b.foreign_owned),
+            (&a.foreign_unread, &b.foreign_unread),
+        ] {
+            x.add(y.get());
+        }
+        crate::sync::lock(&self.errors).append(crate::sync::into_inner(from.errors));
+        crate::sync::lock(&self.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
+        self.mount_points.fetch_add(from.mount_points.into_inner(), Ordering::Relaxed);
+        crate::sync::lock(&self.foreign).append(crate::sync::into_inner(from.foreign));
+    }
+
+    /// Counts and fixes the root of a sharded volume (`root`, whose metadata is `meta`), which
+    /// the run that completes the volume does last; a failure is counted and listed. Returns
+    /// whether the root conforms now.
+    pub fn fix_root(&self, root: BorrowedFd<'_>, meta: &Meta) -> bool {
+        self.counters.seen(Kind::Dir);
+        let private = root_place(root, self.spec);
+        match fix::fix_dir(root, meta, self.spec, private, &self.setgid, Readback::No) {
+            Ok(fixed) => {
+                self.count(&fixed);
+                true
+            }
+            Err(e) => {
+                self.count_change(&e.done);
+                match e.errno() {
+                    Some(errno) => self.error_at(self.root, e.op, errno),
+                    None => self.error_note(
+                        self.root,
+                        e.op,
+                        format!("{} reported success, but did not change the root (the storage ignores it)", e.op),
+                    ),
+                }
+                false
+            }
         }
     }
 
@@ -113,7 +195,7 @@ impl<'a> Fixer<'a> {
     }
 
     /// Tells the probe what a change (made with `readback`) did.
-    fn probe(&self, at: At<'_>, readback: Readback, outcome: &Result<Fixed, Failure>) {
+    fn tell_probe(&self, at: At<'_>, readback: Readback, outcome: &Result<Fixed, Failure>) {
         let seen = match outcome {
             Ok(f) if readback == Readback::Yes && !f.change.is_none() => Outcome::Held,
             Err(f) if f.cause == Cause::Ignored => Outcome::Ignored,
@@ -179,13 +261,13 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts what did change on disk before a failure (any chmod made counts as a mode change).
-    pub fn count_change(&self, change: &Change) {
+    fn count_change(&self, change: &Change) {
         self.tally(Changed { owner: change.owner(), mode: change.mode.is_some() });
     }
 
     /// Counts an entry fixed (or, in check, decided): its owner and/or its mode, final against
     /// initial.
-    pub fn count(&self, fixed: &Fixed) {
+    fn count(&self, fixed: &Fixed) {
         self.tally(Changed { owner: fixed.change.owner(), mode: fixed.mode_changed() });
     }
 
@@ -245,10 +327,11 @@ impl<'a> Fixer<'a> {
         }
     }
 
-    /// Moves the counts, the error list and the skipped mounts into `r`.
-    pub fn fill(self, r: &mut VolumeReport, elapsed: Duration) {
+    /// Moves the counts, the error list and the skipped mounts into `r`, with the signal that
+    /// stopped the pass (`stop`), if one did.
+    pub fn fill(self, r: &mut VolumeReport, stop: Option<Stop>, elapsed: Duration) {
         r.counts = self.counters.snapshot();
-        r.interrupted = self.interrupted;
+        r.interrupted = stop;
         if r.counts.hardlinked > 0 {
             self.warn_hardlinked(r.counts.hardlinked);
         }
@@ -310,7 +393,7 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
-    pub fn error_note(&self, path: &Path, op: Op, text: String) {
+    fn error_note(&self, path: &Path, op: Op, text: String) {
         self.counters.errors.inc();
         let err = EntryError::note(EscapedPath::new(path), op, text);
         let mut list = crate::sync::lock(&self.errors);
@@ -359,7 +442,7 @@ impl<'a> Fixer<'a> {
             Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec, private)),
             Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, private, &self.setgid, readback),
         };
-        self.probe(At::Dir(dir), readback, &outcome);
+        self.tell_probe(At::Dir(dir), readback, &outcome);
         self.tightened(private, &outcome, || dir.rel_path());
         self.record(At::Dir(dir), outcome);
     }
@@ -444,7 +527,7 @@ impl<'a> Fixer<'a> {
                 how,
             ),
         };
-        self.probe(At::Entry(*dir, name), readback, &outcome);
+        self.tell_probe(At::Entry(*dir, name), readback, &outcome);
         outcome
     }
 }

@@ -53,7 +53,7 @@ use crate::error::errno_text;
 use crate::escape::{Escaped, escape_bytes};
 use crate::frontier::{Frontier, Record, Seal};
 use crate::marker::{self, CHECKPOINT_MAX_BYTES, Checkpoint, Pending};
-use crate::options::ShardFilter;
+use crate::options::{ShardFilter, Verify};
 use crate::runid::RunId;
 use crate::spec::Digest;
 use crate::special::SpecialRecord;
@@ -166,12 +166,12 @@ impl<'a> Place<'a> {
 }
 
 impl<'a> Resume<'a> {
-    /// `previous`: the interrupted run's checkpoint; `skip`: whether its records may skip
-    /// anything (not under `--verify full`).
+    /// `previous`: the interrupted run's checkpoint, whose records skip nothing under
+    /// `--verify full` (its special-bit records are kept all the same).
     pub fn new(
         place: Place<'a>,
         previous: Option<Checkpoint>,
-        skip: bool,
+        verify: Verify,
         run: &RunId,
         digest: &Digest,
         every: Duration,
@@ -179,7 +179,7 @@ impl<'a> Resume<'a> {
         let mut checkpoint = Checkpoint::new(run, digest);
         let (mut frontier, mut pending) = (Frontier::default(), Vec::new());
         if let Some(p) = &previous {
-            if skip {
+            if verify == Verify::Marker {
                 frontier = Frontier::decode(p.records());
             }
             pending = p.pending.clone();

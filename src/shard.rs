@@ -14,7 +14,6 @@ use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
 use crate::escape::{Escaped, EscapedPath};
-use crate::fix;
 use crate::lifecycle::{self, Pass, ResumePlan};
 use crate::marker::{self, Decision, Found, Heartbeat, Marker, Shards, State};
 use crate::options::{Mode, RunOptions, ShardFilter, Verify};
@@ -23,7 +22,7 @@ use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
 use crate::runid::RunId;
 use crate::spec::Spec;
-use crate::state::MarkerState;
+use crate::state::{MarkerState, Stop};
 use crate::sys;
 use crate::volume;
 use crate::walk::Pool;
@@ -53,6 +52,13 @@ enum Step {
 enum OwnPart {
     Walked,
     NotWalked,
+}
+
+/// How a shard's run ended: the marker's state it left, and the signal that stopped its walk or
+/// its check of the other shards' parts, if one did.
+struct Settled {
+    after: MarkerState,
+    stop: Option<Stop>,
 }
 
 /// What a shard leaves after recording its outcome.
@@ -101,18 +107,19 @@ pub fn run(
         Some(round) if opts.mode == Mode::Apply => run.plan(round),
         _ => ResumePlan::None,
     };
-    let mut fixer = pass.fixer(&plan, Some(Place::new(root, Some(filter))));
+    let fixer = pass.fixer(&plan, Some(Place::new(root, Some(filter))));
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
     let claimed = (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
-    if part == OwnPart::Walked {
-        run.walk(&mut fixer, pool.start()?, root_meta)?;
-    }
-    let after = run.settle(&mut fixer, claimed.as_deref(), root_meta, pool, part)?;
+    let walked = match part {
+        OwnPart::Walked => run.walk(&fixer, pool.start()?, root_meta)?,
+        OwnPart::NotWalked => None,
+    };
+    let settled = run.settle(&fixer, walked, claimed.as_deref(), root_meta, pool, part)?;
     drop(run);
     pass.reason = reason;
-    Ok(pass.report(fixer, Action::Walked, before, Some(after)))
+    Ok(pass.report(fixer, settled.stop, Action::Walked, before, Some(settled.after)))
 }
 
 impl Run<'_, '_> {
@@ -300,8 +307,14 @@ impl Run<'_, '_> {
         ResumePlan::apply(round, previous)
     }
 
-    /// Walks this shard's part, renewing its heartbeat in the marker meanwhile.
-    fn walk(&self, fixer: &mut Fixer<'_>, threads: &rayon_core::ThreadPool, root_meta: sys::Meta) -> Result<(), Error> {
+    /// Walks this shard's part, renewing its heartbeat in the marker meanwhile. Returns the
+    /// signal that stopped the walk, if one did.
+    fn walk(
+        &self,
+        fixer: &Fixer<'_>,
+        threads: &rayon_core::ThreadPool,
+        root_meta: sys::Meta,
+    ) -> Result<Option<Stop>, Error> {
         let walk_fd =
             rustix::io::fcntl_dupfd_cloexec(self.root, 0).map_err(|e| Error::sys(self.path(), Op::Open, e))?;
         std::thread::scope(|s| {
@@ -309,51 +322,54 @@ impl Run<'_, '_> {
             let (stop, stopped) = mpsc::channel::<()>();
             s.spawn(|| self.heartbeat(stopped));
             let then = "this shard is not done and is walked again at its next start";
-            self.pass.walk(fixer, threads, walk_fd, root_meta, then);
+            let walked = self.pass.walk(fixer, threads, walk_fd, root_meta, then);
             drop(stop);
-        });
-        Ok(())
+            Ok(walked)
+        })
     }
 
-    /// After the walk: records this shard's outcome; the run that completes the round checks
-    /// the other shards' claims and seals the volume. This shard's checkpoint is then removed
-    /// when its part is done, else written for its next run. Returns the marker's state.
+    /// After the walk (stopped by `walked`, if by a signal): records this shard's outcome; the
+    /// run that completes the round checks the other shards' claims and seals the volume. This
+    /// shard's checkpoint is then removed when its part is done, else written for its next run.
     fn settle(
         &self,
-        fixer: &mut Fixer<'_>,
+        fixer: &Fixer<'_>,
+        walked: Option<Stop>,
         claimed: Option<&str>,
         root_meta: sys::Meta,
         pool: &Pool,
         part: OwnPart,
-    ) -> Result<MarkerState, Error> {
+    ) -> Result<Settled, Error> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
-        let part_done = clean(fixer);
-        let after = match self.locked(|root| self.finish(root, fixer, claimed))? {
+        let part_done = clean(fixer, walked);
+        let mut stop = walked;
+        let after = match self.locked(|root| self.finish(root, fixer, walked, claimed))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
-                self.recheck(fixer, &shards, root_meta, pool.start()?, part)?;
-                self.locked(|root| self.seal(root, fixer))?
+                stop = self.recheck(fixer, &shards, root_meta, pool.start()?, part)?.or(walked);
+                self.locked(|root| self.seal(root, fixer, stop))?
             }
         };
-        if let Some(r) = &fixer.resume {
+        if let Some(r) = fixer.resume() {
             let place = self.place();
             let res = if part_done { place.remove() } else { r.write() };
             if let Err(e) = res {
                 debug!("{}: shard {}: cannot write or remove its checkpoint: {e}", self.pass.shown, self.name());
             }
         }
-        Ok(after)
+        Ok(Settled { after, stop })
     }
 
     /// Checks what the other shards claim ([`recheck`]), walking again what it cannot trust.
+    /// Returns the signal that stopped the check, if one did (the volume is then not sealed).
     fn recheck(
         &self,
-        fixer: &mut Fixer<'_>,
+        fixer: &Fixer<'_>,
         shards: &Shards,
         root_meta: sys::Meta,
         threads: &rayon_core::ThreadPool,
         part: OwnPart,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<Stop>, Error> {
         let (pass, name) = (self.pass, self.name());
         let check = recheck::Recheck {
             path: pass.path,
@@ -368,19 +384,24 @@ impl Run<'_, '_> {
         if let Some(sig) = sum.stopped {
             // The check did not cover every part: the volume is not sealed.
             warn!(path = %pass.shown, "shard {name}: {sig}: stopped checking what the other shards claim; the volume is completed at the next start");
-            fixer.interrupted = Some(sig);
         }
         info!(path = %pass.shown, shard = %name, entries = sum.entries, dirs_read = sum.dirs_read,
               verified_dirs = sum.verified_dirs, parts = ?sum.parts,
               "checked what the other shards claim: {} directories verified, {} read, {} entries looked at again; parts walked again whole: {:?}",
               sum.verified_dirs, sum.dirs_read, sum.entries, sum.parts);
-        Ok(())
+        Ok(sum.stopped)
     }
 
-    /// Under the root lock: record this shard's outcome (with its claim when its part is done).
-    /// When every shard is then done, the volume is not sealed here: the caller checks the other
-    /// shards' claims first ([`Run::seal`] follows).
-    fn finish(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>, anchors: Option<&str>) -> Result<Outcome, Error> {
+    /// Under the root lock: record this shard's outcome (with its claim when its part is done:
+    /// not when `walked` stopped it). When every shard is then done, the volume is not sealed
+    /// here: the caller checks the other shards' claims first ([`Run::seal`] follows).
+    fn finish(
+        &self,
+        root: BorrowedFd<'_>,
+        fixer: &Fixer<'_>,
+        walked: Option<Stop>,
+        anchors: Option<&str>,
+    ) -> Result<Outcome, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
             Ok(m) => m,
@@ -394,11 +415,11 @@ impl Run<'_, '_> {
             warn!(path = %self.pass.shown, "the shard record on the root no longer fits the layout: {why}; starting a new round");
             *shards = Shards::new(f.count, f.depth);
         }
-        let done = clean(fixer) && !shards.is_done(f.index);
+        let done = clean(fixer, walked) && !shards.is_done(f.index);
         if done {
-            shards.entries = shards.entries.saturating_add(fixer.counters.entries.get());
+            shards.entries = shards.entries.saturating_add(fixer.counters().entries.get());
         }
-        let mounts = fixer.mount_points.load(std::sync::atomic::Ordering::Relaxed);
+        let mounts = fixer.mount_points();
         if done && anchors.is_some() && mounts > 0 {
             info!(path = %self.pass.shown, shard = %self.name(),
                   "this shard's part holds {mounts} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
@@ -443,50 +464,35 @@ impl Run<'_, '_> {
     }
 
     /// Under the root lock, once the other shards' claims were checked: fixes the root and marks
-    /// the volume done, if every shard is still done and this run left nothing unfinished.
-    fn seal(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Result<MarkerState, Error> {
+    /// the volume done, if every shard is still done and this run left nothing unfinished (no
+    /// signal, `stop`, cut its walk or its check short).
+    fn seal(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>, stop: Option<Stop>) -> Result<MarkerState, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
             Ok(m) => m,
             Err(word) => return Ok(word),
         };
         let complete = m.shards.as_ref().is_some_and(|s| s.misfit(f.count, f.depth).is_none() && s.complete());
-        if !complete || !clean(fixer) {
+        if !complete || !clean(fixer, stop) {
             return Ok(MarkerState::InProgress);
         }
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
-        fixer.counters.seen(sys::Kind::Dir);
-        let private = crate::pass::root_place(root, self.pass.spec);
-        match fix::fix_dir(root, &root_meta, self.pass.spec, private, &fixer.setgid, fix::Readback::No) {
-            Ok(fixed) => {
-                fixer.count(&fixed);
-                m.state = State::Done;
-                m.finished = Some(marker::now());
-                // Sealed: the claims were checked and are needed no more (room for the rest).
-                if let Some(s) = m.shards.as_mut() {
-                    s.drop_claims();
-                }
-                m.mounts = lifecycle::mounts_to_record(root, fixer);
-                m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
-                // No shard's checkpoint is needed any more.
-                for i in marker::shard_indices(f.count) {
-                    let _ = Place::new(root, Some(ShardFilter { index: i, ..f })).remove();
-                }
-                info!(path = %self.pass.shown, "every shard is done: root fixed, volume marked done");
-            }
-            Err(e) => {
-                fixer.count_change(&e.done);
-                match e.errno() {
-                    Some(errno) => fixer.error_at(path, e.op, errno),
-                    None => fixer.error_note(
-                        path,
-                        e.op,
-                        format!("{} reported success, but did not change the root (the storage ignores it)", e.op),
-                    ),
-                }
-                return Ok(MarkerState::InProgress);
-            }
+        if !fixer.fix_root(root, &root_meta) {
+            return Ok(MarkerState::InProgress);
         }
+        m.state = State::Done;
+        m.finished = Some(marker::now());
+        // Sealed: the claims were checked and are needed no more (room for the rest).
+        if let Some(s) = m.shards.as_mut() {
+            s.drop_claims();
+        }
+        m.mounts = lifecycle::mounts_to_record(root, fixer);
+        m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
+        // No shard's checkpoint is needed any more.
+        for i in marker::shard_indices(f.count) {
+            let _ = Place::new(root, Some(ShardFilter { index: i, ..f })).remove();
+        }
+        info!(path = %self.pass.shown, "every shard is done: root fixed, volume marked done");
         marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
         Ok(MarkerState::Done)
     }
@@ -566,10 +572,11 @@ fn own_anchors(
     }
 }
 
-/// Whether this shard's part is done: no error, no signal, and (unprivileged) no entry of
-/// another user left (a privileged run must finish that).
-fn clean(fixer: &Fixer<'_>) -> bool {
-    fixer.counters.errors.get() == 0 && fixer.interrupted.is_none() && fixer.counters.foreign_owned.get() == 0
+/// Whether this shard's part is done: no error, no signal (`stop`), and (unprivileged) no
+/// entry of another user left (a privileged run must finish that).
+fn clean(fixer: &Fixer<'_>, stop: Option<Stop>) -> bool {
+    let counters = fixer.counters();
+    counters.errors.get() == 0 && stop.is_none() && counters.foreign_owned.get() == 0
 }
 
 /// Runs `f` holding the volume's lock, taken on a separate open of the root (a lock of its

@@ -20,7 +20,7 @@ use crate::report::{Action, VolumeReport};
 use crate::resume::Place;
 use crate::runid::RunId;
 use crate::spec::Spec;
-use crate::state::MarkerState;
+use crate::state::{MarkerState, Stop};
 use crate::sys::{self, LockHolder, Meta};
 use crate::walk::Pool;
 
@@ -117,7 +117,7 @@ fn walk(
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
     let marker_fd = plan.run().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
     let root = marker_fd.as_ref().map(AsFd::as_fd);
-    let mut fixer = pass.fixer(plan, root.map(|r| Place::new(r, None)));
+    let fixer = pass.fixer(plan, root.map(|r| Place::new(r, None)));
     let marked = match (root, plan.run()) {
         (Some(root), Some(run)) => Some((root, run, begin_marker(pass, root, run, &root_meta))),
         _ => None,
@@ -127,13 +127,13 @@ fn walk(
         Mode::Check => (Action::Checked, "the counts cover what was checked"),
         Mode::Apply => (Action::Walked, "the next start resumes"),
     };
-    pass.walk(&mut fixer, threads, root_fd, root_meta, then);
+    let stop = pass.walk(&fixer, threads, root_fd, root_meta, then);
     let after = match marked {
-        Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &mut fixer)),
+        Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &fixer, stop)),
         Some((_, _, Begun::Removed)) => Some(MarkerState::None),
         _ => None,
     };
-    let report = pass.report(fixer, action, before, after);
+    let report = pass.report(fixer, stop, action, before, after);
     log_left(pass, &report);
     report
 }
@@ -213,24 +213,30 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
 }
 
 /// After the walk: `done` (and the checkpoint removed) when no entry failed and no signal stopped
-/// the walk; otherwise the marker stays `in-progress` and the checkpoint is written out for the
+/// the walk (`stop`); otherwise the marker stays `in-progress` and the checkpoint is written out for the
 /// next run. An unprivileged pass that left other users' entries marks the marker with how many
 /// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
 /// that can't be written is a warning. Returns the state.
-fn settle_marker(root: BorrowedFd<'_>, pass: &Pass<'_>, run: &RunId, fixer: &mut Fixer<'_>) -> MarkerState {
-    let errors = fixer.counters.errors.get();
-    if errors > 0 || fixer.interrupted.is_some() || fixer.probe.final_verdict().stops() {
-        if let Some(r) = &fixer.resume {
+fn settle_marker(
+    root: BorrowedFd<'_>,
+    pass: &Pass<'_>,
+    run: &RunId,
+    fixer: &Fixer<'_>,
+    stop: Option<Stop>,
+) -> MarkerState {
+    let errors = fixer.counters().errors.get();
+    if errors > 0 || stop.is_some() || fixer.probe().final_verdict().stops() {
+        if let Some(r) = fixer.resume() {
             if let Err(e) = r.write() {
                 debug!("{}: cannot write the checkpoint: {e}", pass.shown);
             }
         }
         return MarkerState::InProgress;
     }
-    let left = fixer.counters.foreign_owned.get();
+    let left = fixer.counters().foreign_owned.get();
     let m = Marker {
         finished: Some(marker::now()),
-        entries: Some(fixer.counters.entries.get()),
+        entries: Some(fixer.counters().entries.get()),
         left: (left > 0).then_some(left),
         mounts: lifecycle::mounts_to_record(root, fixer),
         ..pass_marker(pass, if left > 0 { State::InProgress } else { State::Done }, run)

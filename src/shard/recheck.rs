@@ -22,7 +22,7 @@ use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::marker::{self, Shards, xor_digests};
 use crate::options::{RunOptions, ShardFilter};
-use crate::pass::Fixer;
+use crate::pass::{Fixer, FixerConfig};
 use crate::spec::Spec;
 use crate::sys::{self, DType, Kind, Meta};
 use crate::verify::Stamp;
@@ -156,38 +156,23 @@ impl Recheck<'_, '_> {
             Ok(x) => x,
             Err(e) => return self.fixer.error_at(self.path, Op::Open, e),
         };
-        let mut sub = Fixer::new(self.path, self.spec, self.opts.mode, None);
-        sub.shard = Some(f);
-        sub.verify_part = bound;
-        sub.privilege = self.opts.privilege;
+        let sub = Fixer::new(FixerConfig {
+            root: self.path,
+            spec: self.spec,
+            mode: self.opts.mode,
+            privilege: self.opts.privilege,
+            may_change: false,
+            shard: Some(f),
+            verify_part: bound,
+            resume: None,
+        });
         self.threads.install(|| Walk::new(&sub, &self.root_meta, self.opts.cross_devices).run(fd, meta));
-        sum.entries += sub.counters.entries.get();
-        sum.dirs_read += sub.counters.dirs_read.get();
-        sum.verified_dirs += sub.counters.verified_dirs.get();
-        absorb(self.fixer, sub);
+        let counted = sub.counters();
+        sum.entries += counted.entries.get();
+        sum.dirs_read += counted.dirs_read.get();
+        sum.verified_dirs += counted.verified_dirs.get();
+        self.fixer.absorb(sub);
     }
-}
-
-/// Adds what `from` counted and listed to `into`.
-fn absorb(into: &Fixer<'_>, from: Fixer<'_>) {
-    // What it changed and what failed; the entries it looked at again are not this run's part
-    // (each part is counted once, by its shard) and go to the log only.
-    let (a, b) = (&into.counters, &from.counters);
-    for (x, y) in [
-        (&a.changed_owner, &b.changed_owner),
-        (&a.changed_mode, &b.changed_mode),
-        (&a.errors, &b.errors),
-        (&a.dirs_read, &b.dirs_read),
-        (&a.verified_dirs, &b.verified_dirs),
-        (&a.foreign_owned, &b.foreign_owned),
-        (&a.foreign_unread, &b.foreign_unread),
-    ] {
-        x.add(y.get());
-    }
-    crate::sync::lock(&into.errors).append(crate::sync::into_inner(from.errors));
-    crate::sync::lock(&into.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
-    into.mount_points.fetch_add(from.mount_points.into_inner(), std::sync::atomic::Ordering::Relaxed);
-    crate::sync::lock(&into.foreign).append(crate::sync::into_inner(from.foreign));
 }
 
 #[cfg(test)]
