@@ -71,7 +71,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let apply_spec = Some(&args.spec).filter(|s| !s.is_empty());
     let inspector = Inspector::new(apply_spec, args.spec.read_only, threads);
-    pool.install(|| Walk::new(&inspector, &root, args.cross_devices).run(root_fd, root));
+    Walk::new(pool, &inspector, &root, args.cross_devices).run(root_fd, root);
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
     crate::report::print(out.as_bytes())?;

@@ -28,7 +28,7 @@ use crate::special::SpecialRecord;
 use crate::state::{MarkerState, Stop};
 use crate::sys::{self, Meta};
 use crate::throttle;
-use crate::walk::Walk;
+use crate::walk::{Threads, Walk};
 
 /// What a pass takes over from an interrupted run, and the checkpoint it keeps for the next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,14 +210,14 @@ impl<'a> Pass<'a> {
     pub fn walk(
         &self,
         fixer: &Fixer<'_>,
-        threads: &rayon_core::ThreadPool,
+        threads: &Threads,
         root_fd: OwnedFd,
         root_meta: Meta,
         then: &str,
     ) -> Option<Stop> {
         let shown = progress::Shown { path: &self.shown, estimate: self.estimate, ownership: self.spec.ownership() };
         progress::watch(fixer.counters(), &shown, self.opts.progress, || {
-            threads.install(|| Walk::new(fixer, &root_meta, self.opts.cross_devices).run(root_fd, root_meta))
+            Walk::new(threads, fixer, &root_meta, self.opts.cross_devices).run(root_fd, root_meta)
         });
         let stop = sys::termination();
         if let Some(sig) = stop {

@@ -523,7 +523,7 @@ impl<'a> Fixer<'a> {
                 meta,
                 self.spec,
                 private,
-                |d, n| walk::with_fd_relief(|| sys::pin_at(d, n)),
+                |d, n| dir.with_fd_relief(|| sys::pin_at(d, n)),
                 how,
             ),
         };

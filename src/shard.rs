@@ -25,7 +25,7 @@ use crate::spec::Spec;
 use crate::state::{MarkerState, Stop};
 use crate::sys;
 use crate::volume;
-use crate::walk::Pool;
+use crate::walk::{Pool, Threads};
 
 /// A running shard whose heartbeat is older than this is taken for dead.
 const STALE_AFTER: u64 = 30;
@@ -309,12 +309,7 @@ impl Run<'_, '_> {
 
     /// Walks this shard's part, renewing its heartbeat in the marker meanwhile. Returns the
     /// signal that stopped the walk, if one did.
-    fn walk(
-        &self,
-        fixer: &Fixer<'_>,
-        threads: &rayon_core::ThreadPool,
-        root_meta: sys::Meta,
-    ) -> Result<Option<Stop>, Error> {
+    fn walk(&self, fixer: &Fixer<'_>, threads: &Threads, root_meta: sys::Meta) -> Result<Option<Stop>, Error> {
         let walk_fd =
             rustix::io::fcntl_dupfd_cloexec(self.root, 0).map_err(|e| Error::sys(self.path(), Op::Open, e))?;
         std::thread::scope(|s| {
@@ -367,7 +362,7 @@ impl Run<'_, '_> {
         fixer: &Fixer<'_>,
         shards: &Shards,
         root_meta: sys::Meta,
-        threads: &rayon_core::ThreadPool,
+        threads: &Threads,
         part: OwnPart,
     ) -> Result<Option<Stop>, Error> {
         let (pass, name) = (self.pass, self.name());

@@ -22,7 +22,7 @@ use crate::runid::RunId;
 use crate::spec::Spec;
 use crate::state::{MarkerState, Stop};
 use crate::sys::{self, LockHolder, Meta};
-use crate::walk::Pool;
+use crate::walk::{Pool, Threads};
 
 /// Prepares (or checks) the volume at `path`, walking on `pool` (started here if this volume is
 /// the first to need it). Fatal problems at start (missing, not a directory, lock timeout) are
@@ -108,7 +108,7 @@ fn plan(
 /// `apply` would restore them, reporting those it would refuse.
 fn walk(
     pass: &Pass<'_>,
-    threads: &rayon_core::ThreadPool,
+    threads: &Threads,
     root_fd: OwnedFd,
     root_meta: Meta,
     plan: &ResumePlan,

@@ -26,7 +26,7 @@ use crate::pass::{Fixer, FixerConfig};
 use crate::spec::Spec;
 use crate::sys::{self, DType, Kind, Meta};
 use crate::verify::Stamp;
-use crate::walk::{self, DIRENT_BUF, Walk};
+use crate::walk::{self, DIRENT_BUF, Threads, Walk};
 
 /// An entry at a depth from 1 to the split depth: an anchor (at the split depth) or an entry
 /// above it (shard 0's).
@@ -105,7 +105,7 @@ pub struct Recheck<'r, 'a> {
     pub opts: &'r RunOptions,
     pub root: BorrowedFd<'r>,
     pub root_meta: Meta,
-    pub threads: &'r rayon_core::ThreadPool,
+    pub threads: &'r Threads,
     pub fixer: &'r Fixer<'a>,
 }
 
@@ -166,7 +166,7 @@ impl Recheck<'_, '_> {
             verify_part: bound,
             resume: None,
         });
-        self.threads.install(|| Walk::new(&sub, &self.root_meta, self.opts.cross_devices).run(fd, meta));
+        Walk::new(self.threads, &sub, &self.root_meta, self.opts.cross_devices).run(fd, meta);
         let counted = sub.counters();
         sum.entries += counted.entries.get();
         sum.dirs_read += counted.dirs_read.get();

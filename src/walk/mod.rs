@@ -3,8 +3,8 @@
 //! are all visited (the root last).
 //!
 //! Each directory is a [`Node`] that holds its own fd (opened `O_NOFOLLOW|O_DIRECTORY` relative
-//! to its parent's fd, kept within the process's open-file limit by `node`) and a count of
-//! unfinished work below it. Directories are read with `getdents64` into a fixed buffer;
+//! to its parent's fd, kept within the fd budget of the [`Pool`] it is walked on by `node`, a
+//! share of the process's open-file limit) and a count of unfinished work below it. Directories are read with `getdents64` into a fixed buffer;
 //! subdirectories become rayon jobs (work-stealing, LIFO per thread, so the walk stays
 //! depth-first and few fds are open), and other entries are handled in batches of names, stolen
 //! by idle threads when there are any (`traverse`). No path is ever resolved. The visitor sees a
@@ -18,6 +18,7 @@ use std::ffi::{CStr, OsStr};
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::io::Errno;
 
@@ -25,7 +26,8 @@ use crate::error::{Error, Op};
 use crate::sys::Meta;
 use crate::verify::Stamp;
 
-pub use node::{Dir, Node, max_threads_for, with_fd_relief};
+use node::Fds;
+pub use node::{Dir, Node, max_threads_for};
 pub use traverse::{DIRENT_BUF, Walk};
 
 /// What to do with a subdirectory (see [`Visitor::enter`]).
@@ -130,19 +132,34 @@ pub trait Visitor: Sync {
 /// needs them: a volume whose marker lets it skip starts none.
 pub struct Pool {
     threads: usize,
-    pool: std::sync::OnceLock<Result<rayon_core::ThreadPool, String>>,
+    /// Directory fds its walks keep open at most beyond those in use; by default what the
+    /// open-file limit leaves once every thread has its share.
+    fd_budget: Option<usize>,
+    started: std::sync::OnceLock<Result<Threads, String>>,
+}
+
+/// A started [`Pool`]: its threads, and the fd budget every walk on them shares.
+pub struct Threads {
+    pool: rayon_core::ThreadPool,
+    fds: Arc<Fds>,
 }
 
 impl Pool {
     /// A pool of `threads` threads, not started yet.
     pub fn new(threads: usize) -> Pool {
-        Pool { threads, pool: std::sync::OnceLock::new() }
+        Pool { threads, fd_budget: None, started: std::sync::OnceLock::new() }
     }
 
-    /// The started pool (started now on first call); [`Walk::run`] runs inside its `install`.
-    pub fn start(&self) -> Result<&rayon_core::ThreadPool, Error> {
+    /// Keeps at most `n` directory fds open beyond those in use.
+    #[cfg(test)]
+    pub fn with_fd_budget(self, n: usize) -> Pool {
+        Pool { fd_budget: Some(n), ..self }
+    }
+
+    /// The started pool (started now on first call), to [`Walk::run`] on.
+    pub fn start(&self) -> Result<&Threads, Error> {
         let threads = self.threads;
-        let built = self.pool.get_or_init(|| {
+        let built = self.started.get_or_init(|| {
             let built = rayon_core::ThreadPoolBuilder::new()
                 .num_threads(threads)
                 .thread_name(|i| format!("volprep-{i}"))
@@ -151,7 +168,11 @@ impl Pool {
             if built.is_ok() {
                 tracing::debug!(threads, "started {threads} walk threads");
             }
-            built
+            let fds = match self.fd_budget {
+                Some(n) => Fds::new(n),
+                None => Fds::fitting(threads as u64),
+            };
+            built.map(|pool| Threads { pool, fds })
         });
         built.as_ref().map_err(|e| Error::Environment(format!("cannot start {threads} threads: {e}")))
     }
@@ -159,7 +180,7 @@ impl Pool {
     /// Whether the threads were started.
     #[cfg(test)]
     pub fn started(&self) -> bool {
-        self.pool.get().is_some()
+        self.started.get().is_some()
     }
 }
 

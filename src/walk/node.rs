@@ -1,4 +1,5 @@
-//! The walks' fd budget: each directory [`Node`] holds its fd, kept open by a [`Lease`] while used, closed while idle.
+//! The fd budget of a pool's walks ([`Fds`]): each directory [`Node`] holds its fd, kept open by
+//! a [`Lease`] while used, closed while idle.
 //!
 //! A closed fd is re-opened when needed (never through a symlink, checked by device and inode).
 
@@ -25,12 +26,6 @@ pub const FD_PER_THREAD: u64 = 4;
 /// Tries of an open that failed with EMFILE/ENFILE, each after closing idle directory fds.
 const FD_TRIES: u32 = 8;
 
-/// Directory fds held open by the walks of this process (the fd budget counts these).
-static OPEN_DIRS: AtomicUsize = AtomicUsize::new(0);
-/// The directories opened by the walks of this process, oldest first: where idle fds are found
-/// when the nearest ancestors are all busy, or descriptors ran out (pruned as it grows).
-static OPENED: Mutex<VecDeque<Weak<Node>>> = Mutex::new(VecDeque::new());
-
 /// The most walker threads an open-file limit of `limit` carries: each thread may hold
 /// [`FD_PER_THREAD`] descriptors at once, whatever the tree's depth.
 pub fn max_threads_for(limit: u64) -> usize {
@@ -48,6 +43,8 @@ pub fn max_threads_for(limit: u64) -> usize {
 pub struct Node {
     /// The open directory (`None` while closed) and how many holders keep it open.
     slot: Mutex<Slot>,
+    /// The fd budget of the pool this directory is walked on, which counts its fd while open.
+    fds: Arc<Fds>,
     /// Metadata read through the fd when the directory was first opened (before it was read).
     pub meta: Meta,
     /// Its change and modification times, read with `meta`.
@@ -79,20 +76,22 @@ struct Slot {
 }
 
 impl Node {
-    /// The node of a directory just opened, held by the caller; `root`: the walk's root, whose
-    /// mount a directory must be on for its listing to be trusted.
+    /// The node of a directory just opened, held by the caller and counted in `fds`; `root`:
+    /// the walk's root, whose mount a directory must be on for its listing to be trusted.
     pub(super) fn opened(
+        fds: &Arc<Fds>,
         fd: OwnedFd,
         (meta, times): (Meta, Times),
         (parent, name): (Option<Arc<Node>>, &CStr),
         (ord, bound): (Option<u32>, Option<Stamp>),
         root: &Meta,
     ) -> Lease {
-        OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
+        fds.open.fetch_add(1, Ordering::Relaxed);
         let raw = fd.as_raw_fd();
         let node = Arc::new(Node {
             // Held from the start: no other thread may close it before its opener uses it.
             slot: Mutex::new(Slot { fd: Some(fd), leases: 1 }),
+            fds: Arc::clone(fds),
             meta,
             times,
             depth: parent.as_ref().map_or(0, |p| p.depth + 1),
@@ -106,7 +105,7 @@ impl Node {
             bound,
             verified: bound.is_some_and(|b| verify::unchanged(&meta, &times, root, b)),
         });
-        register(&node);
+        fds.register(&node);
         Lease { node, raw }
     }
 
@@ -201,13 +200,13 @@ impl Node {
         // Another thread's fd, if it installed one first (this one is then closed).
         let raw = s.fd.get_or_insert(fd).as_raw_fd();
         if fresh {
-            OPEN_DIRS.fetch_add(1, Ordering::Relaxed);
+            self.fds.open.fetch_add(1, Ordering::Relaxed);
         }
         // Held before the slot is unlocked: no other thread may close it in between.
         s.leases += 1;
         drop(s);
         if fresh {
-            register(self);
+            self.fds.register(self);
         }
         Lease { node: Arc::clone(self), raw }
     }
@@ -219,7 +218,7 @@ impl Node {
             return false;
         }
         s.fd = None;
-        OPEN_DIRS.fetch_sub(1, Ordering::Relaxed);
+        self.fds.open.fetch_sub(1, Ordering::Relaxed);
         true
     }
 }
@@ -227,57 +226,7 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         if lock(&self.slot).fd.is_some() {
-            OPEN_DIRS.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Notes an opened directory in [`OPENED`]; drops the entries of closed and finished ones
-/// once they outnumber the open ones (amortized: the list stays near the open count).
-fn register(node: &Arc<Node>) {
-    let mut q = lock(&OPENED);
-    q.push_back(Arc::downgrade(node));
-    if q.len() > 2 * OPEN_DIRS.load(Ordering::Relaxed).max(64) {
-        q.retain(|w| w.upgrade().is_some_and(|n| n.is_open()));
-    }
-}
-
-/// Closes idle directory fds of this process's walks, oldest first, until at most `keep` are
-/// open. Returns how many it closed. A closed directory is re-opened when next needed.
-fn close_idle(keep: usize) -> usize {
-    let mut q = lock(&OPENED);
-    let mut closed = 0;
-    for _ in 0..q.len() {
-        if OPEN_DIRS.load(Ordering::Relaxed) <= keep {
-            break;
-        }
-        let Some(w) = q.pop_front() else { break };
-        let Some(node) = w.upgrade() else { continue };
-        if node.close_if_idle() {
-            closed += 1;
-        } else if node.is_open() {
-            // Busy (or the root): still open, looked at again next time.
-            q.push_back(w);
-        }
-    }
-    closed
-}
-
-/// Runs `open` (anything that takes a descriptor); on EMFILE/ENFILE closes idle directory fds
-/// of the walks (down to half of those open) and tries again, a bounded number of times: the
-/// walk completes at any open-file limit its threads fit in.
-pub fn with_fd_relief<T>(mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
-    let mut tries = 1;
-    loop {
-        match open() {
-            Err(Errno::MFILE | Errno::NFILE) if tries < FD_TRIES => {
-                if close_idle(OPEN_DIRS.load(Ordering::Relaxed) / 2) == 0 {
-                    // Nothing idle: other threads hold what is open; their pins close soon.
-                    std::thread::sleep(std::time::Duration::from_millis(1 << tries));
-                }
-                tries += 1;
-            }
-            other => return other,
+            self.fds.open.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
@@ -332,6 +281,14 @@ impl<'l> Dir<'l> {
     }
 }
 
+impl Dir<'_> {
+    /// Runs `open` (anything that takes a descriptor); on EMFILE/ENFILE closes idle directory
+    /// fds of the walks on this directory's pool and tries again (see [`Fds::with_relief`]).
+    pub fn with_fd_relief<T>(&self, open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+        self.node.fds.with_relief(open)
+    }
+}
+
 impl Deref for Dir<'_> {
     type Target = Node;
 
@@ -340,21 +297,91 @@ impl Deref for Dir<'_> {
     }
 }
 
-/// How many directory fds a walk keeps open beyond those in use, and how it keeps to that: idle
-/// ancestors closed first, re-opened by name or through `..` when needed again.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Budget(pub(super) usize);
+/// The directory fds of the walks on one pool, and how many of them those walks keep open at
+/// most beyond those in use: idle ancestors are closed first, and re-opened by name or through
+/// `..` when needed again. Every pool has its own: the walks of one pool count only their own
+/// fds, and relieve a shortage only by closing their own idle ones.
+pub(super) struct Fds {
+    /// Directory fds held open by the walks (what the budget counts).
+    open: AtomicUsize,
+    /// The directories opened by the walks, oldest first: where idle fds are found when the
+    /// nearest ancestors are all busy, or descriptors ran out (pruned as it grows).
+    opened: Mutex<VecDeque<Weak<Node>>>,
+    /// The budget: directory fds kept open at most beyond those in use.
+    keep: usize,
+}
 
-impl Budget {
-    /// What the open-file limit leaves once each of `threads` threads has its share.
-    pub(super) fn fitting(threads: u64) -> Budget {
+impl Fds {
+    /// A budget of `keep` directory fds beyond those in use.
+    pub(super) fn new(keep: usize) -> Arc<Fds> {
+        Arc::new(Fds { open: AtomicUsize::new(0), opened: Mutex::new(VecDeque::new()), keep })
+    }
+
+    /// The budget of what the open-file limit leaves once each of `threads` threads has its
+    /// share.
+    pub(super) fn fitting(threads: u64) -> Arc<Fds> {
         let left = sys::fd_limit().saturating_sub(FD_RESERVE + FD_PER_THREAD * threads);
-        Budget(left.max(threads).min(usize::MAX as u64) as usize)
+        Fds::new(left.max(threads).min(usize::MAX as u64) as usize)
+    }
+
+    /// Directory fds open now.
+    pub(super) fn open_now(&self) -> usize {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Notes an opened directory in `opened`; drops the entries of closed and finished ones once
+    /// they outnumber the open ones (amortized: the list stays near the open count).
+    fn register(&self, node: &Arc<Node>) {
+        let mut q = lock(&self.opened);
+        q.push_back(Arc::downgrade(node));
+        if q.len() > 2 * self.open_now().max(64) {
+            q.retain(|w| w.upgrade().is_some_and(|n| n.is_open()));
+        }
+    }
+
+    /// Closes idle directory fds of the walks, oldest first, until at most `keep` are open.
+    /// Returns how many it closed. A closed directory is re-opened when next needed.
+    fn close_idle(&self, keep: usize) -> usize {
+        let mut q = lock(&self.opened);
+        let mut closed = 0;
+        for _ in 0..q.len() {
+            if self.open_now() <= keep {
+                break;
+            }
+            let Some(w) = q.pop_front() else { break };
+            let Some(node) = w.upgrade() else { continue };
+            if node.close_if_idle() {
+                closed += 1;
+            } else if node.is_open() {
+                // Busy (or the root): still open, looked at again next time.
+                q.push_back(w);
+            }
+        }
+        closed
+    }
+
+    /// Runs `open` (anything that takes a descriptor); on EMFILE/ENFILE closes idle directory
+    /// fds of the walks (down to half of those open) and tries again, a bounded number of times:
+    /// the walk completes at any open-file limit its threads fit in.
+    pub(super) fn with_relief<T>(&self, mut open: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+        let mut tries = 1;
+        loop {
+            match open() {
+                Err(Errno::MFILE | Errno::NFILE) if tries < FD_TRIES => {
+                    if self.close_idle(self.open_now() / 2) == 0 {
+                        // Nothing idle: other threads hold what is open; their pins close soon.
+                        std::thread::sleep(std::time::Duration::from_millis(1 << tries));
+                    }
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Holds `node` open, re-opening it (and any closed ancestors) by name from the nearest
     /// open ancestor when the budget closed it.
-    pub(super) fn lease(self, node: &Arc<Node>) -> Result<Lease, Errno> {
+    pub(super) fn lease(&self, node: &Arc<Node>) -> Result<Lease, Errno> {
         if let Some(l) = node.try_lease() {
             return Ok(l);
         }
@@ -379,7 +406,7 @@ impl Budget {
     }
 
     /// Holds `node` open, re-opening it as `..` of its held child `child` if it was closed.
-    pub(super) fn lease_via_child(self, node: &Arc<Node>, child: &Lease) -> Result<Lease, Errno> {
+    pub(super) fn lease_via_child(&self, node: &Arc<Node>, child: &Lease) -> Result<Lease, Errno> {
         if let Some(l) = node.try_lease() {
             return Ok(l);
         }
@@ -389,7 +416,7 @@ impl Budget {
 
     /// Takes a re-opened fd for `node` if it is the directory first walked there (same device
     /// and inode), else refuses it: the name now leads elsewhere, and nothing there is touched.
-    fn adopt(self, node: &Arc<Node>, fd: OwnedFd) -> Result<Lease, Errno> {
+    fn adopt(&self, node: &Arc<Node>, fd: OwnedFd) -> Result<Lease, Errno> {
         let now = sys::stat_fd(sys::fd(&fd))?;
         if (now.dev, now.ino) != (node.meta.dev, node.meta.ino) {
             return Err(Errno::STALE);
@@ -400,12 +427,12 @@ impl Budget {
     }
 
     /// Opens a directory; on EMFILE/ENFILE closes every idle ancestor of `near` and tries again,
-    /// then idle directories anywhere (see [`with_fd_relief`]).
-    pub(super) fn open_dir(self, near: &Node, open: impl Fn() -> Result<OwnedFd, Errno>) -> Result<OwnedFd, Errno> {
+    /// then idle directories anywhere (see [`Fds::with_relief`]).
+    pub(super) fn open_dir(&self, near: &Node, open: impl Fn() -> Result<OwnedFd, Errno>) -> Result<OwnedFd, Errno> {
         match open() {
             Err(Errno::MFILE) | Err(Errno::NFILE) => {
                 self.close_ancestors(near, 0);
-                with_fd_relief(open)
+                self.with_relief(open)
             }
             other => other,
         }
@@ -413,25 +440,25 @@ impl Budget {
 
     /// Over budget: closes idle fds of `node`'s ancestors beyond its parent, nearest first;
     /// if those are busy or already closed, the oldest idle ones anywhere.
-    pub(super) fn trim(self, node: &Node) {
-        if OPEN_DIRS.load(Ordering::Relaxed) > self.0 {
-            self.close_ancestors(node, self.0);
-            if OPEN_DIRS.load(Ordering::Relaxed) > self.0 {
-                close_idle(self.0);
+    pub(super) fn trim(&self, node: &Node) {
+        if self.open_now() > self.keep {
+            self.close_ancestors(node, self.keep);
+            if self.open_now() > self.keep {
+                self.close_idle(self.keep);
             }
         }
     }
 
     /// Closes idle ancestors of `node` beyond its parent until at most `keep` directory fds are
     /// open, or a bounded number of ancestors was looked at.
-    fn close_ancestors(self, node: &Node, keep: usize) {
+    fn close_ancestors(&self, node: &Node, keep: usize) {
         let mut cur = node.parent.as_deref().and_then(|p| p.parent.as_deref());
         let mut looked = 0;
         while let Some(n) = cur {
-            if looked > self.0.min(4096) + 64 {
+            if looked > self.keep.min(4096) + 64 {
                 return;
             }
-            if n.close_if_idle() && OPEN_DIRS.load(Ordering::Relaxed) <= keep {
+            if n.close_if_idle() && self.open_now() <= keep {
                 return;
             }
             looked += 1;

@@ -12,7 +12,7 @@ fn the_pool_starts_on_first_use_with_the_threads_asked_for_and_only_once() {
     assert!(!pool.started());
     let first = pool.start().unwrap();
     assert!(pool.started());
-    assert_eq!(first.install(rayon_core::current_num_threads), 3);
+    assert_eq!(first.pool.install(rayon_core::current_num_threads), 3);
     assert!(std::ptr::eq(first, pool.start().unwrap()), "a second start is the same pool");
 }
 
@@ -87,13 +87,13 @@ fn walk(root: &Path, threads: usize, v: &Recorder) {
 fn walk_with_budget(root: &Path, threads: usize, budget: Option<usize>, v: &Recorder) {
     let fd = sys::open_root(root).unwrap();
     let meta = sys::stat_fd(sys::fd(&fd)).unwrap();
-    let pool = rayon_core::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-    let w = Walk::new(v, &meta, false);
-    let w = match budget {
-        Some(n) => w.fd_budget(n),
-        None => w,
+    let pool = match budget {
+        Some(n) => Pool::new(threads).with_fd_budget(n),
+        None => Pool::new(threads),
     };
-    pool.install(|| w.run(fd, meta));
+    let threads = pool.start().unwrap();
+    Walk::new(threads, v, &meta, false).run(fd, meta);
+    assert_eq!(threads.fds.open_now(), 0, "every directory fd the pool counted was closed and uncounted");
 }
 
 /// A chain of directories 400 deep, each level also holding files and a side directory.

@@ -10,8 +10,8 @@ use rayon_core::Scope;
 use rustix::io::Errno;
 
 use super::listing::{Batch, Listing};
-use super::node::{Budget, Lease};
-use super::{At, Descend, Dir, Node, Visitor, with_fd_relief};
+use super::node::{Fds, Lease};
+use super::{At, Descend, Dir, Node, Threads, Visitor};
 use crate::error::Op;
 use crate::sys::{self, DirReader, Kind, Meta, Place};
 use crate::verify::{self, Stamp};
@@ -35,13 +35,12 @@ pub(super) const QUEUED_PER_DIR: usize = 1024;
 
 /// One traversal of one volume.
 pub struct Walk<'v, V: Visitor> {
+    /// The pool it runs on, whose fd budget it keeps to (see [`Node`]).
+    threads: &'v Threads,
     pub(super) visitor: &'v V,
     /// The root's metadata: its device and mount id tell what is a nested mount.
     root: Meta,
     cross_devices: bool,
-    /// Directory fds the walk keeps open at most, beyond those in use (see [`Node`]); from the
-    /// open-file limit and the thread count when not set.
-    budget: Option<Budget>,
     /// The root's filesystem counts a directory's subdirectories in its link count (2 + them).
     nlink_counts_subdirs: bool,
     /// The root's filesystem is btrfs (see [`BTRFS_EMPTY_SUBVOL_DIR`]).
@@ -51,12 +50,13 @@ pub struct Walk<'v, V: Visitor> {
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
-    pub fn new(visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
+    /// A walk on `threads` handing the entries below `root` to `visitor`.
+    pub fn new(threads: &'v Threads, visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
         Walk {
+            threads,
             visitor,
             root: *root,
             cross_devices,
-            budget: None,
             nlink_counts_subdirs: false,
             btrfs: false,
             reader: DirReader::new(None),
@@ -90,32 +90,22 @@ impl<'v, V: Visitor> Walk<'v, V> {
         }
     }
 
-    /// Keeps at most `n` directory fds open beyond those in use (default: what the open-file
-    /// limit leaves once every thread has its share).
-    #[cfg(test)]
-    pub fn fd_budget(mut self, n: usize) -> Self {
-        self.budget = Some(Budget(n));
-        self
+    /// The fd budget of the pool.
+    fn fds(&self) -> &Fds {
+        &self.threads.fds
     }
 
-    fn budget(&self) -> Budget {
-        self.budget.unwrap_or(Budget(usize::MAX))
-    }
-
-    /// Walks the tree below `root_fd` on the current rayon pool and returns when every job
-    /// finished (also when one panicked: the panic is then resumed here).
+    /// Walks the tree below `root_fd` on its pool and returns when every job finished (also
+    /// when one panicked: the panic is then resumed here).
     pub fn run(mut self, root_fd: OwnedFd, root_meta: Meta) {
-        if self.budget.is_none() {
-            self.budget = Some(Budget::fitting(rayon_core::current_num_threads() as u64));
-        }
         let fs = if root_meta.mnt_id != 0 { sys::mount_fs_type(root_meta.mnt_id) } else { None };
         self.reader = DirReader::new(fs.as_deref());
         self.nlink_counts_subdirs = fs.as_deref().is_some_and(|f| NLINK_COUNTS_SUBDIRS.contains(&f));
         self.btrfs = fs.as_deref() == Some("btrfs");
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let lease = Node::opened(root_fd, (root_meta, times), (None, c""), (None, None), &root_meta);
+        let lease = Node::opened(&self.threads.fds, root_fd, (root_meta, times), (None, c""), (None, None), &root_meta);
         let this = &self;
-        rayon_core::in_place_scope(|s| this.read(s, lease));
+        self.threads.pool.install(|| rayon_core::in_place_scope(|s| this.read(s, lease)));
     }
 
     /// Where `node` is, for the [`DirReader`]: the root, on its mount, or on another.
@@ -167,7 +157,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         } else {
             let node = Arc::clone(lease.node());
             node.pending.fetch_add(1, Ordering::Relaxed);
-            s.spawn(move |s| match self.budget().lease(&node) {
+            s.spawn(move |s| match self.fds().lease(&node) {
                 Ok(lease) => {
                     self.run_batch(s, &lease, &batch);
                     self.complete(node, Some(lease));
@@ -214,7 +204,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// the entry to the visitor with it; a directory is queued by name as from an `lstat`.
     fn pinned<'s>(&'s self, s: &Scope<'s>, lease: &Lease, name: &CStr) -> bool {
         let dir = lease.dir();
-        let pin = match with_fd_relief(|| sys::pin_at(dir.fd(), name)) {
+        let pin = match dir.with_fd_relief(|| sys::pin_at(dir.fd(), name)) {
             Ok(pin) => pin,
             Err(Errno::NOENT) => return false,
             Err(e) => {
@@ -270,7 +260,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// The job of a queued subdirectory: opens it from its parent and reads it (or, when one
     /// `lstat` verifies it, only counts it done).
     fn enter_subdir<'s>(&'s self, s: &Scope<'s>, parent: Arc<Node>, name: &CStr, ord: (Option<u32>, Option<Stamp>)) {
-        match self.budget().lease(&parent) {
+        match self.fds().lease(&parent) {
             Ok(pl) if ord.1.is_some_and(|b| self.leaf_verified(&pl, name, ord.0, b)) => self.complete(parent, Some(pl)),
             Ok(pl) => match self.open_child(&pl, name, ord) {
                 Some(child) => {
@@ -312,7 +302,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// directory).
     fn open_child(&self, parent: &Lease, name: &CStr, ord: (Option<u32>, Option<Stamp>)) -> Option<Lease> {
         let dir = parent.dir();
-        let fd = match self.budget().open_dir(&dir, || sys::open_subdir(dir.fd(), name)) {
+        let fd = match self.fds().open_dir(&dir, || sys::open_subdir(dir.fd(), name)) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return None,
             // Not (or no longer) a directory: a symlink or file took its place.
@@ -338,8 +328,15 @@ impl<'v, V: Visitor> Walk<'v, V> {
             return None;
         }
         self.crossing(&dir, name, &meta);
-        let lease = Node::opened(fd, (meta, times), (Some(Arc::clone(parent.node())), name), ord, &self.root);
-        self.budget().trim(lease.node());
+        let lease = Node::opened(
+            &self.threads.fds,
+            fd,
+            (meta, times),
+            (Some(Arc::clone(parent.node())), name),
+            ord,
+            &self.root,
+        );
+        self.fds().trim(lease.node());
         Some(lease)
     }
 
@@ -390,7 +387,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     fn leave_open(&self, node: &Arc<Node>, held: Option<Lease>) {
         if let Some(child) = held.filter(|l| !Arc::ptr_eq(l.node(), node)) {
             if !node.is_open() {
-                let _ = self.budget().lease_via_child(node, &child);
+                let _ = self.fds().lease_via_child(node, &child);
             }
             let done = Arc::clone(child.node());
             drop(child);
@@ -404,7 +401,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         match held {
             Some(l) if Arc::ptr_eq(l.node(), node) => Ok(l),
             Some(child) => {
-                let lease = self.budget().lease_via_child(node, &child);
+                let lease = self.fds().lease_via_child(node, &child);
                 // The child is done: its fd is needed no more (a job up the stack may still
                 // hold the node itself, and through it its ancestors).
                 let done = Arc::clone(child.node());
@@ -412,7 +409,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
                 done.close_if_idle();
                 lease
             }
-            None => self.budget().lease(node),
+            None => self.fds().lease(node),
         }
     }
 }
