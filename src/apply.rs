@@ -10,7 +10,7 @@ use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter, Tolerance};
 use crate::report::{self, Load, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::state::Stop;
-use crate::throttle::{self, Policy};
+use crate::throttle::{self, Policy, Storage};
 use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
@@ -56,11 +56,12 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     refuse_before_starting(o)?;
     // `--threads 0` and `--load auto`: by the kind of filesystem, more threads and an adaptive
     // load when any volume is on network or FUSE storage.
-    let storage = o.targets.iter().map(|(p, _)| sys::storage(p)).max().unwrap_or(sys::Storage::Local);
-    let load = Policy { concurrency: o.run.load.concurrency.resolve(storage == sys::Storage::Remote), ..o.run.load };
+    let storage = o.targets.iter().map(|(p, _)| sys::storage(p)).max().unwrap_or(Storage::Local);
+    let load = Policy { concurrency: o.run.load.concurrency.resolve(storage), ..o.run.load };
+    let chosen = if o.run.threads == 0 { ChosenBy::Default } else { ChosenBy::User };
     let opts = &fit_threads(
         RunOptions { threads: options::resolve_threads(o.run.threads, || storage), load, ..o.run.clone() },
-        o.run.threads != 0,
+        chosen,
     );
     throttle::GATE.start(opts.load, opts.threads);
     refuse_overlaps(&o.targets, opts.cross_devices)?;
@@ -212,17 +213,24 @@ fn missing_capabilities(volumes: &[VolumeReport]) -> Vec<String> {
     lines
 }
 
-/// The options with the thread count cut to what the open-file limit carries (each walker thread
-/// may hold a few descriptors at once, see `walk`), saying so when it is cut.
-fn fit_threads(mut run: RunOptions, asked: bool) -> RunOptions {
+/// Who chose a run's thread count: a cut of the user's `--threads` is a warning, a cut of the
+/// default a debug line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChosenBy {
+    User,
+    Default,
+}
+
+/// The options with the thread count (`chosen` by whom) cut to what the open-file limit carries
+/// (each walker thread may hold a few descriptors at once, see `walk`), saying so when it is cut.
+fn fit_threads(mut run: RunOptions, chosen: ChosenBy) -> RunOptions {
     let limit = sys::fd_limit();
     let max = walk::max_threads_for(limit);
     if run.threads > max {
         let why = format!("{} threads need more than the open-file limit of {limit} allows: using {max}", run.threads);
-        if asked {
-            tracing::warn!("{why} (raise `ulimit -n` for more)");
-        } else {
-            tracing::debug!("{why}");
+        match chosen {
+            ChosenBy::User => tracing::warn!("{why} (raise `ulimit -n` for more)"),
+            ChosenBy::Default => tracing::debug!("{why}"),
         }
         run.threads = max;
     }

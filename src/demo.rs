@@ -20,7 +20,8 @@ use crate::escape::{Escaped, escape_bytes};
 use crate::options::{Mode, RunOptions, resolve_threads};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
-use crate::sys::{self, Storage, fd};
+use crate::sys::{self, fd};
+use crate::throttle::Storage;
 use crate::volume;
 use crate::walk::Pool;
 

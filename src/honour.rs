@@ -106,18 +106,26 @@ impl Probe {
         self.verdict()
     }
 
+    /// What the changes so far did.
+    fn seen(&self) -> Seen {
+        Seen {
+            held: self.held.load(Ordering::Relaxed),
+            ignored: self.ignored.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
+        }
+    }
+
     /// What the changes so far say, during the walk.
     pub fn verdict(&self) -> Verdict {
-        let (ignored, refused) = (self.ignored.load(Ordering::Relaxed), self.refused.load(Ordering::Relaxed));
-        decide(self.held.load(Ordering::Relaxed), ignored, refused, VERDICT_AFTER)
+        self.seen().verdict(VERDICT_AFTER)
     }
 
     /// What every change of the pass says, once it is over: a change that reported success
     /// and did not hold, with none that did, is the storage's doing however few there were.
     pub fn final_verdict(&self) -> Verdict {
-        let (ignored, refused) = (self.ignored.load(Ordering::Relaxed), self.refused.load(Ordering::Relaxed));
-        match decide(self.held.load(Ordering::Relaxed), ignored, refused, VERDICT_AFTER) {
-            Verdict::Unknown if ignored > 0 && !self.held.load(Ordering::Relaxed) => Verdict::Ignores,
+        let seen = self.seen();
+        match seen.verdict(VERDICT_AFTER) {
+            Verdict::Unknown if seen.ignored > 0 && !seen.held => Verdict::Ignores,
             v => v,
         }
     }
@@ -130,17 +138,28 @@ impl Probe {
     }
 }
 
-/// The verdict (pure): any change that held means the storage honours them; `after` that did
-/// not, with none that did, mean it does not (the more frequent way wins).
-fn decide(held: bool, ignored: u32, refused: u32, after: u32) -> Verdict {
-    if held {
-        Verdict::Honours
-    } else if ignored + refused < after {
-        Verdict::Unknown
-    } else if ignored >= refused {
-        Verdict::Ignores
-    } else {
-        Verdict::Refuses
+/// What a pass's changes did so far: whether any held, and how many did not (the storage
+/// ignored them: success and nothing changed; or refused them: EPERM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    held: bool,
+    ignored: u32,
+    refused: u32,
+}
+
+impl Seen {
+    /// The verdict (pure): any change that held means the storage honours them; `after` that
+    /// did not, with none that did, mean it does not (the more frequent way wins).
+    fn verdict(self, after: u32) -> Verdict {
+        if self.held {
+            Verdict::Honours
+        } else if self.ignored + self.refused < after {
+            Verdict::Unknown
+        } else if self.ignored >= self.refused {
+            Verdict::Ignores
+        } else {
+            Verdict::Refuses
+        }
     }
 }
 
@@ -150,10 +169,11 @@ mod tests {
 
     #[test]
     fn one_change_that_holds_means_the_storage_honours_them() {
-        assert_eq!(decide(true, 30, 30, 8), Verdict::Honours);
-        assert_eq!(decide(false, 7, 0, 8), Verdict::Unknown, "a few odd entries are no verdict");
-        assert_eq!(decide(false, 8, 0, 8), Verdict::Ignores);
-        assert_eq!(decide(false, 2, 6, 8), Verdict::Refuses);
+        let none_held = |ignored, refused| Seen { held: false, ignored, refused };
+        assert_eq!(Seen { held: true, ignored: 30, refused: 30 }.verdict(8), Verdict::Honours);
+        assert_eq!(none_held(7, 0).verdict(8), Verdict::Unknown, "a few odd entries are no verdict");
+        assert_eq!(none_held(8, 0).verdict(8), Verdict::Ignores);
+        assert_eq!(none_held(2, 6).verdict(8), Verdict::Refuses);
     }
 
     #[test]

@@ -7,8 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::sys::Storage;
-use crate::throttle::Policy;
+use crate::throttle::{Policy, Storage};
 
 /// `apply` changes entries; `check` only decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,6 +33,7 @@ use crate::spec::Spec;
 use crate::special::SpecialRecord;
 use crate::state::Stop;
 use crate::sys::{self, Kind, Meta};
+use crate::throttle::Storage;
 use crate::verify::Stamp;
 use crate::walk::{self, At, Descend, Dir, Node, Visitor};
 
@@ -671,8 +672,8 @@ struct Changed {
 /// bit (see [`SetgidRule`]).
 fn setgid_rule(root: &Path) -> SetgidRule {
     let local_dev = match sys::storage(root) {
-        sys::Storage::Remote => None,
-        sys::Storage::Local => sys::stat_path(root).ok().map(|m| m.dev),
+        Storage::Remote => None,
+        Storage::Local => sys::stat_path(root).ok().map(|m| m.dev),
     };
     SetgidRule {
         local_dev,

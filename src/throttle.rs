@@ -1,6 +1,6 @@
-//! The load a pass puts on its storage: a ceiling on metadata operations per second
-//! (`--max-ops`) and, on network and FUSE filesystems, an adaptive limit on the operations in
-//! flight (`--load`, see [`controller`]).
+//! The load a pass puts on its storage ([`Storage`]: local, or network and FUSE): a ceiling on
+//! metadata operations per second (`--max-ops`) and, on network and FUSE filesystems, an
+//! adaptive limit on the operations in flight (`--load`, see [`controller`]).
 //!
 //! Every metadata system call of a walk (a stat, an open, a `getdents64`, a chown or chmod)
 //! passes through the process's one [`GATE`] (`sys` wraps each in [`Gate::op`]): it waits for
@@ -21,6 +21,16 @@ use crate::sync::lock;
 pub use controller::OpKind;
 use controller::{Controller, Window};
 
+/// Where a filesystem keeps its metadata, as far as its type tells: ordered by how far a request
+/// goes (a run over several volumes takes the farthest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Storage {
+    /// On this machine (or a type volprep does not know).
+    Local,
+    /// A network or FUSE filesystem: every uncached request is a round trip.
+    Remote,
+}
+
 /// `--load`: how many metadata operations a pass keeps in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -35,11 +45,11 @@ pub enum Concurrency {
 }
 
 impl Concurrency {
-    /// `Auto` resolved for storage that is (`remote`) or is not a network or FUSE filesystem.
-    pub fn resolve(self, remote: bool) -> Concurrency {
-        match (self, remote) {
-            (Concurrency::Auto, true) => Concurrency::Adaptive,
-            (Concurrency::Auto, false) => Concurrency::Full,
+    /// `Auto` resolved for `storage`: adaptive on a network or FUSE filesystem, full elsewhere.
+    pub fn resolve(self, storage: Storage) -> Concurrency {
+        match (self, storage) {
+            (Concurrency::Auto, Storage::Remote) => Concurrency::Adaptive,
+            (Concurrency::Auto, Storage::Local) => Concurrency::Full,
             (c, _) => c,
         }
     }
@@ -286,9 +296,9 @@ mod tests {
         let p = Policy { concurrency: Concurrency::Adaptive, max_ops: Some(500) };
         assert_eq!(p.to_string(), "adaptive, at most 500 ops/s");
         assert_eq!(Policy { concurrency: Concurrency::Full, max_ops: None }.to_string(), "full");
-        assert_eq!(Concurrency::Auto.resolve(true), Concurrency::Adaptive);
-        assert_eq!(Concurrency::Auto.resolve(false), Concurrency::Full);
-        assert_eq!(Concurrency::Full.resolve(true), Concurrency::Full);
+        assert_eq!(Concurrency::Auto.resolve(Storage::Remote), Concurrency::Adaptive);
+        assert_eq!(Concurrency::Auto.resolve(Storage::Local), Concurrency::Full);
+        assert_eq!(Concurrency::Full.resolve(Storage::Remote), Concurrency::Full);
         assert!(!Policy { concurrency: Concurrency::Full, max_ops: None }.active());
     }
 

@@ -5,6 +5,8 @@ use std::path::Path;
 
 use rustix::fs::AtFlags;
 
+use crate::throttle::Storage;
+
 /// The filesystem's name, from `fstatfs`'s magic number ("0x..." when unknown).
 pub fn fs_type(fd: BorrowedFd<'_>) -> String {
     match rustix::fs::fstatfs(fd) {
@@ -40,16 +42,6 @@ pub fn fs_info(fd: BorrowedFd<'_>) -> FsInfo {
         .map(|v| v.f_files.saturating_sub(v.f_ffree))
         .filter(|&n| n > 0);
     FsInfo { name, estimate }
-}
-
-/// Where a filesystem keeps its metadata, as far as its type tells: ordered by how far a request
-/// goes (a run over several volumes takes the farthest).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Storage {
-    /// On this machine (or a type volprep does not know).
-    Local,
-    /// A network or FUSE filesystem: every uncached request is a round trip.
-    Remote,
 }
 
 /// The [`Storage`] of the filesystem at `path` (`statfs`, which follows a symlink: only a hint;

@@ -20,7 +20,7 @@ pub use fs::{
     acl_at, acl_fd, chmod_fd, chown_fd, create_new_at, create_output, get_xattr, mkdir_at, open_parent, open_root,
     open_subdir, pin_at, pin_beneath, readlink_at, remove_xattr, reopen_file, set_xattr, symlink_at, try_lock,
 };
-pub use fstype::{FsInfo, Storage, fs_info, fs_type, storage};
+pub use fstype::{FsInfo, fs_info, fs_type, storage};
 pub use path::{Blocked, open_dir_no_symlinks, stat_path};
 pub use proc::{
     LockHolder, euid, fd_limit, groups, lock_holders, mount_fs_type, mount_name, mounts_below, overflow_uid,

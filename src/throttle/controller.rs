@@ -37,15 +37,22 @@ impl OpKind {
     }
 }
 
+/// How far the operations in flight went during a window: a window that never reached the
+/// limit (the walk had fewer to send) says nothing about a higher one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Reach {
+    #[default]
+    Below,
+    Limit,
+}
+
 /// Latencies of the operations completed in one window, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Window {
     n: [u64; KINDS],
     /// Sums of latencies, in microseconds.
     sum_us: [f64; KINDS],
-    /// The operations in flight reached the limit during the window: a window that never did
-    /// (the walk had fewer to send) says nothing about a higher limit.
-    at_limit: bool,
+    reach: Reach,
 }
 
 impl Window {
@@ -57,7 +64,7 @@ impl Window {
 
     /// The operations in flight reached the limit.
     pub fn reached_limit(&mut self) {
-        self.at_limit = true;
+        self.reach = Reach::Limit;
     }
 
     /// Operations in the window.
@@ -192,13 +199,13 @@ impl Controller {
                     }
                 }
                 if r < SLOW_START_EXIT && self.limit < self.max {
-                    if w.at_limit {
+                    if w.reach == Reach::Limit {
                         self.limit = (self.limit * 2.0).min(self.max);
                     }
                 } else {
                     self.phase = Phase::Steady;
                     self.last_probe = now;
-                    self.steer(r, w.at_limit);
+                    self.steer(r, w.reach);
                 }
             }
             Phase::Steady => {
@@ -207,17 +214,18 @@ impl Controller {
                     self.phase = Phase::Probe { resume: self.limit };
                     self.limit = (self.limit / 4.0).max(1.0);
                 } else {
-                    self.steer(r, w.at_limit);
+                    self.steer(r, w.reach);
                 }
             }
         }
     }
 
-    /// Grows (when the window used the whole limit), holds or shrinks the limit for ratio `r`.
-    fn steer(&mut self, r: f64, at_limit: bool) {
+    /// Grows (when the window's operations `reach`ed the limit), holds or shrinks the limit for
+    /// ratio `r`.
+    fn steer(&mut self, r: f64, reach: Reach) {
         if r > HIGH {
             self.limit = (self.limit * (TARGET / r).clamp(0.5, 1.0)).max(1.0);
-        } else if r < LOW && at_limit {
+        } else if r < LOW && reach == Reach::Limit {
             self.limit = (self.limit + (self.limit / 8.0).max(1.0)).min(self.max);
         }
     }
@@ -239,7 +247,7 @@ mod tests {
             let n = c.limit() as f64;
             let latency = service_us * (n / slots).max(1.0);
             let size = c.window_size();
-            let mut w = Window { at_limit: true, ..Window::default() };
+            let mut w = Window { reach: Reach::Limit, ..Window::default() };
             // A mix: lookups and changes at the server's latency, cached fstats at 3 µs.
             for i in 0..size {
                 let (kind, us) = match i % 4 {
@@ -279,7 +287,8 @@ mod tests {
         let mut c = Controller::new(64);
         // A walk with only 3 operations to send at once: the limit goes no further than 4.
         for i in 0..40 {
-            let mut w = Window { at_limit: c.limit() <= 3, ..Window::default() };
+            let reach = if c.limit() <= 3 { Reach::Limit } else { Reach::Below };
+            let mut w = Window { reach, ..Window::default() };
             for _ in 0..c.window_size() {
                 w.add(OpKind::Lookup, Duration::from_micros(500));
             }
@@ -287,7 +296,7 @@ mod tests {
         }
         assert_eq!(c.limit(), 4);
         for i in 40..80 {
-            let mut w = Window { at_limit: true, ..Window::default() };
+            let mut w = Window { reach: Reach::Limit, ..Window::default() };
             for _ in 0..c.window_size() {
                 w.add(OpKind::Lookup, Duration::from_micros(500));
             }
@@ -301,7 +310,7 @@ mod tests {
         let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
         c.base[OpKind::Change.index()] = Some(1000.0);
         let window = |us: u64| {
-            let mut w = Window { at_limit: true, ..Window::default() };
+            let mut w = Window { reach: Reach::Limit, ..Window::default() };
             for _ in 0..20 {
                 w.add(OpKind::Change, Duration::from_micros(us));
             }
@@ -324,7 +333,7 @@ mod tests {
         let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
         c.base[OpKind::Lookup.index()] = Some(1000.0);
         let window = |us: u64| {
-            let mut w = Window { at_limit: true, ..Window::default() };
+            let mut w = Window { reach: Reach::Limit, ..Window::default() };
             for _ in 0..20 {
                 w.add(OpKind::Lookup, Duration::from_micros(us));
             }
