@@ -21,7 +21,7 @@ use crate::options::{Mode, RunOptions, resolve_threads};
 use crate::report::{self, Report, VolumeReport};
 use crate::spec::Spec;
 use crate::sys::{self, fd};
-use crate::throttle::Storage;
+use crate::throttle::{Concurrency, Policy, Storage};
 use crate::volume;
 use crate::walk::Pool;
 
@@ -85,7 +85,10 @@ fn check_apply_check(dir: &Path, gid: u32) -> Result<Vec<VolumeReport>, Error> {
     let pool = Pool::new(threads);
     let mut volumes = Vec::new();
     for (step, mode) in [("1/3 check", Mode::Check), ("2/3 apply", Mode::Apply), ("3/3 check", Mode::Check)] {
-        let opts = RunOptions::new(mode, threads);
+        // A temp dir on local storage: full speed, as `--load auto` resolves there (the gate,
+        // which only `apply`/`check` start, is not needed), and the log line says so.
+        let load = Policy { concurrency: Concurrency::Auto.resolve(Storage::Local), max_ops: None };
+        let opts = RunOptions { load, ..RunOptions::new(mode, threads) };
         info!(
             "step {step}: volprep {} --fs-group {gid} {}",
             if mode == Mode::Apply { "apply" } else { "check" },

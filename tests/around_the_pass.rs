@@ -239,6 +239,8 @@ fn demo_refuses_a_directory_that_is_not_empty() {
     assert!(r.stdout.is_empty(), "{}", r.describe());
     assert_eq!(r.stderr.matches("/s): ").count(), 3, "{}", r.describe());
     assert!(r.stderr.contains("demo volume kept at"), "{}", r.describe());
+    // Each pass's first line names the load policy it runs with (a temp dir: full speed).
+    assert_eq!(r.stderr.matches(" load=\"full\" ").count(), 3, "{}", r.describe());
 }
 
 /// Names with line and paragraph separators, zero-width, tag and no-break space characters,
