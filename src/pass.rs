@@ -22,7 +22,7 @@ use crate::apps::Private;
 use crate::caps;
 use crate::error::Op;
 use crate::escape::{Escaped, EscapedPath, escape_bytes};
-use crate::fix::{self, Cause, Change, Failure, Fixed, How, Readback, SetgidRule, Through, Verdict};
+use crate::fix::{self, Cause, Change, Failure, Fixed, How, Readback, SetgidRule, Task, Through, Verdict};
 use crate::honour::{Outcome, Probe};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
@@ -515,18 +515,10 @@ impl<'a> Fixer<'a> {
         pin: Option<BorrowedFd<'_>>,
     ) -> Result<Fixed, Failure> {
         let readback = self.readback();
-        let how = How { readback, through: self.through };
+        let task = Task { spec: self.spec, private, how: How { readback, through: self.through } };
         let outcome = match pin {
-            Some(pin) => fix::fix_pinned(pin, meta, self.spec, private, how),
-            None => fix::fix_entry(
-                dir.fd(),
-                name,
-                meta,
-                self.spec,
-                private,
-                |d, n| dir.with_fd_relief(|| sys::pin_at(d, n)),
-                how,
-            ),
+            Some(pin) => fix::fix_pinned(pin, meta, task),
+            None => fix::fix_entry(dir.fd(), name, meta, task, |d, n| dir.with_fd_relief(|| sys::pin_at(d, n))),
         };
         self.tell_probe(At::Entry(*dir, name), readback, &outcome);
         outcome
