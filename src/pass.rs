@@ -16,8 +16,8 @@ use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
 use tracing::{debug, warn};
@@ -58,8 +58,9 @@ pub struct Fixer<'a> {
     foreign: Mutex<ForeignList>,
     /// When a directory's setgid bit is sure to stick (`apply`; else it is always read back).
     setgid: SetgidRule,
-    /// Whether the storage honours ownership changes, from the first ones (`apply`).
-    probe: Probe,
+    /// Whether the storage honours ownership changes, from the first ones (`apply`): one for
+    /// the pass and its walks of other shards' parts (see [`Fixer::for_part`]).
+    probe: Arc<Probe>,
     /// What a regular file's change goes through (a file opened for reading on ceph-fuse).
     through: Through,
     may_change: bool,

@@ -3,8 +3,8 @@
 //! and whether this process may make every change it attempts.
 
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use super::{Fixer, Places};
 use crate::caps;
@@ -18,8 +18,8 @@ use crate::sys;
 use crate::throttle::Storage;
 use crate::verify::Stamp;
 
-/// What a pass's [`Fixer`] is built from: filled by the lifecycle (or by the run that checks
-/// the other shards' parts), the same for the whole pass.
+/// What a pass's [`Fixer`] is built from: filled by the lifecycle, the same for the whole pass
+/// (the walks of other shards' parts take theirs from it: [`Fixer::for_part`]).
 pub struct FixerConfig<'a> {
     /// The volume root as given: the paths of logs and of the report start with it.
     pub root: &'a Path,
@@ -58,11 +58,31 @@ impl<'a> Fixer<'a> {
             privilege,
             foreign: Mutex::default(),
             setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
-            probe: Probe::default(),
+            probe: Arc::new(Probe::default()),
             through: if mode == Mode::Apply { through(root) } else { Through::Pin },
             may_change,
             places: Places::of(spec),
         }
+    }
+
+    /// The fixer of a walk of another shard's part, `part`, by the run that completes a sharded
+    /// volume (its anchor directories verified against `bound`): this pass's in all else, with
+    /// counts and lists of its own (added back by [`Fixer::absorb`]) and no checkpoint. It
+    /// shares this pass's probe: what the storage does with ownership changes is one verdict,
+    /// which stops this pass and every such walk alike, and an EPERM where this process may
+    /// make the change is weighed as in the pass's own walk.
+    pub fn for_part(&self, part: ShardFilter, bound: Option<Stamp>) -> Fixer<'_> {
+        let sub = Fixer::new(FixerConfig {
+            root: self.root,
+            spec: self.spec,
+            mode: self.mode,
+            privilege: self.privilege,
+            may_change: self.may_change,
+            shard: Some(part),
+            verify_part: bound,
+            resume: None,
+        });
+        Fixer { probe: Arc::clone(&self.probe), ..sub }
     }
 }
 
