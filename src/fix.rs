@@ -165,6 +165,22 @@ pub struct How {
     pub through: Through,
 }
 
+/// What the fix of one non-directory entry is asked for: the spec, the app-private path the
+/// entry is at (if any), and how the change is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Task<'s> {
+    pub spec: &'s Spec,
+    pub private: Option<Private>,
+    pub how: How,
+}
+
+impl Task<'_> {
+    /// The change `meta` needs ([`decide_at`]).
+    fn decide(&self, meta: &Meta) -> Change {
+        decide_at(meta, self.spec, self.private)
+    }
+}
+
 /// The part of `change` that the entry, read back as `after`, does not have: the chown, else
 /// the chmod.
 pub fn unapplied(change: &Change, after: &Meta) -> Option<Op> {
@@ -214,12 +230,10 @@ pub fn fix_entry(
     dir: BorrowedFd<'_>,
     name: &CStr,
     seen: &Meta,
-    spec: &Spec,
-    private: Option<Private>,
+    task: Task<'_>,
     pin: impl FnOnce(BorrowedFd<'_>, &CStr) -> Result<OwnedFd, Errno>,
-    how: How,
 ) -> Result<Fixed, Failure> {
-    if decide_at(seen, spec, private).is_none() {
+    if task.decide(seen).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let first = one_at_a_time(seen);
@@ -242,7 +256,7 @@ pub fn fix_entry(
         // Another mount took the name's place: not the inode that was looked at.
         return Err(Failure::new(Op::Stat, Errno::XDEV));
     }
-    fix_inode(sys::fd(&pinned), &now, spec, private, how)
+    fix_inode(sys::fd(&pinned), &now, task)
 }
 
 /// Fixes a non-directory entry through `pin`, an O_PATH|O_NOFOLLOW fd of it whose own `fstat`
@@ -257,19 +271,13 @@ pub fn fix_entry(
 /// go stale is the metadata itself, as with any `lstat`-then-change (the kubelet's too): an
 /// inode with several names may be fixed by several threads at once, so such inodes are
 /// re-read under a lock (see [`fix_entry`]).
-pub fn fix_pinned(
-    pin: BorrowedFd<'_>,
-    seen: &Meta,
-    spec: &Spec,
-    private: Option<Private>,
-    how: How,
-) -> Result<Fixed, Failure> {
-    if decide_at(seen, spec, private).is_none() {
+pub fn fix_pinned(pin: BorrowedFd<'_>, seen: &Meta, task: Task<'_>) -> Result<Fixed, Failure> {
+    if task.decide(seen).is_none() {
         return Ok(Fixed { change: Change::default(), old_perm: seen.perm() });
     }
     let _one_at_a_time = one_at_a_time(seen);
     let now = if seen.nlink > 1 { sys::stat_fd(pin).map_err(|e| Failure::new(Op::Stat, e))? } else { *seen };
-    fix_inode(pin, &now, spec, private, how)
+    fix_inode(pin, &now, task)
 }
 
 /// An inode with several names may be fixed by several threads: each re-reads and changes it
@@ -282,14 +290,8 @@ fn one_at_a_time(seen: &Meta) -> Option<MutexGuard<'static, ()>> {
 /// Decides from `now` (the pinned inode's own metadata) and applies the change through `pin`
 /// (or the file opened through it: see [`Through`]); with `Readback::Yes`, reads it back: a
 /// change that did not hold is `Cause::Ignored`.
-fn fix_inode(
-    pin: BorrowedFd<'_>,
-    now: &Meta,
-    spec: &Spec,
-    private: Option<Private>,
-    how: How,
-) -> Result<Fixed, Failure> {
-    let change = decide_at(now, spec, private);
+fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, task: Task<'_>) -> Result<Fixed, Failure> {
+    let (change, how) = (task.decide(now), task.how);
     let both = change.owner() && change.mode.is_some();
     // Opened only when the pin is a regular file: never a device, FIFO or socket.
     let opened = (how.through == Through::OpenFile && both && now.kind() == Kind::File)

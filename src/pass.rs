@@ -1,62 +1,42 @@
 //! The visitor of one pass: decides each entry, fixes it in `apply` (unprivileged: only the
 //! entries this user owns; the others that do not conform are listed), counts everything, and
-//! feeds the resume state (finished subtrees at any depth, special bits in flight). With
-//! `--modes app-safe`, `places` says which entries are app-private paths.
+//! feeds the resume state (finished subtrees at any depth, special bits in flight). `config`
+//! builds it, `tally` keeps its counts and lists; with `--modes app-safe`, `places` says which
+//! entries are app-private paths.
 
+mod config;
 mod places;
+mod tally;
 
+pub use config::{FixerConfig, may_change};
 pub use places::{Places, root_place};
+use tally::Contents;
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
 use tracing::{debug, warn};
 
 use crate::apps::Private;
-use crate::caps;
 use crate::error::Op;
-use crate::escape::{Escaped, EscapedPath, escape_bytes};
-use crate::fix::{self, Cause, Change, Failure, Fixed, How, Readback, SetgidRule, Through, Verdict};
+use crate::escape::{Escaped, escape_bytes};
+use crate::fix::{self, Cause, Failure, Fixed, How, Readback, SetgidRule, Task, Through, Verdict};
 use crate::honour::{Outcome, Probe};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
-use crate::report::{EntryError, ErrorList, ForeignEntry, ForeignList, Timing, VolumeReport};
-use crate::resume::{self, Resume};
+use crate::report::{ErrorList, ForeignList};
+use crate::resume::Resume;
 use crate::spec::Spec;
 use crate::special::SpecialRecord;
-use crate::state::Stop;
 use crate::sys::{self, Kind, Meta};
-use crate::throttle::Storage;
 use crate::verify::Stamp;
 use crate::walk::{self, At, Descend, Dir, Node, Visitor};
-
-/// What a pass's [`Fixer`] is built from: filled by the lifecycle (or by the run that checks
-/// the other shards' parts), the same for the whole pass.
-pub struct FixerConfig<'a> {
-    /// The volume root as given: the paths of logs and of the report start with it.
-    pub root: &'a Path,
-    pub spec: &'a Spec,
-    pub mode: Mode,
-    /// Unprivileged: only entries this user owns are changed.
-    pub privilege: Privilege,
-    /// EPERM on a chown or chmod is the storage's refusal, not a missing capability: this
-    /// process may make every change it attempts (see [`may_change`]).
-    pub may_change: bool,
-    /// For `--shard I/N`: only the entries this shard owns are fixed and counted.
-    pub shard: Option<ShardFilter>,
-    /// With `shard`, for the run that completes a sharded volume: the part's anchor
-    /// directories are verified against this bound (`Descend::Verify`) rather than read.
-    pub verify_part: Option<Stamp>,
-    /// The checkpoint this pass keeps (and the interrupted run's it continues), if any.
-    pub resume: Option<Resume<'a>>,
-}
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
 /// list, mount list and checkpoint take a lock only on their (rare) events.
@@ -78,8 +58,9 @@ pub struct Fixer<'a> {
     foreign: Mutex<ForeignList>,
     /// When a directory's setgid bit is sure to stick (`apply`; else it is always read back).
     setgid: SetgidRule,
-    /// Whether the storage honours ownership changes, from the first ones (`apply`).
-    probe: Probe,
+    /// Whether the storage honours ownership changes, from the first ones (`apply`): one for
+    /// the pass and its walks of other shards' parts (see [`Fixer::for_part`]).
+    probe: Arc<Probe>,
     /// What a regular file's change goes through (a file opened for reading on ceph-fuse).
     through: Through,
     may_change: bool,
@@ -88,36 +69,6 @@ pub struct Fixer<'a> {
 }
 
 impl<'a> Fixer<'a> {
-    /// The fixer of a pass as `config` says; in `apply`, what the volume's filesystem and this
-    /// process's credentials say about setgid bits and regular files is looked up here.
-    pub fn new(config: FixerConfig<'a>) -> Self {
-        let FixerConfig { root, spec, mode, privilege, may_change, shard, verify_part, resume } = config;
-        Fixer {
-            root,
-            spec,
-            mode,
-            counters: Counters::default(),
-            errors: Mutex::default(),
-            skipped_mounts: Mutex::new(Vec::new()),
-            mount_points: AtomicU64::new(0),
-            resume,
-            shard,
-            verify_part,
-            privilege,
-            foreign: Mutex::default(),
-            setgid: if mode == Mode::Apply { setgid_rule(root) } else { SetgidRule::default() },
-            probe: Probe::default(),
-            through: if mode == Mode::Apply { through(root) } else { Through::Pin },
-            may_change,
-            places: Places::of(spec),
-        }
-    }
-
-    /// What the pass counted so far.
-    pub fn counters(&self) -> &Counters {
-        &self.counters
-    }
-
     /// The checkpoint this pass keeps, if any.
     pub fn resume(&self) -> Option<&Resume<'a>> {
         self.resume.as_ref()
@@ -126,33 +77,6 @@ impl<'a> Fixer<'a> {
     /// What the pass's changes say of the storage (see `honour`).
     pub fn probe(&self) -> &Probe {
         &self.probe
-    }
-
-    /// How many mount points the pass met (see [`Visitor::mount_skipped`]).
-    pub fn mount_points(&self) -> u64 {
-        self.mount_points.load(Ordering::Relaxed)
-    }
-
-    /// Adds what `from` (a walk of another shard's part) changed, failed and listed to this
-    /// pass's counts; the entries it looked at again are not this pass's part (each part is
-    /// counted once, by its shard).
-    pub fn absorb(&self, from: Fixer<'_>) {
-        let (a, b) = (&self.counters, &from.counters);
-        for (x, y) in [
-            (&a.changed_owner, &b.changed_owner),
-            (&a.changed_mode, &b.changed_mode),
-            (&a.errors, &b.errors),
-            (&a.dirs_read, &b.dirs_read),
-            (&a.verified_dirs, &b.verified_dirs),
-            (&a.foreign_owned, &b.foreign_owned),
-            (&a.foreign_unread, &b.foreign_unread),
-        ] {
-            x.add(y.get());
-        }
-        crate::sync::lock(&self.errors).append(crate::sync::into_inner(from.errors));
-        crate::sync::lock(&self.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
-        self.mount_points.fetch_add(from.mount_points.into_inner(), Ordering::Relaxed);
-        crate::sync::lock(&self.foreign).append(crate::sync::into_inner(from.foreign));
     }
 
     /// Counts and fixes the root of a sharded volume (`root`, whose metadata is `meta`), which
@@ -230,86 +154,6 @@ impl<'a> Fixer<'a> {
         walk::full_path(self.root, &rel)
     }
 
-    /// Counts the outcome of one entry's decision or fix.
-    fn record(&self, at: At<'_>, outcome: Result<Fixed, Failure>) {
-        match outcome {
-            Ok(fixed) => {
-                let change = fixed.change;
-                self.count(&fixed);
-                if !change.is_none() && tracing::enabled!(tracing::Level::DEBUG) {
-                    let path = walk::full_path(self.root, &at.rel_path());
-                    let verb = if self.mode == Mode::Check { "would change" } else { "changed" };
-                    let show = |v: Option<u32>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
-                    debug!(path = %Escaped(path.as_os_str()), uid = show(change.uid).as_str(),
-                           gid = show(change.gid).as_str(),
-                           mode = change.mode.map_or_else(|| "-".to_string(), |m| format!("{m:04o}")).as_str(), "{verb}");
-                }
-            }
-            Err(f) if f.errno() == Some(Errno::NOENT) => self.count_change(&f.done),
-            Err(f) => {
-                // What did change on disk before the failure is counted like any change.
-                self.count_change(&f.done);
-                // Until a change is seen to hold, a change the storage ignored or refused may
-                // be the first of many: logged at debug, the verdict says it once.
-                let quiet = self.may_change && !self.probe.held();
-                match f.cause {
-                    Cause::Errno(e) if quiet && e == Errno::PERM => self.quiet_error(at, f.op, e),
-                    Cause::Errno(e) => self.error(at, f.op, e),
-                    Cause::Ignored => self.ignored(at, f.op),
-                }
-            }
-        }
-    }
-
-    /// Counts what did change on disk before a failure (any chmod made counts as a mode change).
-    fn count_change(&self, change: &Change) {
-        self.tally(Changed { owner: change.owner(), mode: change.mode.is_some() });
-    }
-
-    /// Counts an entry fixed (or, in check, decided): its owner and/or its mode, final against
-    /// initial.
-    fn count(&self, fixed: &Fixed) {
-        self.tally(Changed { owner: fixed.change.owner(), mode: fixed.mode_changed() });
-    }
-
-    fn tally(&self, changed: Changed) {
-        if changed.owner {
-            self.counters.changed_owner.inc();
-        }
-        if changed.mode {
-            self.counters.changed_mode.inc();
-        }
-    }
-
-    /// An entry of another user that does not conform: left as it is, counted and listed (with
-    /// what a privileged run would change), and no directory above it is finished.
-    fn left(&self, dir: &Node, name: Option<&CStr>, meta: &Meta, change: Change, contents: Contents) {
-        let unread = contents == Contents::Unread;
-        self.counters.foreign_owned.inc();
-        if unread {
-            self.counters.foreign_unread.inc();
-        }
-        dir.taint();
-        let entry = || ForeignEntry {
-            path: EscapedPath::new(self.path_of(dir, name)),
-            uid: meta.uid,
-            gid: meta.gid,
-            mode: format!("{:04o}", meta.perm()),
-            want_gid: change.gid,
-            want_mode: change.mode.map(|m| format!("{m:04o}")),
-            unread,
-        };
-        let mut list = crate::sync::lock(&self.foreign);
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            let e = entry();
-            debug!(path = %e.path, uid = e.uid, gid = e.gid, mode = e.mode.as_str(), unread,
-                   "owned by another user and does not conform: left as it is");
-            list.push(e);
-        } else {
-            list.push_with(entry);
-        }
-    }
-
     /// Unprivileged: a subdirectory of another user that this user may not open. It does not
     /// conform (a conforming one is open to its group, which this user is in): it is left and
     /// listed, its contents unchecked. Returns false when that does not apply (a real error).
@@ -325,96 +169,6 @@ impl<'a> Fixer<'a> {
                 true
             }
             Verdict::Fix(_) => false,
-        }
-    }
-
-    /// Moves the counts, the error list and the skipped mounts into `r`, with the signal that
-    /// stopped the pass (`stop`), if one did.
-    pub fn fill(self, r: &mut VolumeReport, stop: Option<Stop>, elapsed: Duration) {
-        r.counts = self.counters.snapshot();
-        r.interrupted = stop;
-        if r.counts.hardlinked > 0 {
-            self.warn_hardlinked(r.counts.hardlinked);
-        }
-        r.unprivileged = matches!(self.privilege, Privilege::Unprivileged { .. });
-        r.foreign_owned_list = crate::sync::into_inner(self.foreign);
-        if let Some(p) = self.places {
-            r.tightened_list = crate::sync::into_inner(p.tightened);
-        }
-        r.timing = Timing::of(elapsed, r.counts.entries);
-        r.error_list = crate::sync::into_inner(self.errors);
-        r.skipped_mounts = crate::sync::into_inner(self.skipped_mounts).iter().map(EscapedPath::new).collect();
-    }
-
-    /// Warns that `n` entries with more than one link were (or would be) changed.
-    fn warn_hardlinked(&self, n: u64) {
-        let one = n == 1;
-        let what = if one { "1 entry has".to_string() } else { format!("{n} entries have") };
-        let verb = match (self.mode == Mode::Apply, one) {
-            (true, true) => "it was",
-            (true, false) => "they were",
-            (false, true) => "it would be",
-            (false, false) => "they would be",
-        };
-        warn!(path = %Escaped(self.root.as_os_str()), hardlinked = n,
-              "{what} more than one link: {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume");
-    }
-
-    /// Counts and lists an error on a path that is not a walked entry (marker, restore).
-    pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
-        self.counters.errors.inc();
-        let err = EntryError::new(EscapedPath::new(path), op, errno);
-        let mut list = crate::sync::lock(&self.errors);
-        if list.is_full() {
-            debug!("{}: {} failed: {}", err.path, op, err.error);
-        } else {
-            warn!("{}: {} failed: {}", err.path, op, err.error);
-        }
-        list.push(err);
-    }
-
-    /// A change that reported success and did not hold.
-    fn ignored(&self, at: At<'_>, op: Op) {
-        at.dir().taint();
-        let what = if op == Op::Chown { "the owner or group" } else { "the mode" };
-        let text = format!("{op} reported success, but {what} did not change (the storage ignores it)");
-        self.counters.errors.inc();
-        let err = EntryError::note(EscapedPath::new(walk::full_path(self.root, &at.rel_path())), op, text);
-        debug!("{}: {}", err.path, err.error);
-        crate::sync::lock(&self.errors).push(err);
-    }
-
-    /// A failed syscall the probe is still weighing (logged at debug).
-    fn quiet_error(&self, at: At<'_>, op: Op, errno: Errno) {
-        at.dir().taint();
-        self.counters.errors.inc();
-        let err = EntryError::new(EscapedPath::new(walk::full_path(self.root, &at.rel_path())), op, errno);
-        debug!("{}: {} failed: {}", err.path, op, err.error);
-        crate::sync::lock(&self.errors).push(err);
-    }
-
-    /// Counts and lists a failure that is no failed syscall: `text` says what and what to do.
-    fn error_note(&self, path: &Path, op: Op, text: String) {
-        self.counters.errors.inc();
-        let err = EntryError::note(EscapedPath::new(path), op, text);
-        let mut list = crate::sync::lock(&self.errors);
-        if !list.is_full() {
-            warn!("{}: {}", err.path, err.error);
-        }
-        list.push(err);
-    }
-
-    /// Counts and lists what [`resume::restore_pending`] found (in `check`: what `apply` would
-    /// restore counts as a mode change).
-    pub fn record_restored(&self, r: &resume::Restored) {
-        if self.mode == Mode::Check {
-            self.counters.changed_mode.add(r.restored);
-        }
-        for f in &r.failed {
-            self.error_at(&f.path, f.op, f.errno);
-        }
-        for refused in &r.refused {
-            self.error_note(&refused.path, Op::Restore, refused.text.clone());
         }
     }
 
@@ -515,18 +269,10 @@ impl<'a> Fixer<'a> {
         pin: Option<BorrowedFd<'_>>,
     ) -> Result<Fixed, Failure> {
         let readback = self.readback();
-        let how = How { readback, through: self.through };
+        let task = Task { spec: self.spec, private, how: How { readback, through: self.through } };
         let outcome = match pin {
-            Some(pin) => fix::fix_pinned(pin, meta, self.spec, private, how),
-            None => fix::fix_entry(
-                dir.fd(),
-                name,
-                meta,
-                self.spec,
-                private,
-                |d, n| dir.with_fd_relief(|| sys::pin_at(d, n)),
-                how,
-            ),
+            Some(pin) => fix::fix_pinned(pin, meta, task),
+            None => fix::fix_entry(dir.fd(), name, meta, task, |d, n| dir.with_fd_relief(|| sys::pin_at(d, n))),
         };
         self.tell_probe(At::Entry(*dir, name), readback, &outcome);
         outcome
@@ -651,57 +397,6 @@ impl Visitor for Fixer<'_> {
 enum Itself {
     Counted,
     OtherShards,
-}
-
-/// Whether what lies below an entry left as it is was looked at: not in a directory of another
-/// user that this user may not read (its contents were not checked).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Contents {
-    Read,
-    Unread,
-}
-
-/// What changed on one entry, final against initial: what the counters count.
-#[derive(Debug, Clone, Copy)]
-struct Changed {
-    owner: bool,
-    mode: bool,
-}
-
-/// What this process's credentials and the volume's filesystem say about a directory's setgid
-/// bit (see [`SetgidRule`]).
-fn setgid_rule(root: &Path) -> SetgidRule {
-    let local_dev = match sys::storage(root) {
-        Storage::Remote => None,
-        Storage::Local => sys::stat_path(root).ok().map(|m| m.dev),
-    };
-    SetgidRule {
-        local_dev,
-        groups: sys::groups(),
-        fsetid: caps::effective().is_some_and(|e| e & (1 << caps::FSETID.bit) != 0),
-        overflow_uid: sys::overflow_uid(),
-    }
-}
-
-/// The filesystem (as mountinfo names it) whose client keeps an open file's capabilities: a
-/// file's chown and chmod through an open fd make no permission `getattr` round trip.
-const OPEN_FILES_KEEP_CAPS: &str = "fuse.ceph-fuse";
-
-/// What regular files' changes go through on the volume at `root`.
-fn through(root: &Path) -> Through {
-    let fs = sys::stat_path(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_fs_type(m.mnt_id));
-    if fs.as_deref() == Some(OPEN_FILES_KEEP_CAPS) { Through::OpenFile } else { Through::Pin }
-}
-
-/// Whether this process may make every change a pass with `privilege` attempts: unprivileged,
-/// it attempts only its own entries; privileged, it needs CAP_CHOWN and CAP_FOWNER.
-pub fn may_change(privilege: Privilege) -> bool {
-    match privilege {
-        Privilege::Unprivileged { .. } => true,
-        Privilege::Full => {
-            caps::effective().is_some_and(|e| [caps::CHOWN, caps::FOWNER].iter().all(|c| e & (1 << c.bit) != 0))
-        }
-    }
 }
 
 /// A regular file with setuid/setgid bits that a chown is about to clear.

@@ -366,15 +366,7 @@ impl Run<'_, '_> {
         part: OwnPart,
     ) -> Result<Option<Stop>, Error> {
         let (pass, name) = (self.pass, self.name());
-        let check = recheck::Recheck {
-            path: pass.path,
-            spec: pass.spec,
-            opts: pass.opts,
-            root: self.root,
-            root_meta,
-            threads,
-            fixer,
-        };
+        let check = recheck::Recheck { path: pass.path, opts: pass.opts, root: self.root, root_meta, threads, fixer };
         let sum = check.run(shards, (part == OwnPart::Walked).then_some(self.f.index))?;
         if let Some(sig) = sum.stopped {
             // The check did not cover every part: the volume is not sealed.

@@ -1,6 +1,8 @@
 //! Sharded passes (`--shard I/N`): concurrent shards on one loop-mounted volume end like the
 //! kubelet, count every entry exactly once, mark the volume done only after the last shard, and
-//! a killed shard is simply run again. Balance on an atlantis-shaped tree.
+//! a killed shard is simply run again. Balance on an atlantis-shaped tree. The run that completes
+//! the volume checks the other parts, and stops that check on a storage that does not take
+//! ownership changes as a pass does (FUSE filesystems of the test suite).
 
 mod common;
 
@@ -9,6 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
+use common::fusefs::{self, FuseFs, Owners};
 use common::snap::kubelet_reference;
 use common::tree::{self, GenOpts};
 use common::*;
@@ -455,4 +458,56 @@ fn a_done_shard_without_a_claim_has_its_part_walked_again() {
     assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
     assert!(last.stderr.contains("without a claim"), "{}", last.describe());
     assert_conforms(&vol, &last.describe());
+}
+
+/// The run that completes a sharded volume walks again what changed in the other shards'
+/// parts, and on a storage that refuses ownership changes to root (NFS `root_squash`) or ignores
+/// them, that walk stops as the shard's own would: after the first changes that did not hold,
+/// with the one line that says why, `"ownership"` and exit 6, not a plain failure (nor, when
+/// refused, one warning per entry).
+#[test]
+#[ignore = "needs root and /dev/fuse"]
+fn the_check_of_the_other_parts_stops_on_a_storage_that_refuses_or_ignores_ownership_changes() {
+    if !fusefs::available() {
+        return;
+    }
+    for (owners, word) in [(Owners::Refuse, "refused"), (Owners::Ignore, "ignored")] {
+        let src = tempfile::tempdir().unwrap();
+        // Everything conforms: shard 0's own walk has nothing to change.
+        let mut t = Tree::new();
+        t.root(0, GID, 0o2775);
+        let parts = [names_in(0, "", 2), names_in(1, "", 2)];
+        for n in parts.iter().flatten() {
+            t.dir(n, 0, GID, 0o2775);
+            t.file(format!("{n}/f"), 0, GID, 0o664);
+        }
+        t.build(src.path());
+        two_shards(src.path(), 1, 1).expect_code(0);
+        tick();
+        // Then files of root's group land in shard 1's finished part.
+        let landed = src.path().join(&parts[1][0]);
+        for i in 0..40 {
+            let file = landed.join(format!("new{i}"));
+            std::fs::write(&file, b"").unwrap();
+            std::os::unix::fs::lchown(&file, Some(0), Some(0)).unwrap();
+        }
+        let fuse = FuseFs::mount(src.path(), owners);
+        let last = run(volprep()
+            .args(["apply", "--fs-group", "2000", "--report", "-", "--shard-depth", "1", "--shard", "0/2"])
+            .args(["--threads", "2", "--progress-interval", "0", "--log-format", "text"])
+            .arg(fuse.path()))
+        .expect_code(6);
+        let v = last.volume();
+        assert_eq!(v["ownership"], word, "{}", last.describe());
+        assert!(v["fatal"].as_str().unwrap().starts_with("this filesystem"), "{}", last.describe());
+        assert_ne!(v["marker_after"], "done", "{}", last.describe());
+        assert!(v["errors"].as_u64().unwrap() < 40, "stopped after the first changes: {}", last.describe());
+        let per_entry = last.stderr_lines().into_iter().filter(|l| l.contains(" WARN ")).count();
+        assert_eq!(per_entry, 0, "no warning per entry\n{}", last.describe());
+        // Shown with --nocapture: what the operator sees.
+        println!("{}", last.stderr);
+        drop(fuse);
+        let m = std::fs::metadata(landed.join("new0")).unwrap();
+        assert_eq!((m.gid(), m.mode() & 0o7777), (0, 0o644), "nothing changed");
+    }
 }

@@ -22,8 +22,7 @@ use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::marker::{self, Shards, xor_digests};
 use crate::options::{RunOptions, ShardFilter};
-use crate::pass::{Fixer, FixerConfig};
-use crate::spec::Spec;
+use crate::pass::Fixer;
 use crate::sys::{self, DType, Kind, Meta};
 use crate::verify::Stamp;
 use crate::walk::{self, DIRENT_BUF, Threads, Walk};
@@ -101,7 +100,6 @@ pub struct Summary {
 /// The volume being completed and the run completing it.
 pub struct Recheck<'r, 'a> {
     pub path: &'r Path,
-    pub spec: &'r Spec,
     pub opts: &'r RunOptions,
     pub root: BorrowedFd<'r>,
     pub root_meta: Meta,
@@ -140,9 +138,10 @@ impl Recheck<'_, '_> {
                 sum.parts.push(i);
             }
             self.walk_part(layout(i), bound, &mut sum);
-            // A walk stopped by a signal did not cover its part (the flag stays set once raised).
+            // A walk stopped by a signal did not cover its part (the flag stays set once raised);
+            // nor did one that the storage's verdict stopped (the pass's report says it).
             sum.stopped = sys::termination();
-            if sum.stopped.is_some() {
+            if sum.stopped.is_some() || self.fixer.probe().verdict().stops() {
                 break;
             }
         }
@@ -156,16 +155,7 @@ impl Recheck<'_, '_> {
             Ok(x) => x,
             Err(e) => return self.fixer.error_at(self.path, Op::Open, e),
         };
-        let sub = Fixer::new(FixerConfig {
-            root: self.path,
-            spec: self.spec,
-            mode: self.opts.mode,
-            privilege: self.opts.privilege,
-            may_change: false,
-            shard: Some(f),
-            verify_part: bound,
-            resume: None,
-        });
+        let sub = self.fixer.for_part(f, bound);
         Walk::new(self.threads, &sub, &self.root_meta, self.opts.cross_devices).run(fd, meta);
         let counted = sub.counters();
         sum.entries += counted.entries.get();

@@ -128,9 +128,16 @@ fn fchmodat2_empty_path(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
 /// `fgetxattr(fd, name)`: `Ok(None)` when the attribute is absent (ENODATA).
 /// ENOTSUP/EOPNOTSUPP (no xattr support, e.g. ramfs) is returned as an error for the caller.
 pub fn get_xattr(fd: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Errno> {
-    let mut buf = vec![0u8; 4096];
+    xattr_value(4096, |buf| rustix::fs::fgetxattr(fd, name, buf))
+}
+
+/// An xattr's value, read by `get` (an `*getxattr` call into the buffer it is given) into a
+/// buffer of `first` bytes, grown while the value does not fit (ERANGE, up to 64 KiB):
+/// `Ok(None)` when the attribute is absent (ENODATA).
+fn xattr_value(first: usize, mut get: impl FnMut(&mut [u8]) -> Result<usize, Errno>) -> Result<Option<Vec<u8>>, Errno> {
+    let mut buf = vec![0u8; first];
     loop {
-        match retry(|| rustix::fs::fgetxattr(fd, name, &mut buf[..])) {
+        match retry(|| get(&mut buf[..])) {
             Ok(n) => {
                 buf.truncate(n);
                 return Ok(Some(buf));
@@ -153,17 +160,9 @@ pub fn acl_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Errno
     let mut path = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
     path.extend_from_slice(name.to_bytes());
     let path = std::ffi::OsStr::from_bytes(&path);
-    let mut buf = vec![0u8; 1024];
-    loop {
-        match retry(|| rustix::fs::lgetxattr(path, ACL_ACCESS, &mut buf[..])) {
-            Ok(n) => {
-                buf.truncate(n);
-                return Ok(Some(buf));
-            }
-            Err(Errno::NODATA | Errno::OPNOTSUPP) => return Ok(None),
-            Err(Errno::RANGE) if buf.len() < 1 << 16 => buf.resize(buf.len() * 4, 0),
-            Err(e) => return Err(e),
-        }
+    match xattr_value(1024, |buf| rustix::fs::lgetxattr(path, ACL_ACCESS, buf)) {
+        Err(Errno::OPNOTSUPP) => Ok(None),
+        other => other,
     }
 }
 

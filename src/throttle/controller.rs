@@ -282,40 +282,42 @@ mod tests {
         }
     }
 
+    /// A window of `n` operations of `kind` taking `us` µs each, in which the operations in
+    /// flight went as far as `reach`.
+    fn window(reach: Reach, kind: OpKind, n: u64, us: u64) -> Window {
+        let mut w = Window { reach, ..Window::default() };
+        for _ in 0..n {
+            w.add(kind, Duration::from_micros(us));
+        }
+        w
+    }
+
+    /// A controller past its start at a limit of 40, whose baseline for `kind` is 1000 µs, and
+    /// windows of 20 operations of `kind` taking the µs they are given, at the limit.
+    fn steady(kind: OpKind) -> (Controller, impl Fn(u64) -> Window) {
+        let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
+        c.base[kind.index()] = Some(1000.0);
+        (c, move |us| window(Reach::Limit, kind, 20, us))
+    }
+
     #[test]
     fn an_unsaturated_server_gets_every_thread_the_walk_uses() {
         let mut c = Controller::new(64);
         // A walk with only 3 operations to send at once: the limit goes no further than 4.
         for i in 0..40 {
             let reach = if c.limit() <= 3 { Reach::Limit } else { Reach::Below };
-            let mut w = Window { reach, ..Window::default() };
-            for _ in 0..c.window_size() {
-                w.add(OpKind::Lookup, Duration::from_micros(500));
-            }
-            c.update(&w, Duration::from_millis(i * 10));
+            c.update(&window(reach, OpKind::Lookup, c.window_size(), 500), Duration::from_millis(i * 10));
         }
         assert_eq!(c.limit(), 4);
         for i in 40..80 {
-            let mut w = Window { reach: Reach::Limit, ..Window::default() };
-            for _ in 0..c.window_size() {
-                w.add(OpKind::Lookup, Duration::from_micros(500));
-            }
-            c.update(&w, Duration::from_millis(i * 10));
+            c.update(&window(Reach::Limit, OpKind::Lookup, c.window_size(), 500), Duration::from_millis(i * 10));
         }
         assert_eq!(c.limit(), 64);
     }
 
     #[test]
     fn latency_rising_shrinks_the_limit_by_half_at_most_and_never_below_one() {
-        let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
-        c.base[OpKind::Change.index()] = Some(1000.0);
-        let window = |us: u64| {
-            let mut w = Window { reach: Reach::Limit, ..Window::default() };
-            for _ in 0..20 {
-                w.add(OpKind::Change, Duration::from_micros(us));
-            }
-            w
-        };
+        let (mut c, window) = steady(OpKind::Change);
         c.update(&window(2500), Duration::from_millis(1));
         assert_eq!(c.limit(), 20, "ratio 2.5: × 1.25/2.5");
         c.update(&window(1400), Duration::from_millis(2));
@@ -330,15 +332,7 @@ mod tests {
 
     #[test]
     fn a_probe_measures_the_baseline_again_and_comes_back() {
-        let mut c = Controller { limit: 40.0, phase: Phase::Steady, ..Controller::new(64) };
-        c.base[OpKind::Lookup.index()] = Some(1000.0);
-        let window = |us: u64| {
-            let mut w = Window { reach: Reach::Limit, ..Window::default() };
-            for _ in 0..20 {
-                w.add(OpKind::Lookup, Duration::from_micros(us));
-            }
-            w
-        };
+        let (mut c, window) = steady(OpKind::Lookup);
         c.update(&window(1300), PROBE_EVERY);
         assert_eq!(c.limit(), 10, "a quarter of the limit while probing");
         // The storage got slower for everyone: the probe's latency is the new baseline.

@@ -75,17 +75,40 @@ struct Slot {
     leases: u32,
 }
 
+/// How the walk came to a subdirectory, from its parent's listing.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Reached {
+    /// Its index among its parent's `DT_DIR` entries in `getdents` order (`None` for the root
+    /// and when `getdents` did not give its type).
+    pub ord: Option<u32>,
+    /// The bound its listing is verified against (`Descend::Verify`), else it is read.
+    pub bound: Option<Stamp>,
+}
+
+/// A directory just opened, which [`Node::opened`] makes a node.
+pub(super) struct Opened<'n> {
+    pub fd: OwnedFd,
+    /// Read through `fd` before the directory is read.
+    pub meta: Meta,
+    pub times: Times,
+    /// Its parent's node (`None` for the root) and its name there.
+    pub parent: Option<Arc<Node>>,
+    pub name: &'n CStr,
+    pub reached: Reached,
+}
+
+impl Opened<'_> {
+    /// The walk's root, opened as `fd`.
+    pub fn root(fd: OwnedFd, meta: Meta, times: Times) -> Opened<'static> {
+        Opened { fd, meta, times, parent: None, name: c"", reached: Reached::default() }
+    }
+}
+
 impl Node {
     /// The node of a directory just opened, held by the caller and counted in `fds`; `root`:
     /// the walk's root, whose mount a directory must be on for its listing to be trusted.
-    pub(super) fn opened(
-        fds: &Arc<Fds>,
-        fd: OwnedFd,
-        (meta, times): (Meta, Times),
-        (parent, name): (Option<Arc<Node>>, &CStr),
-        (ord, bound): (Option<u32>, Option<Stamp>),
-        root: &Meta,
-    ) -> Lease {
+    pub(super) fn opened(fds: &Arc<Fds>, dir: Opened<'_>, root: &Meta) -> Lease {
+        let Opened { fd, meta, times, parent, name, reached: Reached { ord, bound } } = dir;
         fds.open.fetch_add(1, Ordering::Relaxed);
         let raw = fd.as_raw_fd();
         let node = Arc::new(Node {

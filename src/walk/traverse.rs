@@ -10,7 +10,7 @@ use rayon_core::Scope;
 use rustix::io::Errno;
 
 use super::listing::{Batch, Listing};
-use super::node::{Fds, Lease};
+use super::node::{Fds, Lease, Opened, Reached};
 use super::{At, Descend, Dir, Node, Threads, Visitor};
 use crate::error::Op;
 use crate::sys::{self, DirReader, Kind, Meta, Place};
@@ -103,7 +103,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         self.nlink_counts_subdirs = fs.as_deref().is_some_and(|f| NLINK_COUNTS_SUBDIRS.contains(&f));
         self.btrfs = fs.as_deref() == Some("btrfs");
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
-        let lease = Node::opened(&self.threads.fds, root_fd, (root_meta, times), (None, c""), (None, None), &root_meta);
+        let lease = Node::opened(&self.threads.fds, Opened::root(root_fd, root_meta, times), &root_meta);
         let this = &self;
         self.threads.pool.install(|| rayon_core::in_place_scope(|s| this.read(s, lease)));
     }
@@ -252,17 +252,19 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let name: Box<CStr> = name.into();
         s.spawn(move |s| {
             job.queued.fetch_sub(1, Ordering::Relaxed);
-            self.enter_subdir(s, job, &name, (ord, bound))
+            self.enter_subdir(s, job, &name, Reached { ord, bound })
         });
         pace(node);
     }
 
     /// The job of a queued subdirectory: opens it from its parent and reads it (or, when one
     /// `lstat` verifies it, only counts it done).
-    fn enter_subdir<'s>(&'s self, s: &Scope<'s>, parent: Arc<Node>, name: &CStr, ord: (Option<u32>, Option<Stamp>)) {
+    fn enter_subdir<'s>(&'s self, s: &Scope<'s>, parent: Arc<Node>, name: &CStr, reached: Reached) {
         match self.fds().lease(&parent) {
-            Ok(pl) if ord.1.is_some_and(|b| self.leaf_verified(&pl, name, ord.0, b)) => self.complete(parent, Some(pl)),
-            Ok(pl) => match self.open_child(&pl, name, ord) {
+            Ok(pl) if reached.bound.is_some_and(|b| self.leaf_verified(&pl, name, reached.ord, b)) => {
+                self.complete(parent, Some(pl))
+            }
+            Ok(pl) => match self.open_child(&pl, name, reached) {
                 Some(child) => {
                     // Neither the parent's fd nor (through it) its ancestors' are held while
                     // this subtree is walked: the budget may close them.
@@ -300,7 +302,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
     /// read, or handles it as the entry it turned out to be (nested mount, or no longer a
     /// directory).
-    fn open_child(&self, parent: &Lease, name: &CStr, ord: (Option<u32>, Option<Stamp>)) -> Option<Lease> {
+    fn open_child(&self, parent: &Lease, name: &CStr, reached: Reached) -> Option<Lease> {
         let dir = parent.dir();
         let fd = match self.fds().open_dir(&dir, || sys::open_subdir(dir.fd(), name)) {
             Ok(fd) => fd,
@@ -328,14 +330,8 @@ impl<'v, V: Visitor> Walk<'v, V> {
             return None;
         }
         self.crossing(&dir, name, &meta);
-        let lease = Node::opened(
-            &self.threads.fds,
-            fd,
-            (meta, times),
-            (Some(Arc::clone(parent.node())), name),
-            ord,
-            &self.root,
-        );
+        let child = Opened { fd, meta, times, parent: Some(Arc::clone(parent.node())), name, reached };
+        let lease = Node::opened(&self.threads.fds, child, &self.root);
         self.fds().trim(lease.node());
         Some(lease)
     }
