@@ -174,3 +174,38 @@ fn app_safe_never_tightens_another_uids_entries() {
     assert_eq!(mode_of(&vol.join(".ssh/id_ed25519")), 0o600, "{}", out.describe());
     assert_eq!(mode_of(&vol.join("pgdata/server.key")), 0o600);
 }
+
+/// A sharded app-safe pass: the run that completes the volume checks the other shards' parts
+/// again where they changed after their claim, and what it tightens there is in its report (count
+/// and list), as for the entries of its own part.
+#[test]
+fn a_shards_check_of_the_other_parts_reports_what_it_tightened() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("vol");
+    for top in ["a", "b"] {
+        std::fs::create_dir_all(vol.join(top)).unwrap();
+        std::fs::write(vol.join(top).join("f"), "x").unwrap();
+        std::fs::set_permissions(vol.join(top).join("f"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let gid = gid();
+    let shard = |i: u32| {
+        pass(
+            "apply",
+            &["--fs-group", &gid, "--modes", "app-safe", "--shard-depth", "1", "--shard", &format!("{i}/2")],
+            &vol,
+        )
+    };
+    let first = shard(0).expect_code(0);
+    // Shard 0's part is the top directory its pass changed.
+    let mine: Vec<&str> = ["a", "b"].into_iter().filter(|t| mode_of(&vol.join(t).join("f")) == 0o664).collect();
+    assert_eq!(mine.len(), 1, "one top directory per shard\n{}", first.describe());
+    // After shard 0's claim, an Erlang cookie the kubelet's rule would have widened lands there.
+    let cookie = vol.join(mine[0]).join(".erlang.cookie");
+    std::fs::write(&cookie, "secret").unwrap();
+    std::fs::set_permissions(&cookie, std::fs::Permissions::from_mode(0o660)).unwrap();
+    let last = shard(1).expect_code(0);
+    assert_eq!(mode_of(&cookie), 0o600, "tightened by the check of shard 0's part\n{}", last.describe());
+    let v = last.volume();
+    assert_eq!(v["tightened"], 1, "{}", last.describe());
+    assert_eq!(v["tightened_list"][0]["app"], "Erlang cookie", "{}", last.describe());
+}

@@ -45,8 +45,12 @@ impl Fixer<'_> {
             (&a.verified_dirs, &b.verified_dirs),
             (&a.foreign_owned, &b.foreign_owned),
             (&a.foreign_unread, &b.foreign_unread),
+            (&a.tightened, &b.tightened),
         ] {
             x.add(y.get());
+        }
+        if let (Some(to), Some(from)) = (&self.places, from.places) {
+            crate::sync::lock(&to.tightened).append(crate::sync::into_inner(from.tightened));
         }
         crate::sync::lock(&self.errors).append(crate::sync::into_inner(from.errors));
         crate::sync::lock(&self.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
