@@ -1073,24 +1073,3 @@ fn kind_of(e: &tree::Entry) -> &'static str {
         _ => "other",
     }
 }
-
-/// An overlayfs mount, unmounted on drop.
-struct Overlay(PathBuf);
-
-impl Overlay {
-    fn mount(opts: &str, at: &Path) -> Overlay {
-        sh(
-            "mount",
-            &["-t".as_ref(), "overlay".as_ref(), "overlay".as_ref(), "-o".as_ref(), opts.as_ref(), at.as_os_str()],
-        );
-        Overlay(at.to_path_buf())
-    }
-}
-
-impl Drop for Overlay {
-    fn drop(&mut self) {
-        if let Err(e) = try_sh("umount", &[self.0.as_os_str()]) {
-            say(&e);
-        }
-    }
-}

@@ -237,28 +237,3 @@ fn an_overlay_volume_with_layers_on_two_filesystems_is_prepared() {
     assert!(r.volume()["skipped_mounts"].as_array().is_none_or(|a| a.is_empty()), "{}", r.describe());
     assert_done_and_conforming(overlay.path(), "an overlay volume", &r);
 }
-
-/// An overlayfs mount, unmounted on drop.
-struct Overlay(PathBuf);
-
-impl Overlay {
-    fn mount(opts: &str, at: &Path) -> Overlay {
-        sh(
-            "mount",
-            &["-t".as_ref(), "overlay".as_ref(), "overlay".as_ref(), "-o".as_ref(), opts.as_ref(), at.as_os_str()],
-        );
-        Overlay(at.to_path_buf())
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Overlay {
-    fn drop(&mut self) {
-        if let Err(e) = try_sh("umount", &[self.0.as_os_str()]) {
-            eprintln!("{e}");
-        }
-    }
-}

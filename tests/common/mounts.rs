@@ -1,6 +1,8 @@
 //! Real filesystems for tests: loop-mounted ext4/xfs/btrfs images and tmpfs, each in its own
-//! temp dir (tests run in parallel), unmounted and detached on drop, panics included.
+//! temp dir (tests run in parallel), bind and overlayfs mounts, unmounted and detached on drop,
+//! panics included.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -222,5 +224,31 @@ impl Bind {
 impl Drop for Bind {
     fn drop(&mut self) {
         unmount(&self.mnt);
+    }
+}
+
+/// An overlayfs mount at `at` with the mount options `opts` (`lowerdir=…,upperdir=…,workdir=…`).
+/// Unmounted on drop; a failure to unmount goes to the process's stderr (libtest captures
+/// `eprintln!` of passing tests).
+pub struct Overlay {
+    mnt: PathBuf,
+}
+
+impl Overlay {
+    pub fn mount(opts: &str, at: &Path) -> Overlay {
+        sh("mount", &[os("-t"), os("overlay"), os("overlay"), os("-o"), os(opts), at.as_os_str()]);
+        Overlay { mnt: at.to_path_buf() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.mnt
+    }
+}
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        if let Err(e) = try_sh("umount", &[self.mnt.as_os_str()]) {
+            let _ = writeln!(std::io::stderr().lock(), "{e}");
+        }
     }
 }
