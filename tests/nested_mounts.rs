@@ -93,26 +93,38 @@ fn hidden_under_mounts(vol: &Path, p: &str, outside: &Path) -> Vec<Box<dyn std::
     ]
 }
 
-/// The repro: a pass ends with an error (an immutable file elsewhere) after it finished
-/// the directory holding the mount points; they are unmounted; the resumed run must read what
-/// they hid, not verify it on the first run's word.
-#[test]
-#[ignore = "needs root and loop devices (mkfs.ext4, chattr)"]
-fn resume_reads_what_an_unmounted_nested_mount_hid() {
-    privileged(&["mkfs.ext4", "chattr"]);
+/// A fresh ext4 filesystem, the volume `V` on it (made by what the test puts there) and
+/// `outside`, a directory beside the volume for what the bind mounts show.
+fn ext4_volume() -> (LoopFs, PathBuf, PathBuf) {
     let fs = LoopFs::new(FsKind::Ext4, 64);
-    let vol = fs.path().join("V");
-    let outside = fs.path().join("outside");
+    let (vol, outside) = (fs.path().join("V"), fs.path().join("outside"));
+    (fs, vol, outside)
+}
+
+/// A pass (`apply` with `extra`) ends with an error (an immutable file elsewhere) after it
+/// finished the directory holding the mount points, and leaves a checkpoint; the mounts are
+/// unmounted; the resumed run must read what they hid, not verify it on the first run's word.
+#[track_caller]
+fn resume_reads_what_the_mounts_hid(extra: &[&str], what: &str) {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let (_fs, vol, outside) = ext4_volume();
     let mounts = hidden_under_mounts(&vol, "P", &outside);
     mkfile(&vol.join("Q/f"));
     let stuck = Immutable::new(&vol.join("Q/f"));
-    let first = apply(&vol, &[]);
+    let first = apply(&vol, extra);
     assert_eq!(first.code, 1, "the immutable file fails\n{}", first.describe());
     assert!(xattr_json(&vol, CHECKPOINT).is_some(), "a checkpoint for the resume\n{}", first.describe());
     drop(stuck);
     drop(mounts);
-    let second = apply(&vol, &[]).expect_code(0);
-    assert_done_and_conforming(&vol, "resumed after the mounts went away", &second);
+    let second = apply(&vol, extra).expect_code(0);
+    assert_done_and_conforming(&vol, what, &second);
+}
+
+/// A pass that failed after it met the mounts of [`hidden_under_mounts`], resumed once they are gone.
+#[test]
+#[ignore = "needs root and loop devices (mkfs.ext4, chattr)"]
+fn resume_reads_what_an_unmounted_nested_mount_hid() {
+    resume_reads_what_the_mounts_hid(&[], "resumed after the mounts went away");
 }
 
 /// The same with `--cross-devices`: the first run entered the mounts (and fixed what they
@@ -120,18 +132,7 @@ fn resume_reads_what_an_unmounted_nested_mount_hid() {
 #[test]
 #[ignore = "needs root and loop devices (mkfs.ext4, chattr)"]
 fn resume_with_cross_devices_reads_what_an_unmounted_nested_mount_hid() {
-    privileged(&["mkfs.ext4", "chattr"]);
-    let fs = LoopFs::new(FsKind::Ext4, 64);
-    let vol = fs.path().join("V");
-    let outside = fs.path().join("outside");
-    let mounts = hidden_under_mounts(&vol, "P", &outside);
-    mkfile(&vol.join("Q/f"));
-    let stuck = Immutable::new(&vol.join("Q/f"));
-    assert_eq!(apply(&vol, &["--cross-devices"]).code, 1);
-    drop(stuck);
-    drop(mounts);
-    let second = apply(&vol, &["--cross-devices"]).expect_code(0);
-    assert_done_and_conforming(&vol, "resumed (--cross-devices) after the mounts went away", &second);
+    resume_reads_what_the_mounts_hid(&["--cross-devices"], "resumed (--cross-devices) after the mounts went away");
 }
 
 /// A volume marked `done` by a pass that met nested mounts: once one is unmounted, the next
@@ -140,9 +141,7 @@ fn resume_with_cross_devices_reads_what_an_unmounted_nested_mount_hid() {
 #[ignore = "needs root and loop devices (mkfs.ext4)"]
 fn a_done_volume_is_walked_again_when_a_nested_mount_goes_away() {
     privileged(&["mkfs.ext4"]);
-    let fs = LoopFs::new(FsKind::Ext4, 64);
-    let vol = fs.path().join("V");
-    let outside = fs.path().join("outside");
+    let (_fs, vol, outside) = ext4_volume();
     let mut mounts = hidden_under_mounts(&vol, "P", &outside);
     apply(&vol, &[]).expect_code(0);
     let again = apply(&vol, &[]).expect_code(0);
@@ -169,9 +168,7 @@ fn a_done_volume_is_walked_again_when_a_nested_mount_goes_away() {
 #[ignore = "needs root and loop devices (mkfs.ext4)"]
 fn shard_completion_reads_what_unmounted_nested_mounts_hid() {
     privileged(&["mkfs.ext4"]);
-    let fs = LoopFs::new(FsKind::Ext4, 64);
-    let vol = fs.path().join("V");
-    let outside = fs.path().join("outside");
+    let (_fs, vol, outside) = ext4_volume();
     let mut mounts = Vec::new();
     for a in 0..6 {
         mounts.extend(hidden_under_mounts(&vol, &format!("a{a}"), &outside.join(format!("o{a}"))));
