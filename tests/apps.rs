@@ -35,6 +35,44 @@ fn make(cmd: &mut Command) -> String {
     out.text
 }
 
+/// Starts a server app on a volume (its `n`-th run), recording the start in `probe`; returns
+/// the server and how to reach it, or `None` when it did not start.
+type Start<A> = fn(&Lab, &Path, usize, &mut Probe) -> Option<(Daemon, A)>;
+
+/// Starts a server app in the pristine volume's making; panics with what it said if it fails.
+fn start_to_make<A>(lab: &Lab, vol: &Path, start: Start<A>) -> (Daemon, A) {
+    let mut probe = Probe::default();
+    start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript))
+}
+
+/// The check of a server app: starts it, `serve` reads and writes through it, and it is
+/// stopped with `signal`, its log joining the transcript.
+fn check_server<A>(
+    lab: &Lab,
+    vol: &Path,
+    n: usize,
+    start: Start<A>,
+    signal: libc::c_int,
+    serve: impl FnOnce(&mut Probe, &A),
+) -> Probe {
+    let mut probe = Probe::default();
+    if let Some((daemon, at)) = start(lab, vol, n, &mut probe) {
+        serve(&mut probe, &at);
+        probe.said("server log", &daemon.stop(signal));
+    }
+    probe
+}
+
+/// The probe of a check whose one command said it all (`said`): whether the app started,
+/// read and wrote, as found in it.
+fn probe_of(said: &str, started: bool, read: bool, write: bool) -> Probe {
+    let mut probe = Probe::default();
+    probe.started(started, said);
+    probe.read(read, "");
+    probe.write(write, "");
+    probe
+}
+
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL: data directory 0700/0750 owned by the server's uid; server.key 0600 with ssl on.
 
@@ -91,22 +129,18 @@ fn postgresql() {
         let conf = data.join("postgresql.conf");
         let text = std::fs::read_to_string(&conf).unwrap() + "ssl = on\n";
         std::fs::write(&conf, text).unwrap();
-        let mut probe = Probe::default();
-        let (pg, sock) = pg_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
+        let (pg, sock) = start_to_make(lab, vol, pg_start);
         let out = psql(lab, &sock, "create table t (v text); insert into t values ('before')");
         assert!(out.ok, "{}", out.text);
         pg.stop(libc::SIGINT);
     };
     let check = |lab: &Lab, vol: &Path, n: usize| {
-        let mut probe = Probe::default();
-        if let Some((pg, sock)) = pg_start(lab, vol, n, &mut probe) {
-            let read = psql(lab, &sock, "select v from t");
+        check_server(lab, vol, n, pg_start, libc::SIGINT, |probe, sock| {
+            let read = psql(lab, sock, "select v from t");
             probe.read(read.ok && read.text.contains("before"), &read.text);
-            let write = psql(lab, &sock, "insert into t values ('after')");
+            let write = psql(lab, sock, "insert into t values ('after')");
             probe.write(write.ok, &write.text);
-            probe.said("server log", &pg.stop(libc::SIGINT));
-        }
-        probe
+        })
     };
     // `inspect` names the data directory, says the kubelet's rule leaves a mode PostgreSQL
     // refuses, and which setting keeps it working; on the walked volume, that --owner alone
@@ -167,8 +201,7 @@ fn mariadb_server() {
             "--skip-test-db",
             "--innodb-log-file-size=8M",
         ]));
-        let mut probe = Probe::default();
-        let (db, sock) = mariadb_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
+        let (db, sock) = start_to_make(lab, vol, mariadb_start);
         let out = mariadb(
             lab,
             &sock,
@@ -178,15 +211,12 @@ fn mariadb_server() {
         db.stop(libc::SIGTERM);
     };
     let check = |lab: &Lab, vol: &Path, n: usize| {
-        let mut probe = Probe::default();
-        if let Some((db, sock)) = mariadb_start(lab, vol, n, &mut probe) {
-            let read = mariadb(lab, &sock, "select v from app.t");
+        check_server(lab, vol, n, mariadb_start, libc::SIGTERM, |probe, sock| {
+            let read = mariadb(lab, sock, "select v from app.t");
             probe.read(read.ok && read.text.contains("before"), &read.text);
-            let write = mariadb(lab, &sock, "insert into app.t values ('after')");
+            let write = mariadb(lab, sock, "insert into app.t values ('after')");
             probe.write(write.ok, &write.text);
-            probe.said("server log", &db.stop(libc::SIGTERM));
-        }
-        probe
+        })
     };
     matrix(&App { row: "MariaDB", create: &create, check: &check, tmpdir: "tmp", staged: None });
 }
@@ -220,8 +250,7 @@ fn redis() {
     let create = |lab: &Lab, vol: &Path| {
         std::fs::create_dir(vol.join("data")).unwrap();
         common::apps::chown(&vol.join("data"), APP, APP);
-        let mut probe = Probe::default();
-        let (r, sock) = redis_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
+        let (r, sock) = start_to_make(lab, vol, redis_start);
         for args in [&["set", "k", "before"][..], &["save"]] {
             let out = redis_cli(lab, &sock, args);
             assert!(out.ok && out.text.contains("OK"), "{}", out.text);
@@ -229,16 +258,13 @@ fn redis() {
         r.stop(libc::SIGTERM);
     };
     let check = |lab: &Lab, vol: &Path, n: usize| {
-        let mut probe = Probe::default();
-        if let Some((r, sock)) = redis_start(lab, vol, n, &mut probe) {
-            let read = redis_cli(lab, &sock, &["get", "k"]);
+        check_server(lab, vol, n, redis_start, libc::SIGTERM, |probe, sock| {
+            let read = redis_cli(lab, sock, &["get", "k"]);
             probe.read(read.ok && read.text.contains("before"), &read.text);
-            let set = redis_cli(lab, &sock, &["set", "k2", "after"]);
-            let save = redis_cli(lab, &sock, &["save"]);
+            let set = redis_cli(lab, sock, &["set", "k2", "after"]);
+            let save = redis_cli(lab, sock, &["save"]);
             probe.write(set.ok && save.ok && save.text.trim() == "OK", &format!("{}{}", set.text, save.text));
-            probe.said("server log", &r.stop(libc::SIGTERM));
-        }
-        probe
+        })
     };
     matrix(&App { row: "Redis", create: &create, check: &check, tmpdir: "tmp", staged: None });
 }
@@ -311,13 +337,10 @@ fn openssh() {
                 .env("RUN", &run)
                 .env("PORT", port.to_string()),
         );
-        let mut probe = Probe::default();
         let t = &out.text;
         let started = t.contains("key ok") && t.contains("sshd ok");
-        probe.started(started, t);
-        probe.read(t.contains("hello from the volume"), "");
-        probe.write(t.contains("wrote ok") && vol.join("new.txt").exists(), "");
-        probe
+        let wrote = t.contains("wrote ok") && vol.join("new.txt").exists();
+        probe_of(t, started, t.contains("hello from the volume"), wrote)
     };
     matrix(&App { row: "OpenSSH", create: &create, check: &check, tmpdir: "tmp", staged: None });
 }
@@ -447,20 +470,17 @@ fn etcd_start(lab: &Lab, vol: &Path, n: usize, probe: &mut Probe) -> Option<(Dae
 fn etcd() {
     gate(&["etcd", "etcdctl"]);
     let create = |lab: &Lab, vol: &Path| {
-        let mut probe = Probe::default();
-        let (etcd, url) = etcd_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
+        let (etcd, url) = start_to_make(lab, vol, etcd_start);
         make(as_app(lab, "etcdctl").args(["--endpoints", &url, "put", "k", "before"]));
         etcd.stop(libc::SIGTERM);
     };
     let check = |lab: &Lab, vol: &Path, n: usize| {
-        let mut probe = Probe::default();
-        if let Some((etcd, url)) = etcd_start(lab, vol, n, &mut probe) {
-            let read = said(as_app(lab, "etcdctl").args(["--endpoints", &url, "get", "k", "--print-value-only"]));
+        let mut probe = check_server(lab, vol, n, etcd_start, libc::SIGTERM, |probe, url| {
+            let read = said(as_app(lab, "etcdctl").args(["--endpoints", url, "get", "k", "--print-value-only"]));
             probe.read(read.ok && read.text.contains("before"), &read.text);
-            let write = said(as_app(lab, "etcdctl").args(["--endpoints", &url, "put", "k2", "after"]));
+            let write = said(as_app(lab, "etcdctl").args(["--endpoints", url, "put", "k2", "after"]));
             probe.write(write.ok && write.text.contains("OK"), &write.text);
-            probe.said("server log", &etcd.stop(libc::SIGTERM));
-        }
+        });
         probe.warns_on("check file permission");
         probe
     };
@@ -503,8 +523,7 @@ fn curl(lab: &Lab, args: &[&str]) -> common::apps::Said {
 fn nginx() {
     gate(&["nginx", "curl"]);
     let create = |lab: &Lab, vol: &Path| {
-        let mut probe = Probe::default();
-        let (nginx, port) = nginx_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
+        let (nginx, port) = start_to_make(lab, vol, nginx_start);
         let out = curl(lab, &[&format!("http://127.0.0.1:{port}/cached")]);
         assert!(out.text.contains("X-Cache: MISS"), "{}", out.text);
         nginx.stop(libc::SIGQUIT);
@@ -571,8 +590,7 @@ fn prom_query(lab: &Lab, port: u16, fields: &[&str]) -> common::apps::Said {
 fn prometheus() {
     gate(&["prometheus", "curl"]);
     let create = |lab: &Lab, vol: &Path| {
-        let mut probe = Probe::default();
-        let (prom, port) = prometheus_start(lab, vol, 0, &mut probe).unwrap_or_else(|| panic!("{}", probe.transcript));
+        let (prom, port) = start_to_make(lab, vol, prometheus_start);
         // The first scrape comes within a few seconds (targets are synced every 5 s).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         let sample = loop {
@@ -588,8 +606,7 @@ fn prometheus() {
         prom.stop(libc::SIGTERM);
     };
     let check = |lab: &Lab, vol: &Path, n: usize| {
-        let mut probe = Probe::default();
-        if let Some((prom, port)) = prometheus_start(lab, vol, n, &mut probe) {
+        check_server(lab, vol, n, prometheus_start, libc::SIGTERM, |probe, &port| {
             // The sample scraped when the app made its data, at its time: from the volume only.
             let at = std::fs::read_to_string(vol.join("sample-time")).unwrap();
             let read = prom_query(lab, port, &["query=up", &format!("time={at}")]);
@@ -602,9 +619,7 @@ fn prometheus() {
                 &format!("http://127.0.0.1:{port}/api/v1/admin/tsdb/snapshot"),
             ]));
             probe.write(snap.ok && snap.text.contains("\"success\""), &snap.text);
-            probe.said("server log", &prom.stop(libc::SIGTERM));
-        }
-        probe
+        })
     };
     matrix(&App { row: "Prometheus", create: &create, check: &check, tmpdir: "tmp", staged: None });
 }
@@ -668,12 +683,13 @@ fn erlang_cookie() {
                     ok = file:write_file(os:getenv(\"HOME\") ++ \"/written\", <<\"after\">>), \
                     io:format(\"wrote ok~n\"), halt().";
         let out = erlang(lab, vol, n, eval);
-        let mut probe = Probe::default();
         let t = &out.text;
-        probe.started(out.ok && !t.contains("ERROR REPORT"), t);
-        probe.read(t.contains(&format!("cookie {}", cookie.trim())), "");
-        probe.write(t.contains("wrote ok"), "");
-        probe
+        probe_of(
+            t,
+            out.ok && !t.contains("ERROR REPORT"),
+            t.contains(&format!("cookie {}", cookie.trim())),
+            t.contains("wrote ok"),
+        )
     };
     matrix(&App { row: "Erlang/OTP", create: &create, check: &check, tmpdir: "tmp", staged: None });
 }
@@ -691,23 +707,25 @@ fn make_tmpdir(_lab: &Lab, vol: &Path) {
     write_as_app(&tmp.join("left-by-the-app"), "before\n", 0o644);
 }
 
+/// The check of a temp dir: `interpreter flag script` runs as the app with `TMPDIR` the
+/// volume's `tmp`; the script prints `tmpdir DIR` (the temp dir it chose), the file the app
+/// left there and, once it wrote a temp file of its own, `wrote ok`.
+fn check_tmpdir(lab: &Lab, vol: &Path, [interpreter, flag, script]: &[&str; 3]) -> Probe {
+    let tmp = vol.join("tmp");
+    let out = said(as_app(lab, interpreter).env("TMPDIR", &tmp).args([flag, script]));
+    let t = &out.text;
+    let read = t.contains(&format!("tmpdir {}", path(&tmp))) && t.contains("before");
+    probe_of(t, t.contains("tmpdir "), read, t.contains("wrote ok"))
+}
+
 #[test]
 #[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn ruby_tmpdir() {
     gate(&["ruby"]);
-    let check = |lab: &Lab, vol: &Path, _n: usize| {
-        let tmp = vol.join("tmp");
-        let script = "require 'tmpdir'; d = Dir.tmpdir; puts \"tmpdir #{d}\"; \
-                      puts File.read(File.join(d, 'left-by-the-app')); \
-                      Dir.mktmpdir { |x| File.write(File.join(x, 'f'), 'after'); puts 'wrote ok' }";
-        let out = said(as_app(lab, "ruby").env("TMPDIR", &tmp).args(["-e", script]));
-        let mut probe = Probe::default();
-        let t = &out.text;
-        probe.started(t.contains("tmpdir "), t);
-        probe.read(t.contains(&format!("tmpdir {}", path(&tmp))) && t.contains("before"), "");
-        probe.write(t.contains("wrote ok"), "");
-        probe
-    };
+    let script = "require 'tmpdir'; d = Dir.tmpdir; puts \"tmpdir #{d}\"; \
+                  puts File.read(File.join(d, 'left-by-the-app')); \
+                  Dir.mktmpdir { |x| File.write(File.join(x, 'f'), 'after'); puts 'wrote ok' }";
+    let check = |lab: &Lab, vol: &Path, _n: usize| check_tmpdir(lab, vol, &["ruby", "-e", script]);
     matrix(&App { row: "Ruby", create: &make_tmpdir, check: &check, tmpdir: "tmp", staged: None });
 }
 
@@ -715,19 +733,10 @@ fn ruby_tmpdir() {
 #[ignore = "needs root, loop devices and the apps (source .ci/apps.sh)"]
 fn python_tempfile() {
     gate(&["python3"]);
-    let check = |lab: &Lab, vol: &Path, _n: usize| {
-        let tmp = vol.join("tmp");
-        let script = "import os, tempfile; d = tempfile.gettempdir(); print('tmpdir', d); \
-                      print(open(os.path.join(d, 'left-by-the-app')).read()); \
-                      fd, p = tempfile.mkstemp(); os.write(fd, b'after'); os.close(fd); print('wrote ok')";
-        let out = said(as_app(lab, "python3").env("TMPDIR", &tmp).args(["-c", script]));
-        let mut probe = Probe::default();
-        let t = &out.text;
-        probe.started(t.contains("tmpdir "), t);
-        probe.read(t.contains(&format!("tmpdir {}", path(&tmp))) && t.contains("before"), "");
-        probe.write(t.contains("wrote ok"), "");
-        probe
-    };
+    let script = "import os, tempfile; d = tempfile.gettempdir(); print('tmpdir', d); \
+                  print(open(os.path.join(d, 'left-by-the-app')).read()); \
+                  fd, p = tempfile.mkstemp(); os.write(fd, b'after'); os.close(fd); print('wrote ok')";
+    let check = |lab: &Lab, vol: &Path, _n: usize| check_tmpdir(lab, vol, &["python3", "-c", script]);
     matrix(&App { row: "Python", create: &make_tmpdir, check: &check, tmpdir: "tmp", staged: None });
 }
 
