@@ -45,6 +45,9 @@ mod ceph;
 mod child;
 #[path = "passes/fsimage.rs"]
 mod fsimage;
+/// The FUSE passthrough under the slow-storage model, shared with the tests' FUSE filesystems.
+#[path = "../tests/common/fuse_passthrough.rs"]
+mod fuse_passthrough;
 #[path = "passes/kubelet.rs"]
 mod kubelet;
 #[path = "passes/methods.rs"]

@@ -27,23 +27,19 @@
 //! only, so every entry needs its own `lookup`. Each run mounts it fresh: the kernel's FUSE
 //! caches start empty, which is what "cold" means on slow storage; the underlying ext4 may be warm.
 
-use std::collections::HashMap;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirEntryExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyXattr, Request,
-};
+use fuser::{Errno, InitFlags, KernelConfig, MountOption};
+
+use crate::fuse_passthrough::{self, Change, Model, Op, Passthrough};
 
 /// Server threads, so requests in flight (without `--server-slots`).
 const THREADS: usize = 64;
@@ -85,8 +81,6 @@ impl Slots {
     }
 }
 
-type DirList = Vec<(u64, FileType, OsString)>;
-
 /// Requests served, by kind; written as JSON to the stats file when the session ends.
 #[derive(Default)]
 struct Counts {
@@ -100,6 +94,7 @@ struct Counts {
     opendir: AtomicU64,
 }
 
+/// The model: a latency on each delayed request, a server's capacity, and the counts.
 struct Slow {
     stats: PathBuf,
     counts: Counts,
@@ -109,41 +104,6 @@ struct Slow {
     /// Delayed requests' latency from arrival to reply, summed (µs), and the longest queue met.
     latency_sum_us: AtomicU64,
     max_queue: AtomicU64,
-    ttl: Duration,
-    root_ino: u64,
-    paths: RwLock<HashMap<u64, PathBuf>>,
-    dirs: Mutex<HashMap<u64, DirList>>,
-    next_fh: AtomicU64,
-}
-
-fn kind_of(ft: fs::FileType) -> FileType {
-    if ft.is_dir() {
-        FileType::Directory
-    } else if ft.is_symlink() {
-        FileType::Symlink
-    } else if ft.is_fifo() {
-        FileType::NamedPipe
-    } else if ft.is_socket() {
-        FileType::Socket
-    } else if ft.is_char_device() {
-        FileType::CharDevice
-    } else if ft.is_block_device() {
-        FileType::BlockDevice
-    } else {
-        FileType::RegularFile
-    }
-}
-
-fn time(secs: i64, nsecs: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::new(secs.max(0) as u64, nsecs as u32)
-}
-
-fn cstr(p: &Path) -> Result<CString, Errno> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)
-}
-
-fn last() -> Errno {
-    Errno::from(io::Error::last_os_error())
 }
 
 impl Slow {
@@ -161,74 +121,38 @@ impl Slow {
         }
         self.latency_sum_us.fetch_add(arrived.elapsed().as_micros() as u64, Ordering::Relaxed);
     }
-
-    fn fuse_ino(&self, ino: u64) -> u64 {
-        if ino == self.root_ino { 1 } else { ino }
-    }
-
-    fn path(&self, ino: INodeNo) -> Result<PathBuf, Errno> {
-        let map = self.paths.read().expect("paths lock");
-        map.get(&ino.0).cloned().ok_or(Errno::ENOENT)
-    }
-
-    fn attr(&self, path: &Path) -> Result<FileAttr, Errno> {
-        let m = fs::symlink_metadata(path).map_err(Errno::from)?;
-        Ok(FileAttr {
-            ino: INodeNo(self.fuse_ino(m.ino())),
-            size: m.size(),
-            blocks: m.blocks(),
-            atime: time(m.atime(), m.atime_nsec()),
-            mtime: time(m.mtime(), m.mtime_nsec()),
-            ctime: time(m.ctime(), m.ctime_nsec()),
-            crtime: UNIX_EPOCH,
-            kind: kind_of(m.file_type()),
-            perm: (m.mode() & 0o7777) as u16,
-            nlink: m.nlink() as u32,
-            uid: m.uid(),
-            gid: m.gid(),
-            rdev: m.rdev() as u32,
-            blksize: m.blksize() as u32,
-            flags: 0,
-        })
-    }
-
-    fn setattr_path(
-        &self,
-        path: &Path,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-    ) -> Result<FileAttr, Errno> {
-        let c = cstr(path)?;
-        if uid.is_some() || gid.is_some() {
-            let (u, g) = (uid.unwrap_or(u32::MAX), gid.unwrap_or(u32::MAX));
-            // SAFETY: valid C string.
-            if unsafe { libc::lchown(c.as_ptr(), u, g) } != 0 {
-                return Err(last());
-            }
-        }
-        if let Some(mode) = mode {
-            let flags = libc::AT_SYMLINK_NOFOLLOW;
-            // SAFETY: valid C string; fchmodat2 with NOFOLLOW never follows a symlink.
-            let r = unsafe { libc::syscall(libc::SYS_fchmodat2, libc::AT_FDCWD, c.as_ptr(), mode & 0o7777, flags) };
-            if r != 0 {
-                return Err(last());
-            }
-        }
-        if let Some(size) = size {
-            fs::OpenOptions::new().write(true).open(path).and_then(|f| f.set_len(size)).map_err(Errno::from)?;
-        }
-        self.attr(path)
-    }
 }
 
-impl Filesystem for Slow {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+impl Model for Slow {
+    /// Opening a directory and reading xattrs are counted and answered at once; every other
+    /// request is a delayed round trip.
+    fn arrive(&self, op: Op) -> Result<(), Errno> {
+        let c = &self.counts;
+        match op {
+            Op::Opendir => drop(c.opendir.fetch_add(1, Ordering::Relaxed)),
+            Op::XattrRead => drop(c.xattr_read.fetch_add(1, Ordering::Relaxed)),
+            Op::Lookup => self.wait(&c.lookup),
+            Op::Getattr => self.wait(&c.getattr),
+            Op::Setattr => self.wait(&c.setattr),
+            Op::Readlink => self.wait(&c.readlink),
+            Op::Readdir => self.wait(&c.readdir),
+            Op::XattrWrite => self.wait(&c.xattr_write),
+        }
+        Ok(())
+    }
+
+    fn setattr(&self, path: &Path, change: &Change) -> Result<(), Errno> {
+        change.chown_chmod(path)?;
+        if let Some(size) = change.size {
+            fs::OpenOptions::new().write(true).open(path).and_then(|f| f.set_len(size)).map_err(Errno::from)?;
+        }
+        Ok(())
+    }
+
+    fn init(&mut self, config: &mut KernelConfig) {
         // Lookups in one directory may run in parallel; the server clears setuid on chown.
         let _ = config.add_capabilities(InitFlags::FUSE_PARALLEL_DIROPS);
         let _ = config.add_capabilities(InitFlags::FUSE_HANDLE_KILLPRIV);
-        Ok(())
     }
 
     fn destroy(&mut self) {
@@ -255,218 +179,28 @@ impl Filesystem for Slow {
         );
         let _ = fs::write(&self.stats, json);
     }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.wait(&self.counts.lookup);
-        let r = self.path(parent).and_then(|p| {
-            let path = p.join(name);
-            let attr = self.attr(&path)?;
-            self.paths.write().expect("paths lock").insert(attr.ino.0, path);
-            Ok(attr)
-        });
-        match r {
-            Ok(attr) => reply.entry(&self.ttl, &attr, Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.wait(&self.counts.getattr);
-        match self.path(ino).and_then(|p| self.attr(&p)) {
-            Ok(attr) => reply.attr(&self.ttl, &attr),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<fuser::TimeOrNow>,
-        _mtime: Option<fuser::TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<fuser::BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        self.wait(&self.counts.setattr);
-        match self.path(ino).and_then(|p| self.setattr_path(&p, mode, uid, gid, size)) {
-            Ok(attr) => reply.attr(&self.ttl, &attr),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.wait(&self.counts.readlink);
-        match self.path(ino).and_then(|p| fs::read_link(p).map_err(Errno::from)) {
-            Ok(t) => reply.data(t.as_os_str().as_bytes()),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.counts.opendir.fetch_add(1, Ordering::Relaxed);
-        let list = self.path(ino).and_then(|p| {
-            let mut list = DirList::new();
-            for e in fs::read_dir(p).map_err(Errno::from)? {
-                let e = e.map_err(Errno::from)?;
-                let kind = kind_of(e.file_type().map_err(Errno::from)?);
-                list.push((self.fuse_ino(e.ino()), kind, e.file_name()));
-            }
-            Ok(list)
-        });
-        match list {
-            Ok(list) => {
-                let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-                self.dirs.lock().expect("dirs lock").insert(fh, list);
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        self.wait(&self.counts.readdir);
-        let dirs = self.dirs.lock().expect("dirs lock");
-        let Some(list) = dirs.get(&fh.0) else {
-            return reply.error(Errno::EBADF);
-        };
-        for (i, (ino, kind, name)) in list.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
-                break;
-            }
-        }
-        reply.ok();
-    }
-
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.dirs.lock().expect("dirs lock").remove(&fh.0);
-        reply.ok();
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply.statfs(1 << 20, 1 << 19, 1 << 19, 1 << 22, 1 << 21, 4096, 255, 4096);
-    }
-
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        reply.ok();
-    }
-
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.counts.xattr_read.fetch_add(1, Ordering::Relaxed);
-        let r = self.path(ino).and_then(|p| {
-            let (c, n) = (cstr(&p)?, CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?);
-            let mut buf = vec![0u8; size as usize];
-            // SAFETY: valid C strings and a buffer of `size` bytes.
-            let got = unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-            if got < 0 {
-                return Err(last());
-            }
-            buf.truncate(got as usize);
-            Ok(buf)
-        });
-        xattr_reply(r, size, reply);
-    }
-
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.counts.xattr_read.fetch_add(1, Ordering::Relaxed);
-        let r = self.path(ino).and_then(|p| {
-            let c = cstr(&p)?;
-            let mut buf = vec![0u8; size as usize];
-            // SAFETY: valid C string and a buffer of `size` bytes.
-            let got = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-            if got < 0 {
-                return Err(last());
-            }
-            buf.truncate(got as usize);
-            Ok(buf)
-        });
-        xattr_reply(r, size, reply);
-    }
-
-    fn setxattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        self.wait(&self.counts.xattr_write);
-        let r = self.path(ino).and_then(|p| {
-            let (c, n) = (cstr(&p)?, CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?);
-            // SAFETY: valid C strings and value slice.
-            let r = unsafe { libc::lsetxattr(c.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), flags) };
-            if r != 0 { Err(last()) } else { Ok(()) }
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.wait(&self.counts.xattr_write);
-        let r = self.path(ino).and_then(|p| {
-            let (c, n) = (cstr(&p)?, CString::new(name.as_bytes()).map_err(|_| Errno::EINVAL)?);
-            // SAFETY: valid C strings.
-            if unsafe { libc::lremovexattr(c.as_ptr(), n.as_ptr()) } != 0 { Err(last()) } else { Ok(()) }
-        });
-        match r {
-            Ok(()) => reply.ok(),
-            Err(e) => reply.error(e),
-        }
-    }
-}
-
-/// `size == 0` asks for the length only.
-fn xattr_reply(r: Result<Vec<u8>, Errno>, size: u32, reply: ReplyXattr) {
-    match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(e),
-    }
 }
 
 /// `__fuse SRC MNT LATENCY_US TTL_S SLOTS STATS`: serves until unmounted, then writes the
 /// request counts to STATS. SLOTS 0: no capacity limit.
 pub fn main_fuse(src: &Path, mnt: &Path, latency_us: u64, ttl_s: u64, slots: u64, stats: &Path) -> i32 {
-    let root_ino = match fs::metadata(src) {
-        Ok(m) => m.ino(),
-        Err(e) => {
-            eprintln!("slowfs: {}: {e}", src.display());
-            return 1;
-        }
-    };
-    let fs = Slow {
+    let model = Slow {
         stats: stats.to_path_buf(),
         counts: Counts::default(),
         latency: Duration::from_micros(latency_us),
         slots: (slots > 0).then(|| Slots::new(slots as usize)),
         latency_sum_us: AtomicU64::new(0),
         max_queue: AtomicU64::new(0),
-        ttl: Duration::from_secs(ttl_s),
-        root_ino,
-        paths: RwLock::new(HashMap::from([(1, src.to_path_buf())])),
-        dirs: Mutex::new(HashMap::new()),
-        next_fh: AtomicU64::new(1),
     };
-    let mut config = Config::default();
-    config.mount_options = vec![
-        MountOption::FSName("volprep-slow".into()),
-        MountOption::Subtype("volprep-slow".into()),
-        MountOption::Suid,
-    ];
-    config.n_threads = Some(if slots > 0 { THREADS_QUEUED } else { THREADS });
+    let fs = match Passthrough::new(src, Duration::from_secs(ttl_s), model) {
+        Ok(fs) => fs,
+        Err(e) => {
+            eprintln!("slowfs: {}: {e}", src.display());
+            return 1;
+        }
+    };
+    let mut config = fuse_passthrough::config("volprep-slow", if slots > 0 { THREADS_QUEUED } else { THREADS });
+    config.mount_options.push(MountOption::Suid);
     config.clone_fd = true;
     match fuser::mount(fs, mnt, &config) {
         Ok(()) => 0,
@@ -534,8 +268,7 @@ impl Drop for SlowMount {
         if let Ok(c) = CString::new(self.mnt.as_os_str().as_bytes()) {
             // SAFETY: valid C string. A busy mount is detached lazily instead.
             if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 && is_fuse_mount(&self.mnt) {
-                // SAFETY: `c` is a valid C string; a failed detach is only reported by the return value.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+                fuse_passthrough::detach(&self.mnt);
             }
         }
         if let Some(mut child) = self.child.take() {

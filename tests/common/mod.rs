@@ -2,7 +2,8 @@
 //! real filesystems (`mounts`), a tree builder (`tree`), snapshots and the kubelet reference
 //! (`snap`), the mixed-owner volume of the unprivileged mode (`mixed`), the Kubernetes
 //! examples' tools and checks (`k8s`), a pass killed midway (`kill`), real apps on prepared
-//! volumes (`apps`), FUSE filesystems that ignore or refuse ownership changes (`fusefs`). Each
+//! volumes (`apps`), FUSE filesystems that ignore or refuse ownership changes (`fusefs`, on the
+//! passthrough the benchmark's slow-storage model shares, `fuse_passthrough`). Each
 //! test file uses a part of it.
 #![allow(dead_code, unused_imports)]
 
@@ -10,6 +11,7 @@ pub mod apps;
 pub mod clones;
 pub mod containers;
 pub mod fd;
+pub mod fuse_passthrough;
 pub mod fusefs;
 pub mod k8s;
 pub mod kill;
