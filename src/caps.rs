@@ -22,8 +22,11 @@ pub const DAC_OVERRIDE: Cap = Cap {
     needed_for: "entering other users' private directories and writing the marker on the root fail",
 };
 pub const FOWNER: Cap = Cap { name: "FOWNER", bit: 3, needed_for: "chmod of entries owned by other users fails" };
-pub const FSETID: Cap =
-    Cap { name: "FSETID", bit: 4, needed_for: "the kernel drops the setgid bit a directory of another group must get" };
+pub const FSETID: Cap = Cap {
+    name: "FSETID",
+    bit: 4,
+    needed_for: "the kernel drops the setgid bit a directory (or a setgid file) of another group must have",
+};
 
 /// The capabilities that could have made a failed `op` with `errno` succeed, most likely first.
 pub fn candidates(op: Op, errno: Option<Errno>) -> &'static [Cap] {

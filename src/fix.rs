@@ -172,6 +172,8 @@ pub struct Task<'s> {
     pub spec: &'s Spec,
     pub private: Option<Private>,
     pub how: How,
+    /// Whether a chmod that sets S_ISGID keeps it (a setgid file of another group).
+    pub setgid: &'s SetgidRule,
 }
 
 impl Task<'_> {
@@ -298,7 +300,6 @@ fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, task: Task<'_>) -> Result<Fixed, F
         .then(|| sys::reopen_file(pin).ok())
         .flatten();
     let pin = opened.as_ref().map_or(pin, sys::fd);
-    let readback = how.readback;
     apply(pin, &change).map_err(|mut f| {
         // A chown that worked may have cleared setuid/setgid before the chmod was refused.
         if f.done.owner() {
@@ -307,13 +308,36 @@ fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, task: Task<'_>) -> Result<Fixed, F
         }
         f
     })?;
-    if readback == Readback::Yes && !change.is_none() {
-        let after = sys::stat_fd(pin).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
-        if let Some(op) = unapplied(&change, &after) {
-            return Err(Failure { op, cause: Cause::Ignored, done: Change::default() });
-        }
+    if needs_readback(how.readback, &change, now, task.setgid) {
+        read_back(pin, &change, now)?;
     }
     Ok(Fixed { change, old_perm: now.perm() })
+}
+
+/// Whether a change that reported success must be read back: when asked (`Readback::Yes`), or
+/// when it sets S_ISGID that the kernel may have dropped (see [`SetgidRule`]). The chown before
+/// the chmod clears a file's setgid bit too (without CAP_FSETID), so a setgid file of another
+/// group comes out without it as silently as a directory does.
+fn needs_readback(readback: Readback, change: &Change, seen: &Meta, setgid: &SetgidRule) -> bool {
+    let (uid, gid) = (change.uid.unwrap_or(seen.uid), change.gid.unwrap_or(seen.gid));
+    let setgid_unsure = change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid);
+    !change.is_none() && (readback == Readback::Yes || setgid_unsure)
+}
+
+/// Reads back through `fd` a `change` made to an inode seen as `seen`, whose calls all reported
+/// success. Everything but the setgid bit held: the kernel dropped it (no CAP_FSETID, not in
+/// the group), an EPERM that names the missing capability, with what did change counted. Any
+/// other part missing: the storage ignored the change (`Cause::Ignored`).
+fn read_back(fd: BorrowedFd<'_>, change: &Change, seen: &Meta) -> Result<(), Failure> {
+    let after = sys::stat_fd(fd).map_err(|e| Failure { done: *change, ..Failure::new(Op::Stat, e) })?;
+    match unapplied(change, &after) {
+        None => Ok(()),
+        Some(Op::Chmod) if change.mode.is_some_and(|m| m & !libc::S_ISGID == after.perm()) => {
+            let mode = (after.perm() != seen.perm()).then_some(after.perm());
+            Err(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::PERM), done: Change { mode, ..*change } })
+        }
+        Some(op) => Err(Failure { op, cause: Cause::Ignored, done: Change::default() }),
+    }
 }
 
 /// Whether a chmod that gives a directory its setgid bit is sure to keep it, so that
@@ -374,21 +398,10 @@ pub fn fix_dir(
         return Ok(Fixed { change, old_perm: seen.perm() });
     }
     apply(fd, &change)?;
-    let (uid, gid) = (change.uid.unwrap_or(seen.uid), change.gid.unwrap_or(seen.gid));
-    let setgid_unsure = change.mode.is_some_and(|m| m & libc::S_ISGID != 0) && !setgid.keeps(seen.dev, uid, gid);
-    if readback == Readback::No && !setgid_unsure {
-        return Ok(Fixed { change, old_perm: seen.perm() });
+    if needs_readback(readback, &change, seen, setgid) {
+        read_back(fd, &change, seen)?;
     }
-    let after = sys::stat_fd(fd).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
-    match unapplied(&change, &after) {
-        None => Ok(Fixed { change, old_perm: seen.perm() }),
-        // Everything but the setgid bit held: the kernel dropped it (see above).
-        Some(Op::Chmod) if change.mode.is_some_and(|m| m & !libc::S_ISGID == after.perm()) => {
-            let mode = (after.perm() != seen.perm()).then_some(after.perm());
-            Err(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::PERM), done: Change { mode, ..change } })
-        }
-        Some(op) => Err(Failure { op, cause: Cause::Ignored, done: Change::default() }),
-    }
+    Ok(Fixed { change, old_perm: seen.perm() })
 }
 
 #[cfg(test)]

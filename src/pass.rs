@@ -269,7 +269,8 @@ impl<'a> Fixer<'a> {
         pin: Option<BorrowedFd<'_>>,
     ) -> Result<Fixed, Failure> {
         let readback = self.readback();
-        let task = Task { spec: self.spec, private, how: How { readback, through: self.through } };
+        let task =
+            Task { spec: self.spec, private, how: How { readback, through: self.through }, setgid: &self.setgid };
         let outcome = match pin {
             Some(pin) => fix::fix_pinned(pin, meta, task),
             None => fix::fix_entry(dir.fd(), name, meta, task, |d, n| dir.with_fd_relief(|| sys::pin_at(d, n))),
