@@ -172,7 +172,7 @@ pub struct Task<'s> {
     pub spec: &'s Spec,
     pub private: Option<Private>,
     pub how: How,
-    /// Whether a chmod that sets S_ISGID keeps it (a setgid file of another group).
+    /// When a chmod that sets S_ISGID keeps it (a setgid file of another group may lose it).
     pub setgid: &'s SetgidRule,
 }
 
@@ -340,8 +340,8 @@ fn read_back(fd: BorrowedFd<'_>, change: &Change, seen: &Meta) -> Result<(), Fai
     }
 }
 
-/// Whether a chmod that gives a directory its setgid bit is sure to keep it, so that
-/// [`fix_dir`] need not read the mode back.
+/// Whether a chmod that gives a directory (or a setgid file) its setgid bit is sure to keep it,
+/// so that [`fix_dir`] and [`fix_entry`] need not read the mode back.
 ///
 /// The kernel silently drops S_ISGID from a chmod unless the caller is in the inode's group
 /// (its fsgid or a supplementary group) or holds CAP_FSETID over the inode
@@ -447,6 +447,24 @@ mod tests {
         // Most other inodes do not wait for `a`: their stripes are others (a few share its).
         let free = (1001..1033).filter(|&ino| stripe(7, ino) != mine).count();
         assert!(free >= 24, "{free} of 32 other inodes went ahead");
+    }
+
+    #[test]
+    fn a_setgid_bit_the_kernel_may_drop_is_read_back_for_files_and_directories() {
+        let without = SetgidRule { local_dev: Some(1), groups: vec![0], fsetid: false, overflow_uid: 65534 };
+        let with = SetgidRule { fsetid: true, ..without.clone() };
+        let tool = meta(libc::S_IFREG, 0o2755, 5, 33);
+        let change = decide(&tool, &fs(2000));
+        assert_eq!(change.mode, Some(0o2775), "the kubelet keeps a file's setgid bit");
+        assert!(needs_readback(Readback::No, &change, &tool, &without), "another group, no CAP_FSETID");
+        assert!(!needs_readback(Readback::No, &change, &tool, &with));
+        let plain = meta(libc::S_IFREG, 0o755, 5, 33);
+        assert!(!needs_readback(Readback::No, &decide(&plain, &fs(2000)), &plain, &without), "no setgid bit to lose");
+        let dir = meta(libc::S_IFDIR, 0o755, 5, 33);
+        assert!(needs_readback(Readback::No, &decide(&dir, &fs(2000)), &dir, &without));
+        assert!(!needs_readback(Readback::No, &decide(&dir, &fs(0)), &dir, &without), "its group is ours");
+        let done = meta(libc::S_IFREG, 0o2775, 5, 2000);
+        assert!(!needs_readback(Readback::Yes, &decide(&done, &fs(2000)), &done, &without), "nothing changed");
     }
 
     #[test]
