@@ -5,8 +5,7 @@
 //!
 //! The tests of the binary are `#[ignore = "needs the static binary ..."]` in a plain `cargo
 //! test` and fail when run without it (`.ci/run` sources `.ci/static.sh` and runs them with
-//! `--include-ignored`). The chroot tests also need root: without it they say so on stderr and
-//! pass on a laptop, and fail under `CI=true` or `VOLPREP_PRIVILEGED_TESTS=1`.
+//! `--include-ignored`). The chroot tests also need root, and fail without it, naming it.
 
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
@@ -30,26 +29,21 @@ fn say(msg: &str) {
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
-/// Fails the test: every test that needs root is `#[ignore]`d, so it runs only when asked.
-fn skip_or_fail(test: &str, reason: &str) {
-    panic!("{test}: cannot run: {reason}");
-}
-
 /// The static binary; the tests that use it are ignored in a plain `cargo test`, and fail when
 /// run without it.
-fn static_bin(test: &str) -> Option<PathBuf> {
+fn static_bin(test: &str) -> PathBuf {
     match std::env::var_os("VOLPREP_STATIC_BIN") {
-        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
+        Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => panic!("{test}: VOLPREP_STATIC_BIN is not set: source .ci/static.sh"),
     }
 }
 
-fn is_root(test: &str) -> bool {
-    let root = rustix::process::geteuid().as_raw() == 0;
-    if !root {
-        skip_or_fail(test, "needs root (chroot, mount)");
-    }
-    root
+/// The static binary, for a test that runs it chrooted into an empty root: it needs root too,
+/// and fails without it, naming what it needs.
+fn chroot_bin(test: &str) -> PathBuf {
+    let bin = static_bin(test);
+    assert!(rustix::process::geteuid().is_root(), "{test}: cannot run: needs root (chroot, mount)");
+    bin
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -115,9 +109,7 @@ fn elf_parser_sees_the_interpreter_of_a_dynamic_binary() {
 #[test]
 #[ignore = "needs the static binary: source .ci/static.sh"]
 fn static_binary_has_no_interpreter_and_no_shared_libraries() {
-    let Some(bin) = static_bin("static_binary_has_no_interpreter_and_no_shared_libraries") else {
-        return;
-    };
+    let bin = static_bin("static_binary_has_no_interpreter_and_no_shared_libraries");
     let bytes = fs::read(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
     assert_eq!(elf_linking(&bytes), Linking { interpreter: None, needed: 0 }, "{}", bin.display());
     let size = bytes.len() as u64;
@@ -287,7 +279,7 @@ fn prepared(root: &Root, gid: u32, out: &Output) -> Result<(), String> {
 #[test]
 #[ignore = "needs the static binary: source .ci/static.sh"]
 fn the_shipped_binary_has_no_test_hooks() {
-    let Some(bin) = static_bin("the_shipped_binary_has_no_test_hooks") else { return };
+    let bin = static_bin("the_shipped_binary_has_no_test_hooks");
     let bytes = fs::read(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
     assert!(!bytes.windows(b"VOLPREP_TEST_".len()).any(|w| w == b"VOLPREP_TEST_"), "{}", bin.display());
     let vol = tempfile::tempdir().unwrap();
@@ -310,13 +302,9 @@ fn the_shipped_binary_has_no_test_hooks() {
 }
 
 #[test]
-#[ignore = "needs the static binary: source .ci/static.sh"]
+#[ignore = "needs root and the static binary: source .ci/static.sh"]
 fn static_binary_runs_in_an_empty_chroot() {
-    let test = "static_binary_runs_in_an_empty_chroot";
-    let Some(bin) = static_bin(test) else { return };
-    if !is_root(test) {
-        return;
-    }
+    let bin = chroot_bin("static_binary_runs_in_an_empty_chroot");
     let root = Root::new(&bin);
     let out = root.run(&["apply", "--fs-group", "2000", "/vol"], None);
     prepared(&root, 2000, &out).unwrap_or_else(|e| panic!("{e}"));
@@ -329,13 +317,9 @@ fn static_binary_runs_in_an_empty_chroot() {
 /// every other capability dropped and no_new_privs set (as under the example pod spec),
 /// prepares a volume of another user's private directories, setgid bits included.
 #[test]
-#[ignore = "needs the static binary: source .ci/static.sh"]
+#[ignore = "needs root and the static binary: source .ci/static.sh"]
 fn static_binary_needs_only_the_manifest_capabilities() {
-    let test = "static_binary_needs_only_the_manifest_capabilities";
-    let Some(bin) = static_bin(test) else { return };
-    if !is_root(test) {
-        return;
-    }
+    let bin = chroot_bin("static_binary_needs_only_the_manifest_capabilities");
     let root = Root::new(&bin);
     let out = root.run(&["apply", "--fs-group", "3000", "/vol"], Some(MANIFEST_CAPS));
     prepared(&root, 3000, &out).unwrap_or_else(|e| panic!("{e}"));
@@ -354,13 +338,9 @@ fn marker_done(vol: &Path) -> bool {
 /// (without FSETID the kernel silently drops the directories' setgid bit). DAC_READ_SEARCH
 /// does not replace DAC_OVERRIDE: the marker xattr on the root needs write access.
 #[test]
-#[ignore = "needs the static binary: source .ci/static.sh"]
+#[ignore = "needs root and the static binary: source .ci/static.sh"]
 fn static_binary_fails_without_each_manifest_capability() {
-    let test = "static_binary_fails_without_each_manifest_capability";
-    let Some(bin) = static_bin(test) else { return };
-    if !is_root(test) {
-        return;
-    }
+    let bin = chroot_bin("static_binary_fails_without_each_manifest_capability");
     const CAP_DAC_READ_SEARCH: u32 = 2;
     for &missing in MANIFEST_CAPS {
         let mut caps: Vec<u32> = MANIFEST_CAPS.iter().copied().filter(|&c| c != missing).collect();
@@ -385,13 +365,9 @@ fn static_binary_fails_without_each_manifest_capability() {
 /// with the changes that did happen counted, and no `done`; with the manifest's capabilities the
 /// file keeps the bit, as the kubelet's pass leaves it.
 #[test]
-#[ignore = "needs the static binary: source .ci/static.sh"]
+#[ignore = "needs root and the static binary: source .ci/static.sh"]
 fn a_setgid_file_of_another_group_without_fsetid_is_an_error_naming_it() {
-    let test = "a_setgid_file_of_another_group_without_fsetid_is_an_error_naming_it";
-    let Some(bin) = static_bin(test) else { return };
-    if !is_root(test) {
-        return;
-    }
+    let bin = chroot_bin("a_setgid_file_of_another_group_without_fsetid_is_an_error_naming_it");
     const GID: u32 = 3000;
     let without_fsetid: Vec<u32> = MANIFEST_CAPS.iter().copied().filter(|&c| c != 4).collect();
     for caps in [&without_fsetid[..], MANIFEST_CAPS] {
