@@ -189,6 +189,83 @@ fn files_stdin_and_strict_refusals() {
     );
 }
 
+/// A Pod that inject rewrites, holding the two shapes its emitter once changed: a tagged empty
+/// string (an env var's `""` read back as the string `null`) and tagged keys (`!!str 0644`
+/// read back as the integer key 420, `? !!str yes` as a boolean key).
+const TAGGED_POD: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: tagged
+  annotations:
+    !!str 0644: mode
+    ? !!str yes
+    : yes-key
+spec:
+  securityContext: {fsGroup: 1000}
+  containers:
+    - name: app
+      image: app
+      args: [!!str , --x]
+      env:
+        - name: EMPTY
+          value: !!str
+      volumeMounts: [{name: data, mountPath: /data}]
+  volumes:
+    - name: data
+      persistentVolumeClaim: {claimName: data}
+";
+
+#[test]
+fn tagged_empty_strings_and_tagged_keys_keep_their_meaning() {
+    let out = ok(&inject(&[], TAGGED_POD, &[]));
+    assert!(stderr(&inject(&[], TAGGED_POD, &[])).contains("Pod/tagged: volprep injected"));
+    for kept in ["!!str 0644: mode\n", "!!str yes: yes-key\n", "value: !!str\n", "- !!str\n"] {
+        assert!(out.contains(kept), "{kept:?} lost:\n{out}");
+    }
+    assert!(!out.contains("null"), "{out}");
+    let pod: Value = serde_norway::from_str(&out).unwrap();
+    assert_eq!(pod["spec"]["containers"][0]["env"][0]["value"].as_str(), Some(""), "{out}");
+    assert_eq!(pod["spec"]["containers"][0]["args"][0].as_str(), Some(""), "{out}");
+    assert_eq!(pod["metadata"]["annotations"]["0644"].as_str(), Some("mode"), "{out}");
+}
+
+/// A test build whose emitter drops keys' tags (VOLPREP_TEST_INJECT_BREAK_EMITTER): the
+/// self-check reads the output back, finds the first difference and leaves the document as it
+/// came, refused with that path; the other documents are injected; `--strict` exits 5.
+#[test]
+#[cfg_attr(not(feature = "test-hooks"), ignore = "needs --features test-hooks")]
+fn the_self_check_catches_a_broken_emitter() {
+    let broken = [("VOLPREP_TEST_INJECT_BREAK_EMITTER", "1")];
+    let plain = TAGGED_POD.replace("!!str 0644", "mode0644").replace("? !!str yes\n    :", "yes-key:");
+    let stream = format!("{TAGGED_POD}---\n{}", plain.replace("name: tagged", "name: plain"));
+    let out = inject(&[], &stream, &broken);
+    let (text, err) = (ok(&out), stderr(&out));
+    assert!(text.starts_with(TAGGED_POD), "the document is left byte for byte:\n{text}");
+    assert!(text[TAGGED_POD.len()..].contains("initContainers"), "the next one is injected:\n{text}");
+    assert!(
+        err.contains("Pod/tagged: left unchanged: inject's output of this document would read differently at metadata.annotations.?0644: tag !!str meant, no tag read back")
+            && err.contains("a volprep bug")
+            && err.contains("1 injected, 1 refused"),
+        "{err}"
+    );
+    let strict = inject(&["--strict"], &stream, &broken);
+    assert_eq!(strict.status.code(), Some(5), "{}", stderr(&strict));
+    assert!(strict.stdout.is_empty() && stderr(&strict).contains("Pod/tagged: refused: inject's output"));
+    // The same in a kustomize ResourceList: the list comes back as it came.
+    let list = format!(
+        "apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n{}",
+        TAGGED_POD
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{}{l}\n", if i == 0 { "- " } else { "  " }))
+            .collect::<String>()
+    );
+    let out = inject(&[], &list, &broken);
+    assert_eq!(ok(&out), list);
+    assert!(stderr(&out).contains("items[0]: Pod/tagged: left unchanged: inject's output"), "{}", stderr(&out));
+    assert!(ok(&inject(&[], &list, &[])).contains("initContainers"));
+}
+
 #[test]
 fn malformed_yaml_is_one_line_and_nothing_on_stdout() {
     let bad = format!("{}---\nkind: Pod\nmetadata:\n  name: [x\n", rendered());

@@ -88,15 +88,30 @@ impl Emitter<'_> {
             if i > 0 || first == First::OwnLine {
                 pad(self.out, indent);
             }
-            let Node::Scalar { .. } = k else { return Err("a mapping key is not a scalar".into()) };
-            if k.as_str().is_some_and(|s| s.contains('\n')) {
-                return Err("a mapping key spans lines".into());
+            if implicit_key_ok(k) {
+                self.key_inline(k);
+            } else {
+                // An explicit key (`? key` then `: value`): a collection, a key over lines, a
+                // tagged empty scalar, a long key.
+                self.out.push('?');
+                self.child(k, indent, 2)?;
+                pad(self.out, indent);
             }
-            scalar_inline(k, self.out);
             self.out.push(':');
             self.child(v, indent, self.seqs.extra())?;
         }
         Ok(())
+    }
+
+    /// A key on the current line, with its tag (`!!str 0644` stays a string key).
+    fn key_inline(&mut self, k: &Node) {
+        if let Node::Scalar { tag: Some(t), .. } = k {
+            if !hook::drops_key_tags() {
+                self.out.push_str(t);
+                self.out.push(' ');
+            }
+        }
+        scalar_inline(k, self.out);
     }
 
     /// The items of a sequence at `indent`, the first where `first` says.
@@ -153,6 +168,10 @@ impl Emitter<'_> {
         };
         if let Some(t) = tag {
             self.out.push_str(t);
+            if matches!(v, Node::Scalar { text, style: Style::Plain, .. } if text.is_empty()) {
+                // A tagged empty scalar (`!!str`: the empty string) is its tag alone.
+                return Ok(());
+            }
             self.out.push(' ');
         }
         match v {
@@ -178,6 +197,19 @@ fn tag_then_newline(tag: &Option<String>, out: &mut String) {
         out.push_str(t);
     }
     out.push('\n');
+}
+
+/// True when `k` may be written as an implicit key (`key: value`): a scalar on one line, not
+/// a tagged empty one, short enough for every reader (YAML caps implicit keys at 1024 chars).
+fn implicit_key_ok(k: &Node) -> bool {
+    match k {
+        Node::Scalar { text, style, tag } => {
+            !text.contains(['\n', '\r'])
+                && text.len() <= 256
+                && !(tag.is_some() && text.is_empty() && *style == Style::Plain)
+        }
+        _ => false,
+    }
 }
 
 /// A scalar on one line, its tag left to the caller.
@@ -242,6 +274,22 @@ fn double_quoted(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// A TEST HOOK, only in a binary built with `--features test-hooks` (what the tests run): with
+/// `VOLPREP_TEST_INJECT_BREAK_EMITTER` set, the emitter drops mapping keys' tags, as the bug
+/// that turned `!!str 0644` into the integer key 420 did; the tests show the self-check
+/// catches it. The shipped binary never reads the variable.
+mod hook {
+    #[cfg(feature = "test-hooks")]
+    pub fn drops_key_tags() -> bool {
+        std::env::var_os("VOLPREP_TEST_INJECT_BREAK_EMITTER").is_some()
+    }
+
+    #[cfg(not(feature = "test-hooks"))]
+    pub fn drops_key_tags() -> bool {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::parse::parse;
@@ -293,6 +341,15 @@ mod tests {
             "spec:\n  containers:\n  - name: app\n    args:\n    - --x=1\n    ports: []\n  l:\n  - - 1\n    - 2\n";
         assert_eq!(Seqs::of(text), Seqs::Compact);
         assert_eq!(round_trip(text), text);
+    }
+
+    #[test]
+    fn tagged_empty_scalars_and_tagged_keys_keep_their_meaning() {
+        let out = round_trip("value: !!str\nargs:\n  - !!str\n  - !e \"\"\n!!str 0644: mode\n? !!str yes\n: b\n");
+        assert_eq!(out, "value: !!str\nargs:\n  - !!str\n  - !e \"\"\n!!str 0644: mode\n!!str yes: b\n");
+        assert_eq!(round_trip("!!str\n"), "!!str\n");
+        let out = round_trip("? !!str\n: empty\n? [a, b]\n: seq\n? {k: v}\n: map\n? |\n  two\n  lines\n: x\n");
+        assert_eq!(out, "? !!str\n: empty\n?\n  - a\n  - b\n: seq\n?\n  k: v\n: map\n? |\n  two\n  lines\n: x\n");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! kustomize KRM `ResourceList`) so the pods that leave their volumes to the kubelet's fsGroup
 //! pass get the volprep init container instead. A command: nothing below it imports it.
 
+mod check;
 mod config;
 mod emit;
 mod krm;
@@ -124,11 +125,8 @@ fn inject_stream_as(
     let all: Vec<&Node> = parsed.iter().flat_map(|(_, d)| d).collect();
     if let [doc] = all.as_slice() {
         if krm::is_resource_list(doc) {
-            let mut doc = (*doc).clone();
             let line = parsed.iter().find(|(_, d)| !d.is_empty()).map_or(1, |(c, _)| c.line);
-            let at = format!("{shown}:{line}");
-            return krm::run(&mut doc, &at, base, overrides)
-                .map_err(|msg| InjectError::at(source, line, None, InjectErrorKind::FunctionConfig(msg)));
+            return resource_list(text, doc, source, line, base, overrides, emit);
         }
     }
     let cfg = config(base, None, overrides).map_err(|m| InjectError::of(source, InjectErrorKind::FunctionConfig(m)))?;
@@ -136,6 +134,7 @@ fn inject_stream_as(
     for (chunk, mut docs) in parsed {
         let at = format!("{shown}:{}", chunk.line);
         let before = if emit == Emit::Patches { docs.clone() } else { Vec::new() };
+        let first = out.events.len();
         let mut changed = false;
         for doc in &mut docs {
             changed |= visit(doc, &at, &cfg, &mut out.events);
@@ -144,15 +143,86 @@ fn inject_stream_as(
             out.text.push_str(chunk.text);
             continue;
         }
-        let unwritable = |e: String| InjectError::at(source, chunk.line, None, InjectErrorKind::Unwritable(e));
-        for (old, new) in before.iter().zip(&docs) {
-            for (o, n) in objects(old).into_iter().zip(objects(new)) {
-                out.patches.extend(patch::patch(o, n).map_err(unwritable)?);
+        match checked(rewritten(chunk.text, &docs), &docs) {
+            Ok(text) => {
+                let unwritable = |e: String| InjectError::at(source, chunk.line, None, InjectErrorKind::Unwritable(e));
+                out.patches.extend(patches(&before, &docs).map_err(unwritable)?);
+                out.text.push_str(&text);
+            }
+            Err(why) => {
+                refuse_unchecked(&mut out.events[first..], &why);
+                out.text.push_str(chunk.text);
             }
         }
-        out.text.push_str(&rewritten(chunk.text, &docs).map_err(unwritable)?);
     }
     Ok(out)
+}
+
+/// A KRM `ResourceList` (all of `text`), its items rewritten and checked; when the check fails,
+/// `text` as it came, its workloads refused.
+fn resource_list(
+    text: &str,
+    doc: &Node,
+    source: &Path,
+    line: usize,
+    base: &Config,
+    overrides: &[(String, Node)],
+    emit: Emit,
+) -> Result<Output, InjectError> {
+    let shown = EscapedPath::new(source);
+    let mut new = doc.clone();
+    let mut out = krm::run(&mut new, &format!("{shown}:{line}"), base, overrides)
+        .map_err(|msg| InjectError::at(source, line, None, InjectErrorKind::FunctionConfig(msg)))?;
+    match checked(Ok(std::mem::take(&mut out.text)), std::slice::from_ref(&new)) {
+        Ok(written) => out.text = written,
+        Err(why) => {
+            refuse_unchecked(&mut out.events, &why);
+            out.text = text.to_string();
+            return Ok(out);
+        }
+    }
+    if emit == Emit::Patches {
+        let unwritable = |e: String| InjectError::at(source, line, None, InjectErrorKind::Unwritable(e));
+        let items = |d: &Node| d.get("items").map(Node::as_seq).unwrap_or(&[]).to_vec();
+        out.patches = patches(&items(doc), &items(&new)).map_err(unwritable)?;
+    }
+    Ok(out)
+}
+
+/// The patches that turn each object of `before` into the same object of `after`.
+fn patches(before: &[Node], after: &[Node]) -> Result<Vec<Node>, String> {
+    let mut out = Vec::new();
+    for (old, new) in before.iter().zip(after) {
+        for (o, n) in objects(old).into_iter().zip(objects(new)) {
+            out.extend(patch::patch(o, n)?);
+        }
+    }
+    Ok(out)
+}
+
+/// The self-check: `text` (inject's output for `meant`) read back means `meant`, node by node,
+/// to a YAML 1.2 and a YAML 1.1 reader. Err: why not, with the path of the first difference.
+fn checked(text: Result<String, String>, meant: &[Node]) -> Result<String, String> {
+    let text = text.map_err(|e| format!("inject cannot write this document back ({e})"))?;
+    let back = parse::parse(&text)
+        .map_err(|e| format!("inject's output of this document is not YAML (line {}: {})", e.line, e.msg))?;
+    match check::first_difference(meant, &back) {
+        None => Ok(text),
+        Some(d) => Err(format!("inject's output of this document would read differently at {d}")),
+    }
+}
+
+/// The objects of a document whose rewrite failed the self-check: those injected or annotated
+/// are refused, the document written as it came (a volprep bug, to report).
+fn refuse_unchecked(events: &mut [Event], why: &str) {
+    let why = format!("{why}; the document is left as it came (a volprep bug: please report it)");
+    for e in events {
+        match &mut e.outcome {
+            Outcome::Injected => e.outcome = Outcome::Refused(vec![why.clone()]),
+            Outcome::Refused(reasons) => reasons.push(why.clone()),
+            Outcome::Unsupported(_) | Outcome::Skipped(_) => {}
+        }
+    }
 }
 
 /// A changed chunk's new text: its head (directives, `---`, leading comments) and its tail

@@ -13,18 +13,45 @@ pub fn patch(old: &Node, new: &Node) -> Result<Option<Node>, String> {
     if ops.is_empty() {
         return Ok(None);
     }
-    let mut target = Node::map();
+    let mut p = Node::map();
+    p.set("target", target(new));
+    p.set("patch", Node::str(&emit::document(&Node::seq(ops), emit::Seqs::Indented)?));
+    Ok(Some(p))
+}
+
+/// The target that selects `obj` alone: its group (of `apiVersion`: `apps` of `apps/v1`, none
+/// for the core `v1`), version, kind, name and namespace. kustomize matches each as a regular
+/// expression, so the name and namespace have their `.` escaped.
+fn target(obj: &Node) -> Node {
+    let mut t = Node::map();
+    let field = |path: &[&str]| obj.at(path).and_then(Node::as_str).map(str::to_string);
+    if let Some(api) = field(&["apiVersion"]) {
+        let (group, version) = api.rsplit_once('/').unwrap_or(("", &api));
+        if !group.is_empty() {
+            t.set("group", Node::str(&regex_literal(group)));
+        }
+        t.set("version", Node::str(&regex_literal(version)));
+    }
     for (key, path) in
         [("kind", &["kind"][..]), ("name", &["metadata", "name"]), ("namespace", &["metadata", "namespace"])]
     {
-        if let Some(v) = new.at(path).and_then(Node::as_str) {
-            target.set(key, Node::str(v));
+        if let Some(v) = field(path) {
+            t.set(key, Node::str(&regex_literal(&v)));
         }
     }
-    let mut p = Node::map();
-    p.set("target", target);
-    p.set("patch", Node::str(&emit::document(&Node::seq(ops), emit::Seqs::Indented)?));
-    Ok(Some(p))
+    t
+}
+
+/// `s` as a regular expression that matches `s` alone (kustomize anchors it).
+fn regex_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// `~` and `/` escaped as a JSON pointer's reference token (RFC 6901).
