@@ -1013,13 +1013,113 @@ fn flux_patches_applied_by_kustomize_give_inject_output() {
     }
 }
 
+/// A core `apps/v1` StatefulSet and an OpenKruise `apps.kruise.io/v1beta1` StatefulSet of one
+/// name and namespace (different fsGroups), a core Pod and an `x.io/v1` Pod of one name, and a
+/// Pod whose name holds a `.` next to one it would match as a regular expression.
+const SAME_NAMES: &str = "apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: ns}
+spec:
+  serviceName: db
+  selector: {matchLabels: {a: b}}
+  template:
+    metadata: {labels: {a: b}}
+    spec:
+      securityContext: {fsGroup: 1000}
+      containers: [{name: c, image: i, volumeMounts: [{name: d, mountPath: /d}]}]
+      volumes: [{name: d, persistentVolumeClaim: {claimName: d}}]
+---
+apiVersion: apps.kruise.io/v1beta1
+kind: StatefulSet
+metadata: {name: db, namespace: ns}
+spec:
+  serviceName: db
+  selector: {matchLabels: {a: b}}
+  template:
+    metadata: {labels: {a: b}}
+    spec:
+      securityContext: {fsGroup: 2000}
+      containers: [{name: c, image: i, volumeMounts: [{name: d, mountPath: /d}]}]
+      volumes: [{name: d, persistentVolumeClaim: {claimName: d}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p.q, namespace: ns}
+spec:
+  securityContext: {fsGroup: 3000}
+  containers: [{name: c, image: i, volumeMounts: [{name: d, mountPath: /d}]}]
+  volumes: [{name: d, persistentVolumeClaim: {claimName: d}}]
+---
+apiVersion: x.io/v1
+kind: Pod
+metadata: {name: p.q, namespace: ns}
+spec: {securityContext: {fsGroup: 4000}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: pxq, namespace: ns}
+spec: {securityContext: {fsGroup: 5000}}
+";
+
+/// SAME_NAMES as the items of a KRM ResourceList.
+fn as_resource_list(stream: &str) -> String {
+    let mut list = String::from("apiVersion: config.kubernetes.io/v1\nkind: ResourceList\nitems:\n");
+    for doc in stream.split("---\n") {
+        for (i, l) in doc.lines().enumerate() {
+            list.push_str(&format!("{}{l}\n", if i == 0 { "- " } else { "  " }));
+        }
+    }
+    list
+}
+
+/// `--emit patches` on a KRM ResourceList gives the patches of its items, those of the same
+/// objects in a stream.
+#[test]
+fn patches_of_a_resource_list_are_its_items_patches() {
+    let patches = ok(&inject(&["--emit", "patches"], SAME_NAMES, &[]));
+    let from_list = inject(&["--emit", "patches"], &as_resource_list(SAME_NAMES), &[]);
+    assert_eq!(ok(&from_list), patches);
+    assert_eq!(docs(&patches)[0].as_sequence().map(Vec::len), Some(3), "{patches}");
+    assert!(stderr(&from_list).contains("3 injected"), "{}", stderr(&from_list));
+}
+
+/// The patches' targets select one object each (group, version, kind, name, namespace, as
+/// regular expressions): kustomize applies them to the objects of one name and gets what
+/// `inject` writes, and no patch lands on the OpenKruise StatefulSet, the `x.io` Pod or `pxq`.
+#[test]
+#[ignore = "needs kubectl (kustomize) and PyYAML: source .ci/k8s-tools.sh"]
+fn patch_targets_select_one_object_under_kustomize() {
+    let test = "patch_targets_select_one_object_under_kustomize";
+    let kubectl = tool("VOLPREP_KUBECTL", test).unwrap();
+    let python = tool("VOLPREP_PYTHON", test).unwrap();
+    for (name, input) in [("stream", SAME_NAMES.to_string()), ("ResourceList", as_resource_list(SAME_NAMES))] {
+        let patches = ok(&inject(&["--emit", "patches"], &input, &[]));
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("rendered.yaml"), SAME_NAMES).unwrap();
+        let mut k = String::from("resources:\n  - rendered.yaml\npatches:\n");
+        for line in patches.lines() {
+            k.push_str(&format!("  {line}\n"));
+        }
+        fs::write(dir.path().join("kustomization.yaml"), &k).unwrap();
+        let mut cmd = Command::new(&kubectl);
+        cmd.arg("kustomize").arg(dir.path());
+        say(&format!("{test}: {name}: {}", describe(&cmd)));
+        let patched = run_ok(&mut cmd);
+        fs::write(dir.path().join("patched.yaml"), &patched).unwrap();
+        fs::write(dir.path().join("injected.yaml"), ok(&inject(&[], SAME_NAMES, &[]))).unwrap();
+        let same = same_objects_yaml_1_1(&python, &dir.path().join("patched.yaml"), &dir.path().join("injected.yaml"));
+        assert!(same.status.success(), "{name}: {}\n{k}", String::from_utf8_lossy(&same.stdout));
+        assert_eq!(patched.matches("name: volprep\n").count(), 3, "{patched}");
+    }
+}
+
 /// Runs PyYAML over two streams: exit 0 when they hold the same objects (by `Kind/name`), read as
 /// YAML 1.1; else the differing objects on stdout.
 fn same_objects_yaml_1_1(python: &Path, a: &Path, b: &Path) -> Output {
     let script = r#"
 import sys, yaml
 def objs(path):
-    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
+    return {(d["apiVersion"], d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
 a, b = objs(sys.argv[1]), objs(sys.argv[2])
 bad = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 for k in bad:

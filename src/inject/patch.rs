@@ -19,17 +19,16 @@ pub fn patch(old: &Node, new: &Node) -> Result<Option<Node>, String> {
     Ok(Some(p))
 }
 
-/// The target that selects `obj` alone: its group (of `apiVersion`: `apps` of `apps/v1`, none
+/// The target that selects `obj` alone: its group (of `apiVersion`: `apps` of `apps/v1`, `^$`
 /// for the core `v1`), version, kind, name and namespace. kustomize matches each as a regular
-/// expression, so the name and namespace have their `.` escaped.
+/// expression (anchored), so their `.` are escaped: `a.b` would select `axb` too.
 fn target(obj: &Node) -> Node {
     let mut t = Node::map();
     let field = |path: &[&str]| obj.at(path).and_then(Node::as_str).map(str::to_string);
     if let Some(api) = field(&["apiVersion"]) {
         let (group, version) = api.rsplit_once('/').unwrap_or(("", &api));
-        if !group.is_empty() {
-            t.set("group", Node::str(&regex_literal(group)));
-        }
+        // An empty group selects every group: `^$` is the core group alone.
+        t.set("group", Node::str(&if group.is_empty() { "^$".to_string() } else { regex_literal(group) }));
         t.set("version", Node::str(&regex_literal(version)));
     }
     for (key, path) in
@@ -150,5 +149,13 @@ mod tests {
         assert!(ops("kind: A\nx: [a]\n", "kind: A\nx: [b, c]\n").contains("op: replace\n  path: /x\n"));
         assert!(patch(&Node::plain("a"), &Node::plain("a")).unwrap().is_none());
         assert_eq!(token("volprep.io/a~b"), "volprep.io~1a~0b");
+        let t = |api: &str| {
+            let obj = parse(&format!("apiVersion: {api}\nkind: K\nmetadata: {{name: a.b, namespace: n}}\n")).unwrap();
+            let t = target(&obj[0]);
+            ["group", "version", "kind", "name", "namespace"]
+                .map(|k| t.get(k).and_then(Node::as_str).unwrap().to_string())
+        };
+        assert_eq!(t("apps.kruise.io/v1beta1"), ["apps\\.kruise\\.io", "v1beta1", "K", "a\\.b", "n"]);
+        assert_eq!(t("v1"), ["^$", "v1", "K", "a\\.b", "n"]);
     }
 }
