@@ -462,6 +462,8 @@ mod tests;
 #[cfg(test)]
 mod tests_roundtrip;
 #[cfg(test)]
+mod tests_shapes;
+#[cfg(test)]
 mod tests_volumes;
 #[cfg(test)]
 mod tests_yaml;

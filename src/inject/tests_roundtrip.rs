@@ -4,7 +4,8 @@
 //! byte; a subtree of a rewritten workload means the same, to this parser and (the ignored
 //! differential test) to a YAML 1.1 reader, PyYAML.
 //!
-//! `VOLPREP_YAML_SEED` picks the seed, `VOLPREP_YAML_CASES` the number of cases.
+//! `VOLPREP_YAML_SEED` picks the seed, `VOLPREP_YAML_CASES` the number of cases (and the
+//! differential also reads every shape of tests_shapes, `VOLPREP_YAML_ROUNDS` times).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -16,10 +17,10 @@ use super::parse::parse;
 use super::{Outcome, inject_stream};
 
 /// splitmix64: small, seeded, good enough to pick shapes.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -27,11 +28,11 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    pub(super) fn below(&mut self, n: usize) -> usize {
         (self.next() % n as u64) as usize
     }
 
-    fn chance(&mut self, percent: usize) -> bool {
+    pub(super) fn chance(&mut self, percent: usize) -> bool {
         self.below(100) < percent
     }
 
@@ -42,7 +43,7 @@ impl Rng {
 
 /// Plain scalars whose meaning differs between readers: YAML 1.1 octals, bases, underscores,
 /// sexagesimals, booleans, nulls, floats, timestamps, and plain strings.
-const PLAIN: &[&str] = &[
+pub(super) const PLAIN: &[&str] = &[
     "app",
     "0644",
     "0o17",
@@ -322,7 +323,7 @@ fn seed_and_cases() -> (u64, usize) {
 const SEED: u64 = 0x5eed_2026;
 
 /// A Pod that gets injected, holding `data` (a generated block mapping) under `x-data`.
-fn workload(data: &str) -> String {
+pub(super) fn workload(data: &str) -> String {
     let data: String = data.lines().map(|l| if l.is_empty() { "\n".to_string() } else { format!("  {l}\n") }).collect();
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nx-data:\n{data}spec:\n  securityContext: {{fsGroup: 1000}}\n  containers:\n    - name: c\n      image: i\n      volumeMounts: [{{name: d, mountPath: /d}}]\n  volumes:\n    - name: d\n      persistentVolumeClaim: {{claimName: d}}\n"
@@ -419,6 +420,15 @@ fn a_yaml_1_1_reader_reads_rewritten_subtrees_the_same() {
         let (input, out) = rewrite_case(&mut rng);
         let _ = writeln!(pairs, "{}", serde_json::json!([input, out]));
     }
+    // Every shape of node the parser gives (tests_shapes), inside a rewritten workload.
+    let rounds = std::env::var("VOLPREP_YAML_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    for (tag, _, pos, text) in super::tests_shapes::shapes(rounds, seed).0 {
+        if pos != super::tests_shapes::Position::Root {
+            let input = super::tests_shapes::shape_workload(tag, &text);
+            let out = inject_stream(&input, Path::new("-"), &Config::default(), &[]).unwrap();
+            let _ = writeln!(pairs, "{}", serde_json::json!([input, out.text]));
+        }
+    }
     let file = dir.path().join("pairs.jsonl");
     std::fs::write(&file, pairs).unwrap();
     let script = r#"
@@ -437,12 +447,16 @@ def canon(x):
     if isinstance(x, dict): return sorted((repr(canon(k)), canon(v)) for k, v in x.items())
     if isinstance(x, (list, tuple)): return [canon(i) for i in x]
     return (type(x).__name__, repr(x))
+def load(text):
+    # A tag PyYAML cannot construct (`!!int yes`, an unhashable key) fails alike on both sides.
+    try: return canon(yaml.load(text, Loader)["x-data"])
+    except Exception as e: return ("error", type(e).__name__, str(getattr(e, "problem", e)))
 bad = n = 0
 for line in open(sys.argv[1]):
     a, b = json.loads(line)
     n += 1
-    x, y = yaml.load(a, Loader)["x-data"], yaml.load(b, Loader)["x-data"]
-    if canon(x) != canon(y):
+    x, y = load(a), load(b)
+    if x != y:
         bad += 1
         if bad <= 3: print("DIFFERS:\n" + a + "\n=>\n" + b + "\n" + repr(x) + "\n" + repr(y))
 print(f"{n} workloads, {bad} read differently by PyYAML {yaml.__version__}")
