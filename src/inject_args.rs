@@ -115,13 +115,30 @@ pub struct InjectArgs {
     pub strict: bool,
 
     /// Rendered manifests: multi-document YAML, or a KRM ResourceList ('-' or none: stdin).
+    /// On an error or a `--strict` refusal, write the reasons to stdout as a YAML document no
+    /// Kubernetes tool takes (a literal block), and exit 0: for Helm 4's post-renderer plugins,
+    /// whose failures Helm reports without the plugin's stderr, while it shows the output it
+    /// cannot read. examples/inject/helm-plugin passes it.
+    #[arg(long)]
+    pub errors_on_stdout: bool,
+
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
 }
 
 impl InjectArgs {
-    /// The options, or a usage error (a bad KEY=VALUE).
+    /// The options, or a usage error (a bad KEY=VALUE); with `--errors-on-stdout`, options that
+    /// carry the usage error to `inject::run`, which writes it where Helm 4 shows it.
     pub fn to_options(&self) -> Result<inject::Options, String> {
+        match self.options() {
+            Err(e) if self.errors_on_stdout => {
+                Ok(inject::Options { usage_error: Some(e), errors_on_stdout: true, ..inject::Options::default() })
+            }
+            result => result,
+        }
+    }
+
+    fn options(&self) -> Result<inject::Options, String> {
         let mut overrides: Vec<(String, Node)> = Vec::new();
         for pair in &self.sets {
             let (k, v) = pair.split_once('=').ok_or_else(|| format!("--set '{pair}' is not KEY=VALUE"))?;
@@ -163,6 +180,8 @@ impl InjectArgs {
             config_file: self.config.clone(),
             overrides,
             strict: self.strict,
+            errors_on_stdout: self.errors_on_stdout,
+            usage_error: None,
             emit: match self.emit {
                 EmitArg::Manifests => inject::Emit::Manifests,
                 EmitArg::Patches => inject::Emit::Patches,

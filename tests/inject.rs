@@ -266,6 +266,25 @@ fn the_self_check_catches_a_broken_emitter() {
     assert!(ok(&inject(&[], &list, &[])).contains("initContainers"));
 }
 
+/// `--errors-on-stdout` (the Helm 4 plugin's): the reasons of a `--strict` refusal, of bad
+/// input and of a bad setting go to stdout as a YAML scalar document, exit 0; a success is
+/// the manifests as ever.
+#[test]
+fn errors_on_stdout_for_helm_4() {
+    let out = inject(&["--strict", "--errors-on-stdout"], &rendered(), &[]);
+    let text = ok(&out);
+    assert!(text.starts_with("# volprep inject failed (exit status 5): nothing rendered\n|-\n  "), "{text}");
+    assert!(text.contains("Pod/rel-runner: refused: containers mounting volume builds"), "{text}");
+    let doc: Value = serde_norway::from_str(&text).unwrap();
+    assert!(doc.is_string(), "a scalar, no object: {text}");
+    assert!(stderr(&out).contains("refused"), "stderr as ever");
+    let bad = ok(&inject(&["--errors-on-stdout"], "kind: Pod\nmetadata:\n  name: [x\n", &[]));
+    assert!(bad.starts_with("# volprep inject failed (exit status 1)") && bad.contains("not YAML"), "{bad}");
+    let usage = ok(&inject(&["--errors-on-stdout", "--set", "nonsense"], &rendered(), &[]));
+    assert!(usage.starts_with("# volprep inject failed (exit status 2)") && usage.contains("KEY=VALUE"), "{usage}");
+    assert_eq!(ok(&inject(&["--errors-on-stdout"], &rendered(), &[])), ok(&inject(&[], &rendered(), &[])));
+}
+
 #[test]
 fn malformed_yaml_is_one_line_and_nothing_on_stdout() {
     let bad = format!("{}---\nkind: Pod\nmetadata:\n  name: [x\n", rendered());
@@ -681,6 +700,27 @@ fn helm_post_renderer_plugin() {
     let piped = ok(&inject(&[], &rendered(), &[("VOLPREP_INJECT_IMAGE_TAG", "4.4.4")]));
     assert_eq!(docs(&post), docs(&piped), "post-renderer and pipe agree");
     assert!(post.contains("image: ghcr.io/volprep/volprep:4.4.4"), "{post}");
+    // --strict: Helm 4 drops the plugin's stderr; the plugin's --errors-on-stdout makes the
+    // reasons reach the user in Helm's own error.
+    let mut strict = helm(&helm_bin, home.path());
+    strict.env("PATH", &path).args(["template", "rel"]).arg(&chart);
+    strict.args(["--post-renderer", "volprep-inject", "--post-renderer-args=--strict"]);
+    let o = output(&mut strict);
+    let err = String::from_utf8_lossy(&o.stderr);
+    say(&format!("{test}: --strict: {err}"));
+    assert!(!o.status.success() && o.stdout.is_empty(), "{err}");
+    assert!(
+        err.contains("volprep inject failed (exit status 5)")
+            && err.contains("Pod/rel-runner: refused: containers mounting volume builds run as different users")
+            && err.contains("2 workload(s) refused (--strict)"),
+        "{err}"
+    );
+    let mut bad = helm(&helm_bin, home.path());
+    bad.env("PATH", &path).args(["template", "rel"]).arg(&chart);
+    bad.args(["--post-renderer", "volprep-inject", "--post-renderer-args=--set=modes=nonsense"]);
+    let o = output(&mut bad);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("exit status 2") && err.contains("modes"), "{err}");
     // An executable path is Helm 3's post-renderer; Helm 4 refuses it.
     let mut old = helm(&helm_bin, home.path());
     old.args(["template", "rel"]).arg(&chart).args(["--post-renderer", BIN, "--post-renderer-args", "inject"]);
@@ -759,14 +799,18 @@ fn kustomize_exec_function_example() {
     validate(&kv, &yl, "kustomize-inject", &serde_norway::to_string(&items[0]).unwrap());
 }
 
-/// The wiring examples agree with the command: the plugin runs `volprep inject`, Helmfile names
+/// The wiring examples agree with the command: the plugin runs `volprep inject
+/// --errors-on-stdout` (Helm 4 shows no plugin's stderr), Helmfile names
 /// it, Argo CD's generate step renders to a file before injecting.
 #[test]
 fn wiring_examples_name_the_command() {
     let plugin: Value = serde_norway::from_str(&read("examples/inject/helm-plugin/plugin.yaml")).unwrap();
     assert_eq!(plugin["type"].as_str(), Some("postrenderer/v1"));
     let cmd = &plugin["runtimeConfig"]["platformCommand"][0];
-    assert_eq!((cmd["command"].as_str(), strs(&cmd["args"])), (Some("volprep"), vec!["inject".to_string()]));
+    assert_eq!(
+        (cmd["command"].as_str(), strs(&cmd["args"])),
+        (Some("volprep"), vec!["inject".into(), "--errors-on-stdout".into()])
+    );
     let helmfile: Value = serde_norway::from_str(&read("examples/inject/helmfile.yaml")).unwrap();
     assert_eq!(helmfile["helmDefaults"]["postRenderer"].as_str(), Some("volprep"));
     assert_eq!(strs(&helmfile["helmDefaults"]["postRendererArgs"]), ["inject"]);

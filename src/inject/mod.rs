@@ -37,7 +37,7 @@ pub enum Emit {
 }
 
 /// `inject`'s plain options.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Options {
     /// Inputs; none: stdin.
     pub files: Vec<PathBuf>,
@@ -47,6 +47,10 @@ pub struct Options {
     pub overrides: Vec<(String, Node)>,
     /// A refusal is an error: exit 5, nothing written.
     pub strict: bool,
+    /// An error or a `--strict` refusal writes its reasons to stdout and exits 0 (Helm 4).
+    pub errors_on_stdout: bool,
+    /// A usage error found in the command line, reported by `run` (with `errors_on_stdout`).
+    pub usage_error: Option<String>,
     pub emit: Emit,
 }
 
@@ -360,6 +364,47 @@ fn base_config(opts: &Options) -> Result<Config, Error> {
 }
 
 pub fn run(opts: &Options) -> Result<ExitCode, Error> {
+    let mut reasons = Vec::new();
+    let result = run_with(opts, &mut reasons);
+    if !opts.errors_on_stdout {
+        return result;
+    }
+    let code = match result {
+        Ok(ExitCode::Success) => return result,
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e}");
+            reasons.push(e.to_string());
+            e.exit_code()
+        }
+    };
+    write_reasons(&reasons, code)?;
+    Ok(ExitCode::Success)
+}
+
+/// The reasons inject wrote nothing, as one YAML document on stdout: a comment, then a literal
+/// block (a scalar, so no Kubernetes tool takes it for an object; Helm 4 shows it).
+fn write_reasons(reasons: &[String], code: ExitCode) -> Result<(), Error> {
+    let mut text = format!("# volprep inject failed (exit status {}): nothing rendered\n|-\n", code as i32);
+    for r in reasons {
+        for line in r.lines() {
+            text.push_str("  ");
+            text.push_str(&line.replace(|c: char| c.is_control() && c != '\t', " "));
+            text.push('\n');
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(|e| Error::Inject(InjectError::of("-", InjectErrorKind::Write(e.to_string()))))
+}
+
+/// [`run`], the reasons of a `--strict` refusal added to `reasons`.
+fn run_with(opts: &Options, reasons: &mut Vec<String>) -> Result<ExitCode, Error> {
+    if let Some(e) = &opts.usage_error {
+        return Err(Error::Usage(e.clone()));
+    }
     let base = base_config(opts)?;
     let inputs = read_inputs(&opts.files).map_err(Error::Inject)?;
     let mut text = String::new();
@@ -381,7 +426,10 @@ pub fn run(opts: &Options) -> Result<ExitCode, Error> {
     }
     let tally = log_events(&events, opts.strict);
     if tally.refused > 0 && opts.strict {
-        tracing::error!("{} workload(s) refused (--strict): nothing written", tally.refused);
+        let last = format!("{} workload(s) refused (--strict): nothing written", tally.refused);
+        tracing::error!("{last}");
+        reasons.extend(refusals(&events));
+        reasons.push(last);
         return Ok(ExitCode::Refused);
     }
     tally.summary();
@@ -423,6 +471,17 @@ impl Tally {
             tracing::info!("{line}");
         }
     }
+}
+
+/// A line per reason of each refused object (`FILE:LINE: Kind/name: refused: why`).
+fn refusals(events: &[Event]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in events {
+        if let Outcome::Refused(why) = &e.outcome {
+            out.extend(why.iter().map(|w| format!("{}: {}: refused: {w}", e.at, e.what)));
+        }
+    }
+    out
 }
 
 /// One log line per injected, refused or unsupported object; the tally.
