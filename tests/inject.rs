@@ -1237,6 +1237,123 @@ fn argocd_plugin_runs_as_argo_cd_runs_it() {
     );
 }
 
+/// The Argo CD plugin's generate step, with a stand-in `helm` (a script that prints FAKE_RENDER,
+/// touches FAKE_MARK, sleeps FAKE_SLEEP seconds, exits FAKE_EXIT) and TMPDIR a directory of
+/// the test's own, spawned in a process group of its own.
+fn spawn_generate(dir: &Path, env: &[(&str, &str)]) -> std::process::Child {
+    use std::os::unix::process::CommandExt as _;
+    let plugin: Value = serde_norway::from_str(&read("examples/inject/argocd/plugin.yaml")).unwrap();
+    let bin = dir.join("bin");
+    let app = dir.join("app");
+    fs::create_dir_all(&bin).unwrap();
+    fs::create_dir_all(&app).unwrap();
+    fs::create_dir_all(dir.join("tmp")).unwrap();
+    let _ = std::os::unix::fs::symlink(BIN, bin.join("volprep"));
+    let helm = "#!/bin/sh\ncat \"$FAKE_RENDER\"\n[ -z \"${FAKE_MARK:-}\" ] || : >\"$FAKE_MARK\"\nsleep \"${FAKE_SLEEP:-0}\"\nexit \"${FAKE_EXIT:-0}\"\n";
+    fs::write(bin.join("helm"), helm).unwrap();
+    fs::set_permissions(bin.join("helm"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let argv = cmp_step(&plugin, "generate");
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]).current_dir(&app).env_clear().process_group(0);
+    cmd.env("PATH", format!("{}:/usr/bin:/bin", bin.display())).env("TMPDIR", dir.join("tmp"));
+    cmd.envs(argocd_env("rel", "apps", &[])).envs(env.iter().copied());
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.spawn().expect("spawn the generate step")
+}
+
+/// What is left in the generate step's TMPDIR.
+fn leftovers(dir: &Path) -> Vec<PathBuf> {
+    fs::read_dir(dir.join("tmp")).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+/// The generate step leaves no temporary file (rendered manifests hold the chart's Secrets)
+/// after a success, a failed `helm template`, a `--strict` refusal, a SIGTERM to its process
+/// group and a SIGKILL to its shell.
+#[test]
+fn argocd_generate_leaves_no_temp_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pod, all) = (dir.path().join("pod.yaml"), dir.path().join("all.yaml"));
+    fs::write(&pod, TAGGED_POD).unwrap();
+    fs::write(&all, rendered()).unwrap();
+    let (pod, all) = (pod.to_str().unwrap(), all.to_str().unwrap());
+    for (case, env, code) in [
+        ("success", vec![("FAKE_RENDER", pod)], Some(0)),
+        ("helm fails", vec![("FAKE_RENDER", pod), ("FAKE_EXIT", "1")], Some(1)),
+        ("refused", vec![("FAKE_RENDER", all)], Some(5)),
+    ] {
+        let out = spawn_generate(dir.path(), &env).wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), code, "{case}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).contains("initContainers"), code == Some(0), "{case}");
+        assert_eq!(leftovers(dir.path()), Vec::<PathBuf>::new(), "{case}: left in TMPDIR");
+    }
+    for (case, signal, group) in
+        [("SIGTERM to the group", libc::SIGTERM, true), ("SIGKILL to sh", libc::SIGKILL, false)]
+    {
+        let mark = dir.path().join("helm-running");
+        let _ = fs::remove_file(&mark);
+        let env = [("FAKE_RENDER", pod), ("FAKE_MARK", mark.to_str().unwrap()), ("FAKE_SLEEP", "30")];
+        let mut child = spawn_generate(dir.path(), &env);
+        let pid = child.id() as i32;
+        let start = std::time::Instant::now();
+        while !mark.exists() && start.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(mark.exists(), "{case}: helm never ran");
+        // SAFETY: kill has no memory preconditions; pid is our child, its group its own.
+        unsafe { libc::kill(if group { -pid } else { pid }, signal) };
+        let status = child.wait().unwrap();
+        // SAFETY: as above: the stand-in helm's sleep, left by a SIGKILL to its shell.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+        assert!(!status.success(), "{case}");
+        assert_eq!(leftovers(dir.path()), Vec::<PathBuf>::new(), "{case}: left in TMPDIR");
+    }
+}
+
+/// An ELF64 little-endian header and one program header of `p_type` (3: PT_INTERP, what a
+/// dynamically linked executable has; 1: PT_LOAD).
+fn tiny_elf(p_type: u32) -> Vec<u8> {
+    let mut b = vec![0u8; 64 + 56];
+    b[..6].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1]);
+    b[32..40].copy_from_slice(&64u64.to_le_bytes());
+    b[54..56].copy_from_slice(&56u16.to_le_bytes());
+    b[56..58].copy_from_slice(&1u16.to_le_bytes());
+    b[64..68].copy_from_slice(&p_type.to_le_bytes());
+    b
+}
+
+/// build-sidecar.sh takes only statically linked programs (the image has no C library): a
+/// dynamically linked volprep (this test build, as `cargo install` makes) or helm stops it with
+/// a message naming the file, before any image is built.
+#[test]
+fn argocd_sidecar_build_refuses_a_dynamic_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stat, dynamic) = (dir.path().join("static"), dir.path().join("dynamic"));
+    fs::write(&stat, tiny_elf(1)).unwrap();
+    fs::write(&dynamic, tiny_elf(3)).unwrap();
+    let script = Path::new(ROOT).join("examples/inject/argocd/build-sidecar.sh");
+    let build = |volprep: &Path, helm: &Path| {
+        let mut cmd = Command::new("sh");
+        cmd.arg(&script).arg("localhost/never-built").env("VOLPREP", volprep).env("HELM", helm).env("BUSYBOX", &stat);
+        cmd.env("PATH", "/usr/bin:/bin");
+        output(&mut cmd)
+    };
+    let o = build(Path::new(BIN), &stat);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{BIN}: dynamically linked (it names an ELF interpreter)"))
+            && err.contains("volprep must be statically linked (set VOLPREP)"),
+        "{err}"
+    );
+    let o = build(&stat, &dynamic);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(1) && err.contains("helm must be statically linked (set HELM)"), "{err}");
+    let o = build(&dir.path().join("missing"), &stat);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(1) && err.contains("no volprep: set VOLPREP"), "{err}");
+}
+
 /// The wrapper-chart route for a chart from a Helm repository (Argo CD's plugins apply to git
 /// sources only): a chart in git that depends on it, built by the plugin's `init` (`helm
 /// dependency build`). Here the dependency is a local chart (no repository is reachable);
