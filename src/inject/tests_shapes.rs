@@ -285,6 +285,11 @@ fn every_shape_round_trips_and_survives_a_rewrite() {
         let input = shape_workload(tag, text);
         let out = inject_stream(&input, Path::new("-"), &Config::default(), &[]).unwrap();
         let outcome = &out.events[0].outcome;
+        if parse(&input).unwrap()[0].has_merge_key() {
+            // A `<<` key: inject does not expand merges and leaves the workload as it is.
+            assert!(matches!(outcome, Outcome::Unsupported(_)) && out.text == input, "{input}");
+            continue;
+        }
         assert_eq!(outcome, &Outcome::Injected, "{tag} {form:?} {pos:?}:\n{input}=>\n{}", out.text);
         let (a, b) = (parse(&input).unwrap().remove(0), parse(&out.text).unwrap().remove(0));
         let (a, b) = (a.get("x-data").unwrap().clone(), b.get("x-data").unwrap().clone());
