@@ -816,7 +816,7 @@ fn wiring_examples_name_the_command() {
     assert_eq!(strs(&helmfile["helmDefaults"]["postRendererArgs"]), ["inject"]);
     let cmp: Value = serde_norway::from_str(&read("examples/inject/argocd/plugin.yaml")).unwrap();
     let script = strs(&cmp["spec"]["generate"]["args"]).join("\n");
-    assert!(script.contains("set -eu") && script.contains("volprep inject --strict \"$out\""), "{script}");
+    assert!(script.contains("set -eu") && script.contains("volprep inject --strict <&4"), "{script}");
     let wrapper = read("examples/inject/kustomize/volprep-inject");
     assert!(wrapper.contains("exec volprep inject \"$@\""));
     let help = ok(&inject(&["--help"], "", &[]));

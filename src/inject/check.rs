@@ -26,51 +26,59 @@ pub fn first_difference(meant: &[Node], read: &[Node]) -> Option<String> {
         return Some(format!("(stream): {} documents meant, {} read back", meant.len(), read.len()));
     }
     meant.iter().zip(read).enumerate().find_map(|(i, (m, r))| {
-        let mut path = if meant.len() > 1 { format!("(document {})", i + 1) } else { String::new() };
-        differ(m, r, &mut path).map(|why| format!("{}: {why}", if path.is_empty() { "(root)" } else { &path }))
+        let (mut parts, why) = differ(m, r)?;
+        if meant.len() > 1 {
+            parts.push(format!("(document {})", i + 1));
+        }
+        let mut path = String::new();
+        for p in parts.iter().rev() {
+            if !path.is_empty() && !p.starts_with('[') {
+                path.push('.');
+            }
+            path.push_str(p);
+        }
+        Some(format!("{}: {why}", if path.is_empty() { "(root)" } else { &path }))
     })
 }
 
-/// The first difference under `path` (extended to it).
-fn differ(m: &Node, r: &Node, path: &mut String) -> Option<String> {
+/// The first difference: the path's parts from the node up (innermost first), and why. Equal
+/// nodes are passed at once; the path is built only on a difference.
+fn differ(m: &Node, r: &Node) -> Option<(Vec<String>, String)> {
+    if m == r {
+        return None;
+    }
+    let here = |why: String| Some((Vec::new(), why));
+    let under = |part: String, found: Option<(Vec<String>, String)>| {
+        found.map(|(mut parts, why)| {
+            parts.push(part);
+            (parts, why)
+        })
+    };
     match (m, r) {
-        (Node::Scalar { tag: mt, .. }, Node::Scalar { tag: rt, .. }) if mt != rt => Some(tags(mt, rt)),
-        (Node::Scalar { .. }, Node::Scalar { .. }) => scalar(m, r),
+        (Node::Scalar { tag: mt, .. }, Node::Scalar { tag: rt, .. }) if mt != rt => here(tags(mt, rt)),
+        (Node::Scalar { .. }, Node::Scalar { .. }) => scalar(m, r).map(|why| (Vec::new(), why)),
         (Node::Seq { items: mi, tag: mt }, Node::Seq { items: ri, tag: rt }) => {
             if mt != rt {
-                return Some(tags(mt, rt));
+                return here(tags(mt, rt));
             }
             if mi.len() != ri.len() {
-                return Some(format!("{} items meant, {} read back", mi.len(), ri.len()));
+                return here(format!("{} items meant, {} read back", mi.len(), ri.len()));
             }
-            mi.iter().zip(ri).enumerate().find_map(|(i, (a, b))| under(path, &format!("[{i}]"), |p| differ(a, b, p)))
+            mi.iter().zip(ri).enumerate().find_map(|(i, (a, b))| under(format!("[{i}]"), differ(a, b)))
         }
         (Node::Map { entries: me, tag: mt }, Node::Map { entries: re, tag: rt }) => {
             if mt != rt {
-                return Some(tags(mt, rt));
+                return here(tags(mt, rt));
             }
             if me.len() != re.len() {
-                return Some(format!("{} keys meant, {} read back", me.len(), re.len()));
+                return here(format!("{} keys meant, {} read back", me.len(), re.len()));
             }
             me.iter().zip(re).find_map(|((mk, mv), (rk, rv))| {
-                let (name, dot) = (key_name(mk), if path.is_empty() { "" } else { "." });
-                under(path, &format!("{dot}?{name}"), |p| differ(mk, rk, p))
-                    .or_else(|| under(path, &format!("{dot}{name}"), |p| differ(mv, rv, p)))
+                under(format!("?{}", key_name(mk)), differ(mk, rk)).or_else(|| under(key_name(mk), differ(mv, rv)))
             })
         }
-        _ => Some(format!("a {} meant, a {} read back", shape(m), shape(r))),
+        _ => here(format!("a {} meant, a {} read back", shape(m), shape(r))),
     }
-}
-
-/// `f` with `part` appended to `path`, then `path` as it was (kept on a difference).
-fn under(path: &mut String, part: &str, f: impl FnOnce(&mut String) -> Option<String>) -> Option<String> {
-    let len = path.len();
-    path.push_str(part);
-    let found = f(path);
-    if found.is_none() {
-        path.truncate(len);
-    }
-    found
 }
 
 /// A key as a path part: its text, `(mapping key)` for a collection key.

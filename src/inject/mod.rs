@@ -118,48 +118,129 @@ fn inject_stream_as(
     emit: Emit,
 ) -> Result<Output, InjectError> {
     let shown = EscapedPath::new(source);
-    let mut parsed = Vec::new();
-    for chunk in split::chunks(text) {
-        let docs = parse::parse(chunk.text).map_err(|e| {
-            let line = chunk.line + e.line.saturating_sub(1);
-            InjectError::at(source, line, Some(e.col), InjectErrorKind::NotYaml(e.msg))
-        })?;
-        parsed.push((chunk, docs));
-    }
-    let all: Vec<&Node> = parsed.iter().flat_map(|(_, d)| d).collect();
-    if let [doc] = all.as_slice() {
-        if krm::is_resource_list(doc) {
-            let line = parsed.iter().find(|(_, d)| !d.is_empty()).map_or(1, |(c, _)| c.line);
-            return resource_list(text, doc, source, line, base, overrides, emit);
-        }
+    let chunks = split::chunks(text);
+    if let Some((line, doc)) = lone_resource_list(&chunks, source)? {
+        return resource_list(text, &doc, source, line, base, overrides, emit);
     }
     let cfg = config(base, None, overrides).map_err(|m| InjectError::of(source, InjectErrorKind::FunctionConfig(m)))?;
-    let mut out = Output::default();
-    for (chunk, mut docs) in parsed {
+    let mut out = Output { text: String::with_capacity(text.len() + text.len() / 4), ..Output::default() };
+    // One document at a time: its tree is dropped before the next one's is built.
+    for chunk in &chunks {
         let at = format!("{shown}:{}", chunk.line);
-        let before = if emit == Emit::Patches { docs.clone() } else { Vec::new() };
-        let first = out.events.len();
-        let mut changed = false;
-        for doc in &mut docs {
-            changed |= visit(doc, &at, &cfg, &mut out.events);
-        }
-        if !changed {
-            out.text.push_str(chunk.text);
+        if chunk.text.len() > SKIM_OVER && left_big(chunk, &at, source, &mut out)? {
             continue;
         }
-        match checked(rewritten(chunk.text, &docs), &docs) {
-            Ok(text) => {
-                let unwritable = |e: String| InjectError::at(source, chunk.line, None, InjectErrorKind::Unwritable(e));
-                out.patches.extend(patches(&before, &docs).map_err(unwritable)?);
-                out.text.push_str(&text);
-            }
-            Err(why) => {
-                refuse_unchecked(&mut out.events[first..], &why);
-                out.text.push_str(chunk.text);
-            }
-        }
+        let docs = parse::parse(chunk.text).map_err(|e| not_yaml(source, chunk, e))?;
+        rewrite_chunk(chunk, docs, &at, &cfg, emit, source, &mut out)?;
     }
     Ok(out)
+}
+
+/// Above this size a document's head is read from the parser's events before any tree is built.
+const SKIM_OVER: usize = 1 << 20;
+/// The largest document whose tree `inject` builds (a few times its size in memory); a bigger
+/// one that it might change is refused, left as it is. Kubernetes stores objects of at most
+/// 1.5 MiB; only a `List` comes near.
+pub const MAX_REWRITE: usize = 2 << 20;
+
+/// Kinds that hold no pod template: a big document of one (a ConfigMap's or a Secret's data, a
+/// CRD's schema) is copied without a tree.
+const NO_POD_TEMPLATE: &[(&str, &str)] = &[
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("apiextensions.k8s.io/v1beta1", "CustomResourceDefinition"),
+];
+
+fn not_yaml(source: &Path, chunk: &split::Chunk, e: parse::YamlError) -> InjectError {
+    let line = chunk.line + e.line.saturating_sub(1);
+    InjectError::at(source, line, Some(e.col), InjectErrorKind::NotYaml(e.msg))
+}
+
+/// A big document (over SKIM_OVER) settled from its head alone: one of NO_POD_TEMPLATE is
+/// copied; one over MAX_REWRITE is refused and copied. False: build its tree.
+fn left_big(chunk: &split::Chunk, at: &str, source: &Path, out: &mut Output) -> Result<bool, InjectError> {
+    let head = parse::skim(chunk.text).map_err(|e| not_yaml(source, chunk, e))?;
+    let what = head.as_ref().map_or_else(
+        || "(document)".to_string(),
+        |h| describe_parts(h.kind.as_deref(), h.namespace.as_deref(), h.name.as_deref()),
+    );
+    let outcome = match &head {
+        Some(h)
+            if NO_POD_TEMPLATE
+                .iter()
+                .any(|&(a, k)| h.api_version.as_deref() == Some(a) && h.kind.as_deref() == Some(k)) =>
+        {
+            Outcome::Skipped("not a pod template (read without building its tree)".into())
+        }
+        _ if chunk.text.len() > MAX_REWRITE => Outcome::Refused(vec![format!(
+            "the document is {} MiB, over the {} MiB inject rewrites: left as it is (a List: write its items as documents)",
+            chunk.text.len() >> 20,
+            MAX_REWRITE >> 20
+        )]),
+        _ => return Ok(false),
+    };
+    out.events.push(Event { at: at.to_string(), what, outcome });
+    out.text.push_str(chunk.text);
+    Ok(true)
+}
+
+/// The stream's one document with its line when it is a KRM `ResourceList`, else None. A big
+/// first document is skimmed: a ConfigMap is not read whole to learn it is no ResourceList.
+fn lone_resource_list(chunks: &[split::Chunk], source: &Path) -> Result<Option<(usize, Node)>, InjectError> {
+    let mut found = None;
+    for chunk in chunks {
+        if chunk.text.len() > SKIM_OVER {
+            let head = parse::skim(chunk.text).map_err(|e| not_yaml(source, chunk, e))?;
+            if head.is_some_and(|h| found.is_some() || h.kind.as_deref() != Some("ResourceList")) {
+                return Ok(None);
+            }
+        }
+        let docs = parse::parse(chunk.text).map_err(|e| not_yaml(source, chunk, e))?;
+        match docs.len() {
+            0 => continue,
+            1 if found.is_none() && krm::is_resource_list(&docs[0]) => {
+                found = docs.into_iter().next().map(|d| (chunk.line, d));
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(found)
+}
+
+/// Decides and applies for the documents of one chunk; writes the chunk back rewritten and
+/// checked, or as it came.
+fn rewrite_chunk(
+    chunk: &split::Chunk,
+    mut docs: Vec<Node>,
+    at: &str,
+    cfg: &Config,
+    emit: Emit,
+    source: &Path,
+    out: &mut Output,
+) -> Result<(), InjectError> {
+    let before = if emit == Emit::Patches { docs.clone() } else { Vec::new() };
+    let first = out.events.len();
+    let mut changed = false;
+    for doc in &mut docs {
+        changed |= visit(doc, at, cfg, &mut out.events);
+    }
+    if !changed {
+        out.text.push_str(chunk.text);
+        return Ok(());
+    }
+    match checked(rewritten(chunk.text, &docs), &docs) {
+        Ok(text) => {
+            let unwritable = |e: String| InjectError::at(source, chunk.line, None, InjectErrorKind::Unwritable(e));
+            out.patches.extend(patches(&before, &docs).map_err(unwritable)?);
+            out.text.push_str(&text);
+        }
+        Err(why) => {
+            refuse_unchecked(&mut out.events[first..], &why);
+            out.text.push_str(chunk.text);
+        }
+    }
+    Ok(())
 }
 
 /// A KRM `ResourceList` (all of `text`), its items rewritten and checked; when the check fails,
@@ -307,9 +388,13 @@ fn annotate_refusal(doc: &mut Node, why: &[String]) -> bool {
 
 /// `Kind/name` (`Kind/namespace/name` with a namespace).
 pub fn describe(obj: &Node) -> String {
-    let s = |p: &[&str]| obj.at(p).and_then(Node::as_str).unwrap_or("").to_string();
-    let (kind, ns, name) = (s(&["kind"]), s(&["metadata", "namespace"]), s(&["metadata", "name"]));
-    let kind = if kind.is_empty() { "(no kind)".to_string() } else { kind };
+    let s = |p: &[&str]| obj.at(p).and_then(Node::as_str);
+    describe_parts(s(&["kind"]), s(&["metadata", "namespace"]), s(&["metadata", "name"]))
+}
+
+fn describe_parts(kind: Option<&str>, ns: Option<&str>, name: Option<&str>) -> String {
+    let (kind, ns, name) = (kind.unwrap_or(""), ns.unwrap_or(""), name.unwrap_or(""));
+    let kind = if kind.is_empty() { "(no kind)" } else { kind };
     if ns.is_empty() { format!("{kind}/{name}") } else { format!("{kind}/{ns}/{name}") }
 }
 
@@ -420,7 +505,11 @@ fn run_with(opts: &Options, reasons: &mut Vec<String>) -> Result<ExitCode, Error
                 text.push_str("---\n");
             }
         }
-        text.push_str(&out.text);
+        if text.is_empty() {
+            text = out.text;
+        } else {
+            text.push_str(&out.text);
+        }
         patches.extend(out.patches);
         events.extend(out.events);
     }

@@ -52,6 +52,113 @@ pub fn parse(text: &str) -> Result<Vec<Node>, YamlError> {
     Ok(b.docs)
 }
 
+/// The top-level `apiVersion`, `kind`, `metadata.name` and `metadata.namespace` of a text that
+/// holds one document whose root is an untagged mapping, each a scalar written once (None:
+/// missing, written twice, an alias or a collection); read from the parser's events without
+/// building a tree, so a huge document that inject leaves alone costs no more than its text.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+}
+
+/// [`Head`] of `text`, or None when it holds no such document (none, several, a root that is not
+/// an untagged mapping, a merge key at the top).
+pub fn skim(text: &str) -> Result<Option<Head>, YamlError> {
+    let mut parser = Parser::new_from_str(text);
+    // Per open collection: a mapping's key being read (Some) and whether a key is next.
+    let mut stack: Vec<(bool, bool, Option<String>)> = Vec::new();
+    let (mut head, mut docs, mut seen, mut root) = (Head::default(), 0, Vec::<String>::new(), false);
+    while let Some(next) = parser.next_event() {
+        let (event, _) = next.map_err(|e| YamlError {
+            line: e.marker().line(),
+            col: e.marker().col() + 1,
+            msg: e.info().to_string(),
+        })?;
+        let path: Vec<&str> = stack.iter().filter_map(|(_, _, k)| k.as_deref()).collect();
+        let at_value = stack.last().is_some_and(|(map, key_next, _)| *map && !key_next);
+        let field = |path: &[&str]| match path {
+            ["apiVersion"] | ["kind"] | ["metadata", "name"] | ["metadata", "namespace"] => Some(path.join(".")),
+            _ => None,
+        };
+        let wanted = if at_value && path.len() == stack.len() { field(&path) } else { None };
+        let map = matches!(event, Event::MappingStart(..));
+        match event {
+            Event::DocumentStart(_) => docs += 1,
+            Event::MappingStart(_, tag) | Event::SequenceStart(_, tag) if stack.is_empty() => {
+                if !map || tag.is_some() || docs > 1 || root {
+                    return Ok(None);
+                }
+                root = true;
+                stack.push((true, true, None));
+            }
+            Event::MappingStart(..) | Event::SequenceStart(..) => {
+                if let Some(w) = wanted {
+                    seen.push(w);
+                }
+                stack.push((map, true, None));
+            }
+            Event::MappingEnd | Event::SequenceEnd => {
+                stack.pop();
+                advance(&mut stack, None);
+            }
+            Event::Scalar(text, _, _, tag) => {
+                if stack.is_empty() {
+                    return Ok(None);
+                }
+                let key_next = stack.last().is_some_and(|(map, key_next, _)| *map && *key_next);
+                if key_next && stack.len() == 1 && text == "<<" {
+                    return Ok(None);
+                }
+                if let Some(w) = wanted {
+                    let value = (tag.is_none()).then(|| text.to_string());
+                    seen.push(w.clone());
+                    match w.as_str() {
+                        "apiVersion" => head.api_version = value,
+                        "kind" => head.kind = value,
+                        "metadata.name" => head.name = value,
+                        _ => head.namespace = value,
+                    }
+                }
+                advance(&mut stack, key_next.then(|| text.into_owned()));
+            }
+            Event::Alias(_) => {
+                if let Some(w) = wanted {
+                    seen.push(w);
+                }
+                advance(&mut stack, None);
+            }
+            _ => {}
+        }
+    }
+    // A field written twice (or as a collection or an alias) is not known.
+    let twice = |f: &str| seen.iter().filter(|s| *s == f).count() != 1;
+    for (f, v) in [
+        ("apiVersion", &mut head.api_version),
+        ("kind", &mut head.kind),
+        ("metadata.name", &mut head.name),
+        ("metadata.namespace", &mut head.namespace),
+    ] {
+        if twice(f) {
+            *v = None;
+        }
+    }
+    Ok((docs <= 1 && root).then_some(head))
+}
+
+/// After a node inside the innermost collection: a mapping's key becomes the one being read
+/// (`key` for a scalar key), or its value ends the entry.
+fn advance(stack: &mut [(bool, bool, Option<String>)], key: Option<String>) {
+    if let Some((map, key_next, current)) = stack.last_mut() {
+        if *map {
+            *current = if *key_next { key.or(Some(String::new())) } else { None };
+            *key_next = !*key_next;
+        }
+    }
+}
+
 impl Builder {
     fn event(&mut self, event: Event) -> Result<(), String> {
         match event {
@@ -169,6 +276,29 @@ mod tests {
         }
         let e = parse(&bomb).unwrap_err();
         assert!(e.msg.contains("aliases expand"), "{e:?}");
+    }
+
+    #[test]
+    fn skim_reads_the_head_without_a_tree() {
+        let h =
+            skim("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  labels: {kind: x}\n  name: big\ndata:\n  kind: no\n")
+                .unwrap();
+        let want = Head {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: Some("big".into()),
+            namespace: None,
+        };
+        assert_eq!(h, Some(want));
+        assert_eq!(skim("kind: A\nkind: B\n").unwrap().unwrap().kind, None, "twice");
+        assert_eq!(skim("x: &k Pod\nkind: *k\n").unwrap().unwrap().kind, None, "an alias");
+        assert_eq!(skim("kind: !!str Pod\n").unwrap().unwrap().kind, None, "tagged");
+        assert_eq!(skim("? [a]\n: 1\nkind: Secret\n").unwrap().unwrap().kind.as_deref(), Some("Secret"));
+        assert_eq!(skim("<<: {kind: Pod}\nkind: Secret\n").unwrap(), None);
+        assert_eq!(skim("- kind: Pod\n").unwrap(), None);
+        assert_eq!(skim("--- !!map\nkind: Pod\n").unwrap(), None);
+        assert_eq!(skim("kind: A\n---\nkind: B\n").unwrap(), None);
+        assert!(skim("kind: [\n").is_err());
     }
 
     #[test]

@@ -101,3 +101,42 @@ fn merge_keys_are_said_at_info_and_left() {
         out.events
     );
 }
+
+/// Documents over a MiB are skimmed first: a big ConfigMap is copied byte for byte without a
+/// tree, a big workload under the rewrite limit is injected, a `List` over it is refused and
+/// left as it is (`--strict`: an error).
+#[test]
+fn big_documents_are_skimmed_copied_or_refused() {
+    let mut cm = String::from("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: big\ndata:\n");
+    let mut i = 0;
+    while cm.len() <= super::SKIM_OVER + 1000 {
+        cm.push_str(&format!("  key{i}: \"value {i}\"\n"));
+        i += 1;
+    }
+    let stream = format!("{cm}---\n{POD}");
+    let out = run(&stream);
+    assert!(out.text.starts_with(&cm), "the ConfigMap is copied");
+    assert_eq!(out.events[0].what, "ConfigMap/big");
+    assert!(matches!(&out.events[0].outcome, Outcome::Skipped(w) if w.contains("without building its tree")));
+    assert_eq!(out.events[1].outcome, Outcome::Injected);
+    // A Pod over a MiB (a big annotation) is still rewritten.
+    let big_pod =
+        POD.replace("  name: p\n", &format!("  name: p\n  annotations:\n    big: \"{}\"\n", "x".repeat(1 << 20)));
+    assert!(big_pod.len() > super::SKIM_OVER);
+    assert!(injected(&run(&big_pod).text));
+    // A List over MAX_REWRITE is refused, as it came.
+    let item: String =
+        POD.lines().enumerate().map(|(n, l)| format!("{}{l}\n", if n == 0 { "- " } else { "  " })).collect();
+    let mut list = String::from("apiVersion: v1\nkind: List\nitems:\n");
+    while list.len() <= super::MAX_REWRITE {
+        list.push_str(&item);
+    }
+    let out = run(&list);
+    assert_eq!(out.text, list);
+    assert_eq!(out.events.len(), 1);
+    assert!(
+        matches!(&out.events[0].outcome, Outcome::Refused(w) if w[0].contains("over the 2 MiB inject rewrites")),
+        "{:?}",
+        out.events
+    );
+}
