@@ -70,6 +70,8 @@ fn list(bytes: usize) -> String {
 }
 
 /// Runs `volprep inject FILE` (stdout to /dev/null): peak RSS in bytes, seconds, exit code.
+/// The child is reaped by `wait4` (for its own rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn measure(file: &Path) -> (u64, f64, i32) {
     let start = Instant::now();
     let child = Command::new(BIN)
@@ -90,6 +92,9 @@ fn measure(file: &Path) -> (u64, f64, i32) {
     (usage.ru_maxrss as u64 * 1024, start.elapsed().as_secs_f64(), code)
 }
 
+/// A case: its name, the input's maker and the peak's bound (0: 3x the input plus 16 MiB).
+type Case = (&'static str, Box<dyn Fn() -> String>, u64);
+
 fn main() {
     let smoke = std::env::args().any(|a| a == "--smoke");
     let scale = if smoke { 10 } else { 1 };
@@ -97,7 +102,7 @@ fn main() {
     const MIB: u64 = 1 << 20;
     // Each input is made when its turn comes and dropped before volprep starts: a child's
     // maxrss counts what it shared with this process when forked.
-    let cases: Vec<(&str, Box<dyn Fn() -> String>, u64)> = vec![
+    let cases: Vec<Case> = vec![
         ("stream of small Deployments", Box::new(move || stream(50_047 / scale)), 256 * MIB / scale as u64),
         ("ConfigMap, many keys", Box::new(move || config_map(60_000_000 / scale, true)), 0),
         ("ConfigMap, one literal block", Box::new(move || config_map(60_000_000 / scale, false)), 0),

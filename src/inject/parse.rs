@@ -68,84 +68,108 @@ pub struct Head {
 /// an untagged mapping, a merge key at the top).
 pub fn skim(text: &str) -> Result<Option<Head>, YamlError> {
     let mut parser = Parser::new_from_str(text);
-    // Per open collection: a mapping's key being read (Some) and whether a key is next.
-    let mut stack: Vec<(bool, bool, Option<String>)> = Vec::new();
-    let (mut head, mut docs, mut seen, mut root) = (Head::default(), 0, Vec::<String>::new(), false);
+    let mut s = Skimmer::default();
     while let Some(next) = parser.next_event() {
         let (event, _) = next.map_err(|e| YamlError {
             line: e.marker().line(),
             col: e.marker().col() + 1,
             msg: e.info().to_string(),
         })?;
-        let path: Vec<&str> = stack.iter().filter_map(|(_, _, k)| k.as_deref()).collect();
-        let at_value = stack.last().is_some_and(|(map, key_next, _)| *map && !key_next);
-        let field = |path: &[&str]| match path {
-            ["apiVersion"] | ["kind"] | ["metadata", "name"] | ["metadata", "namespace"] => Some(path.join(".")),
+        if !s.event(event) {
+            return Ok(None);
+        }
+    }
+    Ok(s.finish())
+}
+
+/// [`skim`]'s state: per open collection, whether it is a mapping, whether a key is next and
+/// the key whose value is being read; the fields met (to find those written twice).
+#[derive(Default)]
+struct Skimmer {
+    stack: Vec<(bool, bool, Option<String>)>,
+    head: Head,
+    docs: usize,
+    seen: Vec<String>,
+    root: bool,
+}
+
+impl Skimmer {
+    /// The field a value here would be (`kind`, `metadata.name`, ...), if one of Head's.
+    fn wanted(&self) -> Option<&'static str> {
+        let path: Vec<&str> = self.stack.iter().filter_map(|(_, _, k)| k.as_deref()).collect();
+        let at_value = self.stack.last().is_some_and(|(map, key_next, _)| *map && !key_next);
+        if !at_value || path.len() != self.stack.len() {
+            return None;
+        }
+        match path.as_slice() {
+            ["apiVersion"] => Some("apiVersion"),
+            ["kind"] => Some("kind"),
+            ["metadata", "name"] => Some("metadata.name"),
+            ["metadata", "namespace"] => Some("metadata.namespace"),
             _ => None,
-        };
-        let wanted = if at_value && path.len() == stack.len() { field(&path) } else { None };
+        }
+    }
+
+    /// Takes one event; false when the text is not one document with an untagged mapping root
+    /// and no merge key at the top.
+    fn event(&mut self, event: Event) -> bool {
+        let wanted = self.wanted();
         let map = matches!(event, Event::MappingStart(..));
         match event {
-            Event::DocumentStart(_) => docs += 1,
-            Event::MappingStart(_, tag) | Event::SequenceStart(_, tag) if stack.is_empty() => {
-                if !map || tag.is_some() || docs > 1 || root {
-                    return Ok(None);
+            Event::DocumentStart(_) => self.docs += 1,
+            Event::MappingStart(_, tag) | Event::SequenceStart(_, tag) if self.stack.is_empty() => {
+                if !map || tag.is_some() || self.docs > 1 || self.root {
+                    return false;
                 }
-                root = true;
-                stack.push((true, true, None));
+                self.root = true;
+                self.stack.push((true, true, None));
             }
             Event::MappingStart(..) | Event::SequenceStart(..) => {
-                if let Some(w) = wanted {
-                    seen.push(w);
-                }
-                stack.push((map, true, None));
+                self.seen.extend(wanted.map(String::from));
+                self.stack.push((map, true, None));
             }
             Event::MappingEnd | Event::SequenceEnd => {
-                stack.pop();
-                advance(&mut stack, None);
+                self.stack.pop();
+                advance(&mut self.stack, None);
             }
             Event::Scalar(text, _, _, tag) => {
-                if stack.is_empty() {
-                    return Ok(None);
-                }
-                let key_next = stack.last().is_some_and(|(map, key_next, _)| *map && *key_next);
-                if key_next && stack.len() == 1 && text == "<<" {
-                    return Ok(None);
+                let key_next = self.stack.last().is_some_and(|(map, key_next, _)| *map && *key_next);
+                if self.stack.is_empty() || (key_next && self.stack.len() == 1 && text == "<<") {
+                    return false;
                 }
                 if let Some(w) = wanted {
-                    let value = (tag.is_none()).then(|| text.to_string());
-                    seen.push(w.clone());
-                    match w.as_str() {
-                        "apiVersion" => head.api_version = value,
-                        "kind" => head.kind = value,
-                        "metadata.name" => head.name = value,
-                        _ => head.namespace = value,
+                    self.seen.push(w.to_string());
+                    let value = tag.is_none().then(|| text.to_string());
+                    match w {
+                        "apiVersion" => self.head.api_version = value,
+                        "kind" => self.head.kind = value,
+                        "metadata.name" => self.head.name = value,
+                        _ => self.head.namespace = value,
                     }
                 }
-                advance(&mut stack, key_next.then(|| text.into_owned()));
+                advance(&mut self.stack, key_next.then(|| text.into_owned()));
             }
             Event::Alias(_) => {
-                if let Some(w) = wanted {
-                    seen.push(w);
-                }
-                advance(&mut stack, None);
+                self.seen.extend(wanted.map(String::from));
+                advance(&mut self.stack, None);
             }
             _ => {}
         }
+        true
     }
-    // A field written twice (or as a collection or an alias) is not known.
-    let twice = |f: &str| seen.iter().filter(|s| *s == f).count() != 1;
-    for (f, v) in [
-        ("apiVersion", &mut head.api_version),
-        ("kind", &mut head.kind),
-        ("metadata.name", &mut head.name),
-        ("metadata.namespace", &mut head.namespace),
-    ] {
-        if twice(f) {
-            *v = None;
+
+    /// The head; a field written twice (or as a collection or an alias) is not known.
+    fn finish(mut self) -> Option<Head> {
+        let once = |f: &str| self.seen.iter().filter(|s| *s == f).count() == 1;
+        let known = [once("apiVersion"), once("kind"), once("metadata.name"), once("metadata.namespace")];
+        let h = &mut self.head;
+        for (ok, v) in known.into_iter().zip([&mut h.api_version, &mut h.kind, &mut h.name, &mut h.namespace]) {
+            if !ok {
+                *v = None;
+            }
         }
+        (self.docs <= 1 && self.root).then_some(self.head)
     }
-    Ok((docs <= 1 && root).then_some(head))
 }
 
 /// After a node inside the innermost collection: a mapping's key becomes the one being read
