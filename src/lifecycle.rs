@@ -243,6 +243,7 @@ impl<'a> Pass<'a> {
             r.ownership = verdict.word().map(str::to_string);
             r.fatal = Some(line);
         }
+        r.ownership_evidence = fixer.probe().proof().map(|p| p.evidence);
         r.load.figures = throttle::GATE.figures();
         fixer.fill(&mut r, stop, self.started.elapsed());
         r

@@ -2,13 +2,16 @@
 //! passthrough (`fuse_passthrough`) over a directory that honours ownership changes, ignores them
 //! (accepts chown and chmod and changes nothing, as SMB or Azure Files with fixed
 //! `uid=`/`gid=`/`file_mode=` mount options do), or refuses them with EPERM (NFS
-//! `root_squash`). Unmounted on drop.
+//! `root_squash`), or applies them and answers attributes from a daemon-side cache of a few
+//! seconds (as network filesystems' attribute caches do). Unmounted on drop.
 
+use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use fuser::Errno;
+use fuser::{Errno, FileAttr};
 use tempfile::TempDir;
 
 use super::PRIVILEGED_ENV;
@@ -23,7 +26,13 @@ pub enum Owners {
     Ignore,
     /// Answers EPERM.
     Refuse,
+    /// Applies it, and answers every path's attributes from a cache filled at its first answer
+    /// and kept [`STALE_FOR`] (the reply to the setattr included).
+    StaleCache,
 }
+
+/// How long [`Owners::StaleCache`] answers a path's attributes from its cache.
+pub const STALE_FOR: Duration = Duration::from_secs(3);
 
 impl Owners {
     /// The mount's source (`fuse from volprep-…`) and subtype.
@@ -32,6 +41,7 @@ impl Owners {
             Owners::Honour => "volprep-honour",
             Owners::Ignore => "volprep-ignore",
             Owners::Refuse => "volprep-refuse",
+            Owners::StaleCache => "volprep-stale",
         }
     }
 }
@@ -69,7 +79,7 @@ impl FuseFs {
     /// Mounts a passthrough of `src` that treats ownership changes as `owners` says.
     pub fn mount(src: &Path, owners: Owners) -> FuseFs {
         let mnt = tempfile::Builder::new().prefix("volprep-fuse-").tempdir().expect("mount point");
-        let fs = Passthrough::new(src, TTL, owners).expect("source");
+        let fs = Passthrough::new(src, TTL, Served { owners, cache: Mutex::default() }).expect("source");
         let config = fuse_passthrough::config(owners.name(), 4);
         let session = fuser::spawn_mount(fs, mnt.path(), &config).expect("mount the test FUSE filesystem");
         FuseFs { session: Some(session), mnt }
@@ -94,15 +104,37 @@ impl Drop for FuseFs {
 /// How long the kernel caches names and attributes.
 const TTL: Duration = Duration::from_secs(1);
 
-impl Model for Owners {
+/// What a test filesystem serves: its way with ownership changes, and (`StaleCache`) its
+/// attribute cache, by path: when each was filled and with what.
+struct Served {
+    owners: Owners,
+    cache: Mutex<HashMap<PathBuf, (Instant, FileAttr)>>,
+}
+
+impl Model for Served {
     /// These filesystems serve no readlink (ENOSYS, as `fuser` answers what is not served).
     fn arrive(&self, op: Op) -> Result<(), Errno> {
         if op == Op::Readlink { Err(Errno::ENOSYS) } else { Ok(()) }
     }
 
+    fn answer(&self, path: &Path, fresh: FileAttr) -> FileAttr {
+        if self.owners != Owners::StaleCache {
+            return fresh;
+        }
+        let mut cache = self.cache.lock().expect("cache lock");
+        let now = Instant::now();
+        match cache.get(path) {
+            Some(&(at, attr)) if now.duration_since(at) < STALE_FOR => attr,
+            _ => {
+                cache.insert(path.to_path_buf(), (now, fresh));
+                fresh
+            }
+        }
+    }
+
     /// A chown or chmod as `self` says; a change of size is not served (and ignored).
     fn setattr(&self, path: &Path, change: &Change) -> Result<(), Errno> {
-        match self {
+        match self.owners {
             Owners::Ignore => Ok(()),
             Owners::Refuse if change.mode.is_some() || change.uid.is_some() || change.gid.is_some() => {
                 Err(Errno::EPERM)
