@@ -103,7 +103,10 @@ fn read_until_held(fd: BorrowedFd<'_>, gid: Option<u32>, mode: u32, wait: Durati
         let now = match sys::stat_fd(fd) {
             Ok(m) => m,
             Err(e) => {
-                return Proof::new(Verdict::Unknown, format!("a file volprep changed cannot be read back: {}", text(e)));
+                return Proof::new(
+                    Verdict::Unknown,
+                    format!("a file volprep changed cannot be read back: {}", text(e)),
+                );
             }
         };
         let held = gid.is_none_or(|g| g == now.gid) && now.perm() == mode;
