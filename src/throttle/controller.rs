@@ -11,7 +11,8 @@
 //! queue that more threads would only lengthen.
 //!
 //! It cannot latch at one in flight: a window at a limit of 1 is itself an unloaded measurement
-//! (nothing of this walk queues behind anything), so it re-bases every kind it saw, and a
+//! (nothing of this walk queues behind anything), so it re-bases every kind it saw (and the
+//! limit grows again from there by one a window, or doubles in slow start), and a
 //! baseline that was too low (a first window answered from a client cache, a service time that
 //! stepped up and stayed up, fast and slow storage in one run) is replaced there. A probe runs
 //! at any limit, and a kind whose baseline is older than [`BASE_TTL`] is re-based by the next
@@ -185,13 +186,15 @@ impl Controller {
         if unloaded > 0.0 { now / unloaded } else { 1.0 }
     }
 
-    /// Re-bases each kind `w` has at least `min` samples of, or (`stale`) any sample of when its
-    /// baseline is older than [`BASE_TTL`].
+    /// Re-bases each kind `w` has at least `min` samples of; with fewer, lowers its baseline to
+    /// the window's mean (a less loaded window), or replaces it when it is older than
+    /// [`BASE_TTL`].
     fn rebase(&mut self, w: &Window, now: Duration, min: u64) {
         for k in 0..KINDS {
+            let Some(mean) = w.mean_us(k) else { continue };
             let stale = now.saturating_sub(self.based_at[k]) >= BASE_TTL;
-            if w.n[k] >= min || (stale && w.n[k] > 0) {
-                self.base[k] = w.mean_us(k);
+            if w.n[k] >= min || stale || self.base[k].is_none_or(|b| mean < b) {
+                self.base[k] = Some(mean);
                 self.based_at[k] = now;
             }
         }
@@ -205,11 +208,13 @@ impl Controller {
         }
         if self.limit() == 1 && !matches!(self.phase, Phase::Probe { .. }) {
             // One in flight: this window is unloaded, whatever the baselines said; from there
-            // the limit grows as at the start.
+            // the limit grows again, step by step (a slow start from a baseline that one noisy
+            // window set could overshoot far past the server's capacity).
             self.rebase(w, now, 1);
             self.last_probe = now;
-            self.phase = Phase::SlowStart;
-            self.limit = 1.0;
+            if self.phase == Phase::Steady {
+                self.limit = 1.0;
+            }
         }
         match self.phase {
             Phase::Probe { resume } => {
@@ -488,6 +493,8 @@ mod tests {
         // At one in flight the window is unloaded: 100 ms is what a request costs now.
         c.update(&window(100_000), Duration::from_millis(20));
         assert_eq!((c.limit(), c.base_us(OpKind::Change)), (2, Some(100_000.0)), "re-based at 1, growing again");
+        c.update(&window(100_000), Duration::from_millis(21));
+        assert_eq!(c.limit(), 3, "step by step");
     }
 
     #[test]
