@@ -3,7 +3,8 @@
 //! 1.25 times the time of the best fixed count of operations in flight (`--load full --threads
 //! N`, N in 1, 4, 8, 32), at a mean request latency no more than 2.5 times the unloaded one, and
 //! its limit is not latched at 1. Every run of one server size is side by side, on a fresh copy
-//! of the same tree (2,000 files in 20 directories, every entry to change).
+//! of the same tree (2,000 files in 20 directories, every entry to change), the first half of
+//! each directory in the kernel's cache (its first windows answered from the cache).
 
 mod common;
 
@@ -29,6 +30,21 @@ fn tree(root: &Path) {
     t.build(root);
 }
 
+/// Looks up the first half of each directory's entries (in listing order, the walk's) through
+/// the mount at `mnt`: the kernel caches them, and the walk's first operations are answered
+/// from that cache, much faster than the server answers the rest (as after an app or a kubelet
+/// touched part of the volume).
+fn warm(mnt: &Path) {
+    for d in std::fs::read_dir(mnt).unwrap() {
+        let d = d.unwrap().path();
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        let names: Vec<_> = entries.map(|e| e.unwrap().path()).collect();
+        for p in &names[..names.len() / 2] {
+            std::fs::symlink_metadata(p).unwrap();
+        }
+    }
+}
+
 /// One run: its wall time, the server's mean request latency (ms), and the report's volume.
 struct Timed {
     secs: f64,
@@ -44,6 +60,7 @@ fn timed(slots: usize, extra: &[&str]) -> Timed {
     let fuse = FuseFs::capacity(src.path(), slots, SERVICE, Arc::clone(&stats));
     let mut args = vec!["--fs-group", "2000"];
     args.extend_from_slice(extra);
+    warm(fuse.path());
     let t = Instant::now();
     let run = pass("apply", &args, fuse.path()).expect_code(0);
     let secs = t.elapsed().as_secs_f64();

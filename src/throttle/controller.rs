@@ -12,7 +12,7 @@
 //!
 //! It cannot latch at one in flight: a window at a limit of 1 is itself an unloaded measurement
 //! (nothing of this walk queues behind anything), so it re-bases every kind it saw (and the
-//! limit grows again from there by one a window, or doubles in slow start), and a
+//! limit grows again from there as at the start), and a
 //! baseline that was too low (a first window answered from a client cache, a service time that
 //! stepped up and stayed up, fast and slow storage in one run) is replaced there. A probe runs
 //! at any limit, and a kind whose baseline is older than [`BASE_TTL`] is re-based by the next
@@ -54,20 +54,61 @@ enum Reach {
     Limit,
 }
 
-/// Latencies of the operations completed in one window, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Latency buckets of a window: powers of two of microseconds.
+const BUCKETS: usize = 32;
+
+/// The bucket of a latency of `us` microseconds.
+fn bucket(us: f64) -> usize {
+    ((us.max(1.0) as u64).ilog2() as usize).min(BUCKETS - 1)
+}
+
+/// An operation more than this many times faster than its kind's baseline was answered from a
+/// cache (the client's, the kernel's): it says nothing of the server's load, and is left out of
+/// the ratio and of the baselines.
+const CACHED: f64 = 8.0;
+
+/// Latencies of the operations completed in one window, by kind and bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
-    n: [u64; KINDS],
+    n: [[u64; BUCKETS]; KINDS],
     /// Sums of latencies, in microseconds.
-    sum_us: [f64; KINDS],
+    sum_us: [[f64; BUCKETS]; KINDS],
     reach: Reach,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window { n: [[0; BUCKETS]; KINDS], sum_us: [[0.0; BUCKETS]; KINDS], reach: Reach::Below }
+    }
 }
 
 impl Window {
     pub fn add(&mut self, kind: OpKind, latency: Duration) {
-        let k = kind.index();
-        self.n[k] += 1;
-        self.sum_us[k] += latency.as_secs_f64() * 1e6;
+        let (k, us) = (kind.index(), latency.as_secs_f64() * 1e6);
+        let b = bucket(us);
+        self.n[k][b] += 1;
+        self.sum_us[k][b] += us;
+    }
+
+    /// Operations of kind `k`.
+    fn count(&self, k: usize) -> u64 {
+        self.n[k].iter().sum()
+    }
+
+    /// Operations of kind `k` that took at least about `floor_us` (by bucket), and not far less
+    /// than the slowest of the window ([`CACHED`]² less: a kind some of whose operations a cache
+    /// answers has two humps, and only the server's is its load), and their summed latency.
+    fn served(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
+        let top = self.n[k].iter().rposition(|&n| n > 0).unwrap_or(0);
+        let spread = (CACHED * CACHED).log2() as usize;
+        let from = floor_us.map_or(0, bucket).max(top.saturating_sub(spread));
+        (self.n[k][from..].iter().sum(), self.sum_us[k][from..].iter().sum())
+    }
+
+    /// Their mean latency.
+    fn served_mean(&self, k: usize, floor_us: Option<f64>) -> Option<f64> {
+        let (n, sum) = self.served(k, floor_us);
+        (n > 0).then(|| sum / n as f64)
     }
 
     /// The operations in flight reached the limit.
@@ -77,16 +118,12 @@ impl Window {
 
     /// Operations in the window.
     pub fn samples(&self) -> u64 {
-        self.n.iter().sum()
+        (0..KINDS).map(|k| self.count(k)).sum()
     }
 
     /// Their total latency, in microseconds.
     pub fn total_us(&self) -> f64 {
-        self.sum_us.iter().sum()
-    }
-
-    fn mean_us(&self, k: usize) -> Option<f64> {
-        (self.n[k] > 0).then(|| self.sum_us[k] / self.n[k] as f64)
+        self.sum_us.iter().flatten().sum()
     }
 }
 
@@ -166,34 +203,46 @@ impl Controller {
         let (mut n, mut sum) = (0, 0.0);
         for k in 0..KINDS {
             if let Some(base) = self.base[k] {
-                n += w.n[k];
-                sum += w.n[k] as f64 * base;
+                n += w.count(k);
+                sum += w.count(k) as f64 * base;
             }
         }
         (n > 0).then(|| sum / n as f64)
     }
 
-    /// What the window's operations took over what they take unloaded (kinds without a
-    /// baseline yet get this window's as theirs).
+    /// The latency below which an operation of kind `k` was answered from a cache.
+    fn floor(&self, k: usize) -> Option<f64> {
+        self.base[k].map(|b| b / CACHED)
+    }
+
+    /// What the window's operations the server answered took over what they take unloaded
+    /// (kinds without a baseline yet get this window's as theirs).
     fn ratio(&mut self, w: &Window) -> f64 {
         let (mut now, mut unloaded) = (0.0, 0.0);
         for k in 0..KINDS {
-            let Some(mean) = w.mean_us(k) else { continue };
-            let base = *self.base[k].get_or_insert(mean);
-            now += w.n[k] as f64 * mean;
-            unloaded += w.n[k] as f64 * base;
+            let (n, sum) = w.served(k, self.floor(k));
+            if n == 0 {
+                continue;
+            }
+            let base = *self.base[k].get_or_insert(sum / n as f64);
+            now += sum;
+            unloaded += n as f64 * base;
         }
         if unloaded > 0.0 { now / unloaded } else { 1.0 }
     }
 
-    /// Re-bases each kind `w` has at least `min` samples of; with fewer, lowers its baseline to
-    /// the window's mean (a less loaded window), or replaces it when it is older than
-    /// [`BASE_TTL`].
+    /// Re-bases each kind `w` has at least `min` served samples of; with fewer, lowers its
+    /// baseline to the window's mean (a less loaded window), or replaces it (cached answers
+    /// included) when it is older than [`BASE_TTL`].
     fn rebase(&mut self, w: &Window, now: Duration, min: u64) {
         for k in 0..KINDS {
-            let Some(mean) = w.mean_us(k) else { continue };
             let stale = now.saturating_sub(self.based_at[k]) >= BASE_TTL;
-            if w.n[k] >= min || stale || self.base[k].is_none_or(|b| mean < b) {
+            let (n, sum) = w.served(k, if stale { None } else { self.floor(k) });
+            if n == 0 {
+                continue;
+            }
+            let mean = sum / n as f64;
+            if n >= min || stale || self.base[k].is_none_or(|b| mean < b) {
                 self.base[k] = Some(mean);
                 self.based_at[k] = now;
             }
@@ -208,13 +257,11 @@ impl Controller {
         }
         if self.limit() == 1 && !matches!(self.phase, Phase::Probe { .. }) {
             // One in flight: this window is unloaded, whatever the baselines said; from there
-            // the limit grows again, step by step (a slow start from a baseline that one noisy
-            // window set could overshoot far past the server's capacity).
+            // the limit grows again as at the start.
             self.rebase(w, now, 1);
             self.last_probe = now;
-            if self.phase == Phase::Steady {
-                self.limit = 1.0;
-            }
+            self.phase = Phase::SlowStart;
+            self.limit = 1.0;
         }
         match self.phase {
             Phase::Probe { resume } => {
@@ -227,7 +274,7 @@ impl Controller {
                 let r = self.ratio(w);
                 // Still (nearly) unloaded: the lowest means are the baseline.
                 for k in 0..KINDS {
-                    if let (Some(mean), Some(base)) = (w.mean_us(k), self.base[k]) {
+                    if let (Some(mean), Some(base)) = (w.served_mean(k, self.floor(k)), self.base[k]) {
                         self.base[k] = Some(base.min(mean));
                         self.based_at[k] = now;
                     }
@@ -494,7 +541,7 @@ mod tests {
         c.update(&window(100_000), Duration::from_millis(20));
         assert_eq!((c.limit(), c.base_us(OpKind::Change)), (2, Some(100_000.0)), "re-based at 1, growing again");
         c.update(&window(100_000), Duration::from_millis(21));
-        assert_eq!(c.limit(), 3, "step by step");
+        assert_eq!(c.limit(), 4, "as at the start");
     }
 
     #[test]
