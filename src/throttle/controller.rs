@@ -249,10 +249,19 @@ impl Controller {
         }
     }
 
+    /// How many of the window's operations the server answered (not a cache).
+    fn served(&self, w: &Window) -> u64 {
+        (0..KINDS).map(|k| w.served(k, self.floor(k)).0).sum()
+    }
+
     /// Takes a finished window (of operations admitted at the current limit) at `now` since the
     /// walk began; the limit may change.
     pub fn update(&mut self, w: &Window, now: Duration) {
         if w.samples() == 0 {
+            return;
+        }
+        if self.served(w) < PROBE_MIN && self.base.iter().any(Option::is_some) {
+            // Answered from caches: nothing said of the server's load.
             return;
         }
         if self.limit() == 1 && !matches!(self.phase, Phase::Probe { .. }) {
