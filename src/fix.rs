@@ -112,8 +112,63 @@ pub enum Cause {
     /// The system call failed.
     Errno(Errno),
     /// Every call succeeded, but the entry, read back, does not have the change: the storage
-    /// ignores it (see `honour`).
+    /// ignores it, or a writer changed it back meanwhile (see `honour`).
     Ignored,
+    /// EPERM, and the entry's own flag explains it (`chattr +i` or `+a`): not the storage's doing.
+    Locked(sys::Locked),
+    /// EPERM on an entry whose owner or group is not mapped into this user namespace (it reads
+    /// as the overflow id): the kernel refuses even root's change.
+    Unmapped,
+    /// Every call succeeded, but the kernel dropped the setgid bit (no CAP_FSETID, not in the
+    /// group): an EPERM that names the capability, never the storage's refusal.
+    SetgidDropped,
+}
+
+impl Cause {
+    /// What this failure's line says after the errno's text, for an entry's own cause (a
+    /// dropped setgid bit says nothing more: the run's summary names the missing capability).
+    pub fn why(self) -> Option<&'static str> {
+        match self {
+            Cause::Locked(sys::Locked::Immutable) => {
+                Some("the entry is immutable (chattr +i): volprep does not lift the flag; `chattr -i` it")
+            }
+            Cause::Locked(sys::Locked::AppendOnly) => {
+                Some("the entry is append-only (chattr +a): volprep does not lift the flag; `chattr -a` it")
+            }
+            Cause::Unmapped => Some(
+                "its owner or group is not mapped into this user namespace (it reads as the overflow id): change it from the host, or map it (hostUsers: false pods map only their own range)",
+            ),
+            // The errno's own line: the summary names the missing capability (see `caps`).
+            Cause::Errno(_) | Cause::Ignored | Cause::SetgidDropped => None,
+        }
+    }
+}
+
+/// The ids this process's user namespace maps: an entry whose owner or group is not mapped
+/// refuses even root's chown and chmod.
+#[derive(Debug, Clone, Default)]
+pub struct Mapped {
+    uids: sys::IdMap,
+    gids: sys::IdMap,
+    overflow: (u32, u32),
+}
+
+impl Mapped {
+    /// This process's maps.
+    pub fn of_self() -> Mapped {
+        Mapped {
+            uids: sys::IdMap::of_self("uid_map"),
+            gids: sys::IdMap::of_self("gid_map"),
+            overflow: (sys::overflow_uid(), sys::overflow_gid()),
+        }
+    }
+
+    /// Whether the owner or group of `meta` is not mapped: outside the maps, or, in a user
+    /// namespace, the overflow id an unmapped one reads as.
+    pub fn unmapped(&self, meta: &Meta) -> bool {
+        let overflow = |map: &sys::IdMap, id, over| !map.maps(id) || (!map.is_whole() && id == over);
+        overflow(&self.uids, meta.uid, self.overflow.0) || overflow(&self.gids, meta.gid, self.overflow.1)
+    }
 }
 
 /// A fix that failed: the operation and why, and what had changed on disk before it failed (a
@@ -134,8 +189,28 @@ impl Failure {
     pub fn errno(&self) -> Option<Errno> {
         match self.cause {
             Cause::Errno(e) => Some(e),
+            Cause::Locked(_) | Cause::Unmapped | Cause::SetgidDropped => Some(Errno::PERM),
             Cause::Ignored => None,
         }
+    }
+
+    /// An EPERM on a chown or chmod, with no cause of the entry's own known: what the storage's
+    /// refusal looks like (see `honour`).
+    pub fn plain_refusal(&self) -> bool {
+        self.cause == Cause::Errno(Errno::PERM) && matches!(self.op, Op::Chown | Op::Chmod)
+    }
+
+    /// This failure with the entry's own cause of its EPERM, if `locked` or `mapped` tell one.
+    pub fn explained(self, locked: impl FnOnce() -> Option<sys::Locked>, meta: &Meta, mapped: &Mapped) -> Failure {
+        if !self.plain_refusal() {
+            return self;
+        }
+        let cause = match locked() {
+            Some(l) => Cause::Locked(l),
+            None if mapped.unmapped(meta) => Cause::Unmapped,
+            None => return self,
+        };
+        Failure { cause, ..self }
     }
 }
 
@@ -334,7 +409,7 @@ fn read_back(fd: BorrowedFd<'_>, change: &Change, seen: &Meta) -> Result<(), Fai
         None => Ok(()),
         Some(Op::Chmod) if change.mode.is_some_and(|m| m & !libc::S_ISGID == after.perm()) => {
             let mode = (after.perm() != seen.perm()).then_some(after.perm());
-            Err(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::PERM), done: Change { mode, ..*change } })
+            Err(Failure { op: Op::Chmod, cause: Cause::SetgidDropped, done: Change { mode, ..*change } })
         }
         Some(op) => Err(Failure { op, cause: Cause::Ignored, done: Change::default() }),
     }

@@ -4,11 +4,18 @@
 //! root that may make them (NFS `root_squash`), stops the pass with one line saying so.
 //!
 //! Until a change is seen to hold, every change is read back (one stat); after that, none is.
-//! [`VERDICT_AFTER`] changes in a row that did not hold, with none that did, are the storage's
-//! doing, not one odd entry's (an immutable file refuses root too).
+//! Changes that did not hold are only suspects: an entry's own cause (an inode flag, an owner
+//! not mapped into this user namespace, a setgid bit the kernel dropped) is its error, never
+//! the storage's, and [`VERDICT_AFTER`] suspects with no change that held (or any, at the end of
+//! the pass) start the [`experiment`]: a change volprep certainly may make, to a file it
+//! creates, read back and waited for. Only its result stops the pass, with its evidence.
+
+pub mod experiment;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+pub use experiment::Proof;
 
 use crate::sync::lock;
 
@@ -79,6 +86,10 @@ pub struct Probe {
     refused: AtomicU32,
     /// The first entry whose change did not hold, for the verdict's line.
     example: Mutex<Option<String>>,
+    /// The experiment's result, once made (one per pass); held while it runs.
+    proof: Mutex<Option<Proof>>,
+    /// Whether the experiment proved that the storage ignores or refuses changes.
+    proven: AtomicBool,
 }
 
 impl Probe {
@@ -93,8 +104,9 @@ impl Probe {
         self.held.load(Ordering::Relaxed)
     }
 
-    /// Records what a change to the entry at `path` (shown escaped) did; returns the verdict.
-    pub fn record(&self, outcome: Outcome, path: impl FnOnce() -> String) -> Verdict {
+    /// Records what a change to the entry at `path` (shown escaped) did; returns whether the
+    /// experiment is due now: enough suspects, none held, none made yet.
+    pub fn record(&self, outcome: Outcome, path: impl FnOnce() -> String) -> bool {
         match outcome {
             Outcome::Held => self.held.store(true, Ordering::Relaxed),
             Outcome::Ignored | Outcome::Refused => {
@@ -103,7 +115,41 @@ impl Probe {
                 lock(&self.example).get_or_insert_with(path);
             }
         }
-        self.verdict()
+        self.seen().verdict(VERDICT_AFTER).stops() && !self.tried()
+    }
+
+    /// Whether the experiment is due at the end of the pass: a suspect, none held, none made.
+    pub fn due_at_end(&self) -> bool {
+        let seen = self.seen();
+        !seen.held && seen.ignored + seen.refused > 0 && !self.tried()
+    }
+
+    /// Whether the experiment was made.
+    fn tried(&self) -> bool {
+        lock(&self.proof).is_some()
+    }
+
+    /// Makes the experiment (`run`) unless it was made; other threads that [`Probe::settle`]
+    /// meanwhile wait for it. Returns its result.
+    pub fn prove(&self, run: impl FnOnce() -> Proof) -> Proof {
+        let mut proof = lock(&self.proof);
+        let p = proof.get_or_insert_with(run).clone();
+        match p.verdict {
+            Verdict::Honours => self.held.store(true, Ordering::Relaxed),
+            v if v.stops() => self.proven.store(true, Ordering::Relaxed),
+            _ => {}
+        }
+        p
+    }
+
+    /// Waits for an experiment under way (a change made meanwhile would be one more suspect).
+    pub fn settle(&self) {
+        drop(lock(&self.proof));
+    }
+
+    /// The experiment's result, if it was made.
+    pub fn proof(&self) -> Option<Proof> {
+        lock(&self.proof).clone()
     }
 
     /// What the changes so far did.
@@ -115,26 +161,33 @@ impl Probe {
         }
     }
 
-    /// What the changes so far say, during the walk.
+    /// What the storage does, as far as it is proven: a change that held, or the experiment.
+    /// Suspects alone are no verdict.
     pub fn verdict(&self) -> Verdict {
-        self.seen().verdict(VERDICT_AFTER)
-    }
-
-    /// What every change of the pass says, once it is over: a change that reported success
-    /// and did not hold, with none that did, is the storage's doing however few there were.
-    pub fn final_verdict(&self) -> Verdict {
-        let seen = self.seen();
-        match seen.verdict(VERDICT_AFTER) {
-            Verdict::Unknown if seen.ignored > 0 && !seen.held => Verdict::Ignores,
-            v => v,
+        if self.held.load(Ordering::Relaxed) {
+            Verdict::Honours
+        } else if self.proven.load(Ordering::Relaxed) {
+            lock(&self.proof).as_ref().map_or(Verdict::Unknown, |p| p.verdict)
+        } else {
+            Verdict::Unknown
         }
     }
 
-    /// The verdict's line (see [`Verdict::explain`]) when it stops the pass.
+    /// The verdict once the pass is over (the experiment, if due, made by then).
+    pub fn final_verdict(&self) -> Verdict {
+        self.verdict()
+    }
+
+    /// The verdict's line (see [`Verdict::explain`]) when it stops the pass, with the
+    /// experiment's evidence.
     pub fn explain(&self, verdict: Verdict, fs: &str) -> Option<String> {
         let n = self.ignored.load(Ordering::Relaxed) + self.refused.load(Ordering::Relaxed);
         let example = lock(&self.example).clone().unwrap_or_default();
-        verdict.explain(fs, n, &example)
+        let line = verdict.explain(fs, n, &example)?;
+        Some(match self.proof() {
+            Some(p) => line.replacen("; stopped,", &format!("; volprep's own test: {}; stopped,", p.evidence), 1),
+            None => line,
+        })
     }
 }
 
@@ -167,6 +220,10 @@ impl Seen {
 mod tests {
     use super::*;
 
+    fn proof(verdict: Verdict) -> Proof {
+        Proof { verdict, evidence: "a file volprep created ...".into() }
+    }
+
     #[test]
     fn one_change_that_holds_means_the_storage_honours_them() {
         let none_held = |ignored, refused| Seen { held: false, ignored, refused };
@@ -177,34 +234,53 @@ mod tests {
     }
 
     #[test]
-    fn the_probe_reads_back_until_a_change_holds_or_the_verdict_stops_the_pass() {
+    fn suspects_only_start_the_experiment_and_its_result_is_the_verdict() {
         let p = Probe::default();
         assert!(p.wants_readback());
         for i in 0..VERDICT_AFTER - 1 {
-            assert_eq!(p.record(Outcome::Ignored, || format!("/v/f{i}")), Verdict::Unknown);
+            assert!(!p.record(Outcome::Ignored, || format!("/v/f{i}")), "not due yet");
         }
-        assert_eq!(p.record(Outcome::Ignored, || "/v/last".into()), Verdict::Ignores);
+        assert!(p.record(Outcome::Ignored, || "/v/last".into()), "8 suspects: the experiment is due");
+        assert_eq!(p.verdict(), Verdict::Unknown, "suspects alone are no verdict");
+        assert_eq!(p.prove(|| proof(Verdict::Ignores)).verdict, Verdict::Ignores);
+        assert!(!p.record(Outcome::Ignored, || "/v/more".into()), "made once");
+        assert_eq!(p.prove(|| unreachable!("made once")).verdict, Verdict::Ignores);
         assert!(p.wants_readback(), "a change made while the pass stops is read back too");
+        assert_eq!(p.final_verdict(), Verdict::Ignores);
         let line = p.explain(p.verdict(), "fuse.blobfuse2").unwrap();
         assert!(line.starts_with("this filesystem (fuse.blobfuse2) ignores ownership changes: "), "{line}");
-        assert!(line.contains("on 8 entries") && line.contains("e.g. /v/f0") && line.contains("fsGroupPolicy"));
+        assert!(line.contains("on 9 entries") && line.contains("e.g. /v/f0") && line.contains("fsGroupPolicy"));
         assert!(line.ends_with("the marker stays in-progress"), "{line}");
-
-        let q = Probe::default();
-        q.record(Outcome::Refused, || "/v/a".into());
-        assert_eq!(q.record(Outcome::Held, String::new), Verdict::Honours);
-        assert!(!q.wants_readback(), "one change held: no more read-backs");
-        assert_eq!(q.explain(q.final_verdict(), "nfs"), None);
     }
 
     #[test]
-    fn at_the_end_one_ignored_change_is_enough_but_refusals_need_the_full_count() {
+    fn an_experiment_whose_change_held_clears_the_suspects() {
         let p = Probe::default();
+        for i in 0..VERDICT_AFTER {
+            p.record(Outcome::Refused, || format!("/v/immutable{i}"));
+        }
+        assert_eq!(p.prove(|| proof(Verdict::Honours)).verdict, Verdict::Honours);
+        assert_eq!(p.final_verdict(), Verdict::Honours);
+        assert!(!p.wants_readback(), "a change held: no more read-backs");
+        assert_eq!(p.explain(p.final_verdict(), "ext4"), None);
+        let q = Probe::default();
+        q.record(Outcome::Refused, || "/v/a".into());
+        q.prove(|| proof(Verdict::Unknown));
+        assert_eq!(q.final_verdict(), Verdict::Unknown, "nothing proven: no verdict");
+        assert!(!q.due_at_end(), "made once");
+    }
+
+    #[test]
+    fn at_the_end_one_suspect_makes_the_experiment_due() {
+        let p = Probe::default();
+        assert!(!p.due_at_end(), "nothing suspect");
         p.record(Outcome::Ignored, || "/v/x".into());
-        assert_eq!((p.verdict(), p.final_verdict()), (Verdict::Unknown, Verdict::Ignores));
+        assert!(p.due_at_end());
+        assert_eq!(p.final_verdict(), Verdict::Unknown, "not before the experiment");
         let q = Probe::default();
         q.record(Outcome::Refused, || "/v/x".into());
-        assert_eq!(q.final_verdict(), Verdict::Unknown, "an immutable file refuses root too");
+        q.record(Outcome::Held, String::new);
+        assert!(!q.due_at_end(), "a change held");
         assert!(Verdict::Refuses.explain("nfs", 8, "/v/x").unwrap().contains("root_squash"));
         assert_eq!(Verdict::Refuses.word(), Some("refused"));
     }

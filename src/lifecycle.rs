@@ -243,9 +243,23 @@ impl<'a> Pass<'a> {
             r.ownership = verdict.word().map(str::to_string);
             r.fatal = Some(line);
         }
+        r.ownership_evidence = fixer.probe().proof().map(|p| p.evidence);
         r.load.figures = throttle::GATE.figures();
+        if r.fatal.is_none() && stop.is_none() {
+            self.warn_latched(r.load.figures.and_then(|f| f.in_flight_limit));
+        }
         fixer.fill(&mut r, stop, self.started.elapsed());
         r
+    }
+
+    /// Warns when the adaptive limit of a pass that ran to its end ended at one operation in
+    /// flight while the walk had more threads, after it had been at 4 or more: the storage
+    /// answered one request at a time no faster than several.
+    fn warn_latched(&self, limits: Option<throttle::Limits>) {
+        if let Some(l) = limits.filter(|l| l.last == 1 && l.max >= 4 && self.opts.threads > 1) {
+            warn!(path = %self.shown, threads = self.opts.threads, max_in_flight = l.max,
+                  "the adaptive load ended at 1 operation in flight of {} threads: the storage's latency rose with every request more; if it is not shared, `--load full` runs all threads", self.opts.threads);
+        }
     }
 
     /// The report of a pass that skips: nothing counted.

@@ -25,7 +25,8 @@ use tracing::{debug, warn};
 use crate::apps::Private;
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Cause, Failure, Fixed, How, Readback, SetgidRule, Task, Through, Verdict};
+use crate::fix::{self, Cause, Failure, Fixed, How, Mapped, Readback, SetgidRule, Task, Through, Verdict};
+use crate::honour::experiment::{self, CACHE_WAIT, Chowner};
 use crate::honour::{Outcome, Probe};
 use crate::marker;
 use crate::options::{Mode, Privilege, ShardFilter};
@@ -64,6 +65,9 @@ pub struct Fixer<'a> {
     /// What a regular file's change goes through (a file opened for reading on ceph-fuse).
     through: Through,
     may_change: bool,
+    /// The ids this process's user namespace maps (an EPERM on an entry of an unmapped owner is
+    /// that entry's, not the storage's).
+    mapped: Mapped,
     /// `--modes app-safe`: which entries are app-private paths, and which were tightened.
     places: Option<Places>,
 }
@@ -114,22 +118,65 @@ impl<'a> Fixer<'a> {
         }
     }
 
-    /// Whether to read the next change back (see `honour`).
+    /// Whether to read the next change back (see `honour`); waits for an experiment under way.
     fn readback(&self) -> Readback {
-        if self.mode == Mode::Apply && self.probe.wants_readback() { Readback::Yes } else { Readback::No }
+        if self.mode == Mode::Apply && self.probe.wants_readback() {
+            self.probe.settle();
+            Readback::Yes
+        } else {
+            Readback::No
+        }
     }
 
-    /// Tells the probe what a change (made with `readback`) did.
-    fn tell_probe(&self, at: At<'_>, readback: Readback, outcome: &Result<Fixed, Failure>) {
+    /// Tells the probe what a change (made with `readback`) did; when that makes the experiment
+    /// due, makes it in `dir` (the entry's directory, or the directory itself).
+    fn tell_probe(&self, at: At<'_>, dir: BorrowedFd<'_>, readback: Readback, outcome: &Result<Fixed, Failure>) {
         let seen = match outcome {
             Ok(f) if readback == Readback::Yes && !f.change.is_none() => Outcome::Held,
             Err(f) if f.cause == Cause::Ignored => Outcome::Ignored,
-            Err(f) if self.may_change && f.errno() == Some(Errno::PERM) && matches!(f.op, Op::Chown | Op::Chmod) => {
-                Outcome::Refused
-            }
+            Err(f) if self.may_change && f.plain_refusal() => Outcome::Refused,
             _ => return,
         };
-        self.probe.record(seen, || walk::full_path(self.root, &at.rel_path()).display().to_string());
+        if self.probe.record(seen, || walk::full_path(self.root, &at.rel_path()).display().to_string()) {
+            self.experiment(dir);
+        }
+    }
+
+    /// Makes the experiment that proves what the storage does with ownership changes, in `dir`
+    /// (see `honour::experiment`), unless it was made; logs what it found.
+    pub fn experiment(&self, dir: BorrowedFd<'_>) {
+        let who = match self.privilege {
+            Privilege::Full => Chowner::Privileged,
+            Privilege::Unprivileged { uid } => Chowner::Unprivileged { uid },
+        };
+        let mut made = false;
+        let proof = self.probe.prove(|| {
+            made = true;
+            experiment::run(dir, self.spec.gid(), who, CACHE_WAIT)
+        });
+        if made && !proof.verdict.stops() {
+            warn!(path = %Escaped(self.root.as_os_str()), evidence = proof.evidence.as_str(),
+                  "changes did not hold on some entries, but the storage honours ownership changes: they are counted as errors of their own");
+        }
+    }
+
+    /// After the walk: the experiment, if entries were suspect and none held (see `honour`),
+    /// in the root `root`.
+    pub fn conclude(&self, root: BorrowedFd<'_>) {
+        if self.mode == Mode::Apply && self.probe.due_at_end() {
+            self.experiment(root);
+        }
+    }
+
+    /// A failed change with its entry's own cause, if one explains its EPERM: an inode flag
+    /// (`locked`), or an owner unmapped in this user namespace (`meta`).
+    fn explained(
+        &self,
+        outcome: Result<Fixed, Failure>,
+        meta: &Meta,
+        locked: impl FnOnce() -> Option<sys::Locked>,
+    ) -> Result<Fixed, Failure> {
+        outcome.map_err(|f| f.explained(locked, meta, &self.mapped))
     }
 
     /// Records `dir` as finished work for resume, counted with its entries (and `itself`, unless
@@ -193,11 +240,17 @@ impl<'a> Fixer<'a> {
             return self.left(dir, None, &dir.meta, change, Contents::Read);
         }
         let readback = self.readback();
+        let fix = |meta: &Meta| fix::fix_dir(dir.fd(), meta, self.spec, private, &self.setgid, readback);
         let outcome = match self.mode {
             Mode::Check => Ok(Fixed::decided(&dir.meta, self.spec, private)),
-            Mode::Apply => fix::fix_dir(dir.fd(), &dir.meta, self.spec, private, &self.setgid, readback),
+            Mode::Apply => match fix(&dir.meta) {
+                // A writer may have changed it back meanwhile: once more, from what it is now.
+                Err(f) if f.cause == Cause::Ignored => sys::stat_fd(dir.fd()).map_or(Err(f), |now| fix(&now)),
+                other => other,
+            },
         };
-        self.tell_probe(At::Dir(dir), readback, &outcome);
+        let outcome = self.explained(outcome, &dir.meta, || sys::locked_at(dir.fd(), c""));
+        self.tell_probe(At::Dir(dir), dir.fd(), readback, &outcome);
         self.tightened(private, &outcome, || dir.rel_path());
         self.record(At::Dir(dir), outcome);
     }
@@ -271,11 +324,24 @@ impl<'a> Fixer<'a> {
         let readback = self.readback();
         let task =
             Task { spec: self.spec, private, how: How { readback, through: self.through }, setgid: &self.setgid };
-        let outcome = match pin {
+        let fix = |meta: &Meta| match pin {
             Some(pin) => fix::fix_pinned(pin, meta, task),
             None => fix::fix_entry(dir.fd(), name, meta, task, |d, n| dir.with_fd_relief(|| sys::pin_at(d, n))),
         };
-        self.tell_probe(At::Entry(*dir, name), readback, &outcome);
+        let outcome = match fix(meta) {
+            // A writer may have changed it back meanwhile: once more, from what it is now.
+            Err(f) if f.cause == Cause::Ignored => {
+                let now = pin.map_or_else(|| sys::stat_at(dir.fd(), name), sys::stat_fd);
+                now.map_or(Err(f), |now| fix(&now))
+            }
+            other => other,
+        };
+        let locked = || match pin {
+            Some(pin) => sys::locked_at(pin, c""),
+            None => sys::locked_at(dir.fd(), name),
+        };
+        let outcome = self.explained(outcome, meta, locked);
+        self.tell_probe(At::Entry(*dir, name), dir.fd(), readback, &outcome);
         outcome
     }
 }

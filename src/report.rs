@@ -185,6 +185,9 @@ pub struct VolumeReport {
     /// `ignored` or `refused` when the storage did not take ownership changes (see `honour`):
     /// the pass stopped, `fatal` says what to do.
     pub ownership: Option<String>,
+    /// What volprep's own experiment on the storage found, when one was made (see `honour`):
+    /// the proof behind `ownership`, or why suspect entries were no verdict.
+    pub ownership_evidence: Option<String>,
 }
 
 /// The load a run put on its storage (`--load`, `--max-ops`): the report's `load` object.

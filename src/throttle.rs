@@ -242,7 +242,18 @@ impl Gate {
         if let Some(c) = s.controller.as_mut().filter(|_| epoch == s.epoch) {
             s.window.add(kind, latency);
             if s.window.samples() >= c.window_size() {
+                let (was, unloaded) = (c.limit(), c.unloaded_us(&s.window));
                 c.update(&s.window, s.started.elapsed());
+                if c.limit() != was && tracing::enabled!(tracing::Level::DEBUG) {
+                    let mean = s.window.total_us() / s.window.samples() as f64;
+                    tracing::debug!(
+                        limit = c.limit(),
+                        was,
+                        mean_us = mean.round() as u64,
+                        unloaded_us = unloaded.map(|u| u.round() as u64),
+                        "in-flight limit changed"
+                    );
+                }
                 s.window = Window::default();
                 let limit = c.limit();
                 if limit != s.limit {

@@ -128,6 +128,9 @@ fn walk(
         Mode::Apply => (Action::Walked, "the next start resumes"),
     };
     let stop = pass.walk(&fixer, threads, root_fd, root_meta, then);
+    if let (Some(root), None) = (root, stop) {
+        fixer.conclude(root);
+    }
     let after = match marked {
         Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &fixer, stop)),
         Some((_, _, Begun::Removed)) => Some(MarkerState::None),

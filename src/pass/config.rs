@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Fixer, Places};
 use crate::caps;
-use crate::fix::{SetgidRule, Through};
+use crate::fix::{Mapped, SetgidRule, Through};
 use crate::honour::Probe;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
@@ -61,6 +61,7 @@ impl<'a> Fixer<'a> {
             probe: Arc::new(Probe::default()),
             through: if mode == Mode::Apply { through(root) } else { Through::Pin },
             may_change,
+            mapped: if mode == Mode::Apply { Mapped::of_self() } else { Mapped::default() },
             places: Places::of(spec),
         }
     }

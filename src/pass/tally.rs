@@ -84,6 +84,8 @@ impl Fixer<'_> {
                     Cause::Errno(e) if quiet && e == Errno::PERM => self.quiet_error(at, f.op, e),
                     Cause::Errno(e) => self.error(at, f.op, e),
                     Cause::Ignored => self.ignored(at, f.op),
+                    Cause::SetgidDropped => self.error(at, f.op, Errno::PERM),
+                    own => self.own_cause(at, f.op, own),
                 }
             }
         }
@@ -192,6 +194,23 @@ impl Fixer<'_> {
         let err = EntryError::note(EscapedPath::new(walk::full_path(self.root, &at.rel_path())), op, text);
         debug!("{}: {}", err.path, err.error);
         crate::sync::lock(&self.errors).push(err);
+    }
+
+    /// A refused change whose cause is the entry's own (see [`Cause::why`]): its error names it.
+    fn own_cause(&self, at: At<'_>, op: Op, cause: Cause) {
+        at.dir().taint();
+        self.counters.errors.inc();
+        let path = EscapedPath::new(walk::full_path(self.root, &at.rel_path()));
+        let errno = Errno::PERM;
+        let text = format!("{}: {}", crate::error::errno_text(errno.raw_os_error()), cause.why().unwrap_or_default());
+        let err = EntryError { path, op, errno: Some(errno), error: text };
+        let mut list = crate::sync::lock(&self.errors);
+        if list.is_full() {
+            debug!("{}: {} failed: {}", err.path, op, err.error);
+        } else {
+            warn!("{}: {} failed: {}", err.path, op, err.error);
+        }
+        list.push(err);
     }
 
     /// A failed syscall the probe is still weighing (logged at debug).

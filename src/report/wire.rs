@@ -124,6 +124,7 @@ impl Serialize for VolumeReport {
         optional(&mut m, "fatal", &v.fatal)?;
         optional(&mut m, "interrupted", &v.interrupted)?;
         optional(&mut m, "ownership", &v.ownership)?;
+        optional(&mut m, "ownership_evidence", &v.ownership_evidence)?;
         m.end()
     }
 }
@@ -156,7 +157,8 @@ mod tests {
     const KEYS: &str = "path action spec spec_digest threads fs_type estimated_entries reason marker_before \
         marker_after entries dirs files symlinks others changed_owner changed_mode errors error_list skipped_mounts \
         unprivileged foreign_owned foreign_owned_list foreign_unread_dirs dirs_read skipped_subtrees verified_dirs \
-        hardlinked tightened tightened_list elapsed_ms entries_per_s load shard sticky fatal interrupted ownership";
+        hardlinked tightened tightened_list elapsed_ms entries_per_s load shard sticky fatal interrupted ownership \
+        ownership_evidence";
 
     #[test]
     fn keys_keep_their_order_and_every_value_comes_back() {
@@ -187,6 +189,7 @@ mod tests {
             fatal: Some("x".into()),
             interrupted: Some(Stop::Term),
             ownership: Some("ignored".into()),
+            ownership_evidence: Some("a file volprep created ...".into()),
             error_list: [EntryError::new(EscapedPath::new("/a"), Op::Chown, Errno::PERM)].into_iter().collect(),
             ..VolumeReport::default()
         };
@@ -207,6 +210,6 @@ mod tests {
         assert!(json.contains(r#""errno":"EPERM""#), "{json}");
         assert_eq!(back.error_list[0].errno, Some(Errno::PERM));
         let plain = serde_json::to_value(VolumeReport::default()).unwrap();
-        assert_eq!(plain.as_object().unwrap().len(), keys.len() - 5, "the optional keys are absent when unset");
+        assert_eq!(plain.as_object().unwrap().len(), keys.len() - 6, "the optional keys are absent when unset");
     }
 }

@@ -220,3 +220,34 @@ pub fn create_new_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> Result<Owne
 pub fn symlink_at(target: &CStr, dir: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
     retry(|| rustix::fs::symlinkat(target, dir, name))
 }
+
+/// `unlinkat(dir, name, 0)`: removes the file `name` (never a directory; a symlink is itself).
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+    retry(|| rustix::fs::unlinkat(dir, name, AtFlags::empty()))
+}
+
+/// The inode flags of an entry that make the kernel refuse even root's chown and chmod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locked {
+    /// `chattr +i`.
+    Immutable,
+    /// `chattr +a`.
+    AppendOnly,
+}
+
+/// Whether the entry `name` in `dir` (`""`: `dir` itself, which may be an `O_PATH` pin) has the
+/// immutable or append-only flag, from `statx`'s attributes: nothing is opened, no symlink is
+/// followed. `None` when it has neither, or the filesystem does not say.
+pub fn locked_at(dir: BorrowedFd<'_>, name: &CStr) -> Option<Locked> {
+    let flags = if name.is_empty() { AtFlags::EMPTY_PATH } else { AtFlags::empty() } | AtFlags::SYMLINK_NOFOLLOW;
+    let x = retry(|| rustix::fs::statx(dir, name, flags, rustix::fs::StatxFlags::BASIC_STATS)).ok()?;
+    use rustix::fs::StatxAttributes as A;
+    let known = |bit: A| x.stx_attributes_mask.contains(bit) && x.stx_attributes.contains(bit);
+    if known(A::IMMUTABLE) {
+        Some(Locked::Immutable)
+    } else if known(A::APPEND) {
+        Some(Locked::AppendOnly)
+    } else {
+        None
+    }
+}

@@ -17,14 +17,15 @@ use rustix::io::Errno;
 
 pub use dir::{DType, DirReader, Place, first_entry, read_dir};
 pub use fs::{
-    acl_at, acl_fd, chmod_fd, chown_fd, create_new_at, create_output, get_xattr, mkdir_at, open_parent, open_root,
-    open_subdir, pin_at, pin_beneath, readlink_at, remove_xattr, reopen_file, set_xattr, symlink_at, try_lock,
+    Locked, acl_at, acl_fd, chmod_fd, chown_fd, create_new_at, create_output, get_xattr, locked_at, mkdir_at,
+    open_parent, open_root, open_subdir, pin_at, pin_beneath, readlink_at, remove_xattr, reopen_file, set_xattr,
+    symlink_at, try_lock, unlink_at,
 };
 pub use fstype::{FsInfo, fs_info, fs_type, storage};
 pub use path::{Blocked, open_dir_no_symlinks, stat_path};
 pub use proc::{
-    LockHolder, euid, fd_limit, groups, lock_holders, mount_fs_type, mount_name, mounts_below, overflow_uid,
-    raise_fd_limit, random_u64,
+    IdMap, LockHolder, euid, fd_limit, groups, lock_holders, mount_fs_type, mount_name, mounts_below, overflow_gid,
+    overflow_uid, raise_fd_limit, random_u64,
 };
 pub use signal::{catch_termination, signal_self, termination};
 pub use stat::{Kind, Meta, Times, stat_at, stat_at_times, stat_fd, stat_fd_times};

@@ -127,6 +127,12 @@ pub fn overflow_uid() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
 }
 
+/// The gid a group that is not mapped in this user namespace reads as
+/// (`/proc/sys/kernel/overflowgid`; 65534 when unreadable).
+pub fn overflow_gid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowgid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
+}
+
 /// The soft open-file limit (`u64::MAX` when unlimited).
 pub fn fd_limit() -> u64 {
     rustix::process::getrlimit(rustix::process::Resource::Nofile).current.unwrap_or(u64::MAX)
@@ -186,9 +192,60 @@ fn lock_line_holder(line: &str, major: u32, minor: u32, ino: u64) -> Option<u32>
     same.then(|| fields[4].parse().ok()).flatten()
 }
 
+/// The ids mapped into this process's user namespace (`/proc/self/uid_map` or `gid_map`): an
+/// owner or group outside them reads as the overflow id, and the kernel refuses even root's
+/// chown and chmod of its entries. Everything is mapped when the map is unreadable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IdMap {
+    /// (first id inside, count) of each line; empty when unknown (all mapped).
+    ranges: Vec<(u32, u32)>,
+}
+
+impl IdMap {
+    /// This process's map of `which` (`"uid_map"` or `"gid_map"`).
+    pub fn of_self(which: &str) -> IdMap {
+        std::fs::read_to_string(format!("/proc/self/{which}")).map(|t| IdMap::parse(&t)).unwrap_or_default()
+    }
+
+    fn parse(text: &str) -> IdMap {
+        let ranges = text
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace().map(|w| w.parse::<u32>().ok());
+                let (inside, _outside, count) = (f.next()??, f.next()??, f.next()??);
+                Some((inside, count))
+            })
+            .collect();
+        IdMap { ranges }
+    }
+
+    /// Whether this is the initial user namespace's map (every id mapped to itself).
+    pub fn is_whole(&self) -> bool {
+        self.ranges.is_empty() || self.ranges == [(0, u32::MAX)]
+    }
+
+    /// Whether `id`, as read in this namespace, is mapped.
+    pub fn maps(&self, id: u32) -> bool {
+        self.ranges.is_empty()
+            || self.ranges.iter().any(|&(first, n)| id >= first && u64::from(id - first) < u64::from(n))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_map_maps_its_ranges_only() {
+        let all = IdMap::parse("         0          0 4294967295\n");
+        assert!(all.maps(0) && all.maps(65534) && all.maps(4_000_000_000) && all.is_whole());
+        let userns = IdMap::parse("0 100000 65536\n");
+        assert!(userns.maps(0) && userns.maps(65535) && !userns.is_whole());
+        assert!(!userns.maps(65536), "outside the range");
+        let one = IdMap::parse("0 1000 1\n");
+        assert!(one.maps(0) && !one.maps(65534), "the overflow id is not mapped");
+        assert!(IdMap::default().maps(65534), "unknown: everything mapped");
+    }
 
     #[test]
     fn mountinfo_lists_the_mount_points_below_a_directory() {

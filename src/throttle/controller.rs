@@ -9,6 +9,14 @@
 //! [`TARGET`] (by half at most): a saturated storage is kept just past its capacity, with
 //! every request taking about [`TARGET`] times its unloaded latency instead of waiting in a
 //! queue that more threads would only lengthen.
+//!
+//! It cannot latch at one in flight: a window at a limit of 1 is itself an unloaded measurement
+//! (nothing of this walk queues behind anything), so it re-bases every kind it saw (and the
+//! limit grows again from there as at the start), and a
+//! baseline that was too low (a first window answered from a client cache, a service time that
+//! stepped up and stayed up, fast and slow storage in one run) is replaced there. A probe runs
+//! at any limit, and a kind whose baseline is older than [`BASE_TTL`] is re-based by the next
+//! probe that sees it at all.
 
 use std::time::Duration;
 
@@ -46,20 +54,61 @@ enum Reach {
     Limit,
 }
 
-/// Latencies of the operations completed in one window, by kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// Latency buckets of a window: powers of two of microseconds.
+const BUCKETS: usize = 32;
+
+/// The bucket of a latency of `us` microseconds.
+fn bucket(us: f64) -> usize {
+    ((us.max(1.0) as u64).ilog2() as usize).min(BUCKETS - 1)
+}
+
+/// An operation more than this many times faster than its kind's baseline was answered from a
+/// cache (the client's, the kernel's): it says nothing of the server's load, and is left out of
+/// the ratio and of the baselines.
+const CACHED: f64 = 8.0;
+
+/// Latencies of the operations completed in one window, by kind and bucket.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
-    n: [u64; KINDS],
+    n: [[u64; BUCKETS]; KINDS],
     /// Sums of latencies, in microseconds.
-    sum_us: [f64; KINDS],
+    sum_us: [[f64; BUCKETS]; KINDS],
     reach: Reach,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window { n: [[0; BUCKETS]; KINDS], sum_us: [[0.0; BUCKETS]; KINDS], reach: Reach::Below }
+    }
 }
 
 impl Window {
     pub fn add(&mut self, kind: OpKind, latency: Duration) {
-        let k = kind.index();
-        self.n[k] += 1;
-        self.sum_us[k] += latency.as_secs_f64() * 1e6;
+        let (k, us) = (kind.index(), latency.as_secs_f64() * 1e6);
+        let b = bucket(us);
+        self.n[k][b] += 1;
+        self.sum_us[k][b] += us;
+    }
+
+    /// Operations of kind `k`.
+    fn count(&self, k: usize) -> u64 {
+        self.n[k].iter().sum()
+    }
+
+    /// Operations of kind `k` that took at least about `floor_us` (by bucket), and not far less
+    /// than the slowest of the window ([`CACHED`]² less: a kind some of whose operations a cache
+    /// answers has two humps, and only the server's is its load), and their summed latency.
+    fn served(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
+        let top = self.n[k].iter().rposition(|&n| n > 0).unwrap_or(0);
+        let spread = (CACHED * CACHED).log2() as usize;
+        let from = floor_us.map_or(0, bucket).max(top.saturating_sub(spread));
+        (self.n[k][from..].iter().sum(), self.sum_us[k][from..].iter().sum())
+    }
+
+    /// Their mean latency.
+    fn served_mean(&self, k: usize, floor_us: Option<f64>) -> Option<f64> {
+        let (n, sum) = self.served(k, floor_us);
+        (n > 0).then(|| sum / n as f64)
     }
 
     /// The operations in flight reached the limit.
@@ -69,16 +118,12 @@ impl Window {
 
     /// Operations in the window.
     pub fn samples(&self) -> u64 {
-        self.n.iter().sum()
+        (0..KINDS).map(|k| self.count(k)).sum()
     }
 
     /// Their total latency, in microseconds.
     pub fn total_us(&self) -> f64 {
-        self.sum_us.iter().sum()
-    }
-
-    fn mean_us(&self, k: usize) -> Option<f64> {
-        (self.n[k] > 0).then(|| self.sum_us[k] / self.n[k] as f64)
+        self.sum_us.iter().flatten().sum()
     }
 }
 
@@ -97,6 +142,9 @@ pub const TARGET: f64 = 1.25;
 /// How often the baseline is measured again at a quarter of the limit (the storage's unloaded
 /// latency may change: other clients come and go).
 pub const PROBE_EVERY: Duration = Duration::from_secs(3);
+/// A baseline older than this is replaced by the next probe window that has the kind at all
+/// (as BBR expires its minimum round-trip time).
+pub const BASE_TTL: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -114,8 +162,9 @@ pub struct Controller {
     limit: f64,
     max: f64,
     phase: Phase,
-    /// Unloaded mean latency of each kind, in microseconds.
+    /// Unloaded mean latency of each kind, in microseconds, and when it was measured.
     base: [Option<f64>; KINDS],
+    based_at: [Duration; KINDS],
     last_probe: Duration,
 }
 
@@ -127,6 +176,7 @@ impl Controller {
             max: max.max(1) as f64,
             phase: Phase::SlowStart,
             base: [None; KINDS],
+            based_at: [Duration::ZERO; KINDS],
             last_probe: Duration::ZERO,
         }
     }
@@ -153,24 +203,55 @@ impl Controller {
         let (mut n, mut sum) = (0, 0.0);
         for k in 0..KINDS {
             if let Some(base) = self.base[k] {
-                n += w.n[k];
-                sum += w.n[k] as f64 * base;
+                n += w.count(k);
+                sum += w.count(k) as f64 * base;
             }
         }
         (n > 0).then(|| sum / n as f64)
     }
 
-    /// What the window's operations took over what they take unloaded (kinds without a
-    /// baseline yet get this window's as theirs).
+    /// The latency below which an operation of kind `k` was answered from a cache.
+    fn floor(&self, k: usize) -> Option<f64> {
+        self.base[k].map(|b| b / CACHED)
+    }
+
+    /// What the window's operations the server answered took over what they take unloaded
+    /// (kinds without a baseline yet get this window's as theirs).
     fn ratio(&mut self, w: &Window) -> f64 {
         let (mut now, mut unloaded) = (0.0, 0.0);
         for k in 0..KINDS {
-            let Some(mean) = w.mean_us(k) else { continue };
-            let base = *self.base[k].get_or_insert(mean);
-            now += w.n[k] as f64 * mean;
-            unloaded += w.n[k] as f64 * base;
+            let (n, sum) = w.served(k, self.floor(k));
+            if n == 0 {
+                continue;
+            }
+            let base = *self.base[k].get_or_insert(sum / n as f64);
+            now += sum;
+            unloaded += n as f64 * base;
         }
         if unloaded > 0.0 { now / unloaded } else { 1.0 }
+    }
+
+    /// Re-bases each kind `w` has at least `min` served samples of; with fewer, lowers its
+    /// baseline to the window's mean (a less loaded window), or replaces it (cached answers
+    /// included) when it is older than [`BASE_TTL`].
+    fn rebase(&mut self, w: &Window, now: Duration, min: u64) {
+        for k in 0..KINDS {
+            let stale = now.saturating_sub(self.based_at[k]) >= BASE_TTL;
+            let (n, sum) = w.served(k, if stale { None } else { self.floor(k) });
+            if n == 0 {
+                continue;
+            }
+            let mean = sum / n as f64;
+            if n >= min || stale || self.base[k].is_none_or(|b| mean < b) {
+                self.base[k] = Some(mean);
+                self.based_at[k] = now;
+            }
+        }
+    }
+
+    /// How many of the window's operations the server answered (not a cache).
+    fn served(&self, w: &Window) -> u64 {
+        (0..KINDS).map(|k| w.served(k, self.floor(k)).0).sum()
     }
 
     /// Takes a finished window (of operations admitted at the current limit) at `now` since the
@@ -179,13 +260,21 @@ impl Controller {
         if w.samples() == 0 {
             return;
         }
+        if self.served(w) < PROBE_MIN && self.base.iter().any(Option::is_some) {
+            // Answered from caches: nothing said of the server's load.
+            return;
+        }
+        if self.limit() == 1 && !matches!(self.phase, Phase::Probe { .. }) {
+            // One in flight: this window is unloaded, whatever the baselines said; from there
+            // the limit grows again as at the start.
+            self.rebase(w, now, 1);
+            self.last_probe = now;
+            self.phase = Phase::SlowStart;
+            self.limit = 1.0;
+        }
         match self.phase {
             Phase::Probe { resume } => {
-                for k in 0..KINDS {
-                    if w.n[k] >= PROBE_MIN {
-                        self.base[k] = w.mean_us(k);
-                    }
-                }
+                self.rebase(w, now, PROBE_MIN);
                 self.limit = resume;
                 self.last_probe = now;
                 self.phase = Phase::Steady;
@@ -194,8 +283,9 @@ impl Controller {
                 let r = self.ratio(w);
                 // Still (nearly) unloaded: the lowest means are the baseline.
                 for k in 0..KINDS {
-                    if let (Some(mean), Some(base)) = (w.mean_us(k), self.base[k]) {
+                    if let (Some(mean), Some(base)) = (w.served_mean(k, self.floor(k)), self.base[k]) {
                         self.base[k] = Some(base.min(mean));
+                        self.based_at[k] = now;
                     }
                 }
                 if r < SLOW_START_EXIT && self.limit < self.max {
@@ -210,7 +300,7 @@ impl Controller {
             }
             Phase::Steady => {
                 let r = self.ratio(w);
-                if now.saturating_sub(self.last_probe) >= PROBE_EVERY && self.limit >= 2.0 {
+                if now.saturating_sub(self.last_probe) >= PROBE_EVERY && self.limit() >= 2 {
                     self.phase = Phase::Probe { resume: self.limit };
                     self.limit = (self.limit / 4.0).max(1.0);
                 } else {
@@ -282,6 +372,132 @@ mod tests {
         }
     }
 
+    /// What the closed-loop server does, window by window.
+    struct Scenario {
+        slots: f64,
+        /// The service time of a request at `t` seconds, in µs.
+        service_us: fn(f64) -> f64,
+        /// The share of lookups and changes of window `i` a client cache answers (3 µs).
+        cached: fn(u64) -> f64,
+        /// Most operations the walk has to send at once (`None`: always more than the limit).
+        sends: Option<f64>,
+        max: usize,
+    }
+
+    /// Runs the controller against `sc` for `secs`; returns the limit after each window, with
+    /// the time it ended at.
+    fn trace(sc: &Scenario, secs: f64) -> Vec<(f64, usize)> {
+        let mut c = Controller::new(sc.max);
+        let (mut t, mut i, mut out) = (0.0, 0, Vec::new());
+        while t < secs {
+            let limit = c.limit() as f64;
+            let n = sc.sends.map_or(limit, |m| m.min(limit));
+            let service = (sc.service_us)(t);
+            let latency = service * (n / sc.slots).max(1.0);
+            let reach = if sc.sends.is_none_or(|m| limit <= m) { Reach::Limit } else { Reach::Below };
+            let mut w = Window { reach, ..Window::default() };
+            let size = c.window_size();
+            let cached = (sc.cached)(i);
+            let (mut busy_us, mut remote) = (0.0, 0.0);
+            for j in 0..size {
+                let kind = if j % 2 == 0 { OpKind::Lookup } else { OpKind::Change };
+                let us = if (j as f64 + 0.5) / size as f64 <= cached { 3.0 } else { latency };
+                remote += f64::from(us > 3.0);
+                busy_us += us;
+                w.add(kind, Duration::from_secs_f64(us / 1e6));
+            }
+            let _ = remote;
+            t += busy_us / n / 1e6;
+            c.update(&w, Duration::from_secs_f64(t));
+            out.push((t, c.limit()));
+            i += 1;
+        }
+        out
+    }
+
+    /// The first window after `from` seconds whose limit is at least `share` of the server's
+    /// slots, counted from the first window after `from`; and the mean limit over the last
+    /// quarter of the run.
+    fn recovery(sc: &Scenario, secs: f64, from: f64, share: f64) -> (Option<usize>, f64) {
+        let tr = trace(sc, secs);
+        let after: Vec<_> = tr.iter().filter(|(t, _)| *t >= from).collect();
+        let at = after.iter().position(|(_, l)| *l as f64 >= share * sc.slots);
+        let tail = &tr[tr.len() * 3 / 4..];
+        (at, tail.iter().map(|(_, l)| *l as f64).sum::<f64>() / tail.len() as f64)
+    }
+
+    fn fixed(_: f64) -> f64 {
+        2000.0
+    }
+    fn uncached(_: u64) -> f64 {
+        0.0
+    }
+
+    /// Each latch trigger: the limit comes back to at least 0.85 × the server's slots within a
+    /// bounded number of windows, and stays there.
+    #[track_caller]
+    fn recovers(name: &str, sc: Scenario, from: f64) {
+        let (at, tail) = recovery(&sc, 40.0, from, 0.85);
+        let at = at.unwrap_or_else(|| panic!("{name}: never back to 0.85 × {} slots", sc.slots));
+        assert!(at <= 40, "{name}: back to 0.85 × {} slots after {at} windows", sc.slots);
+        assert!(tail >= 0.85 * sc.slots, "{name}: mean limit {tail:.1} at the end, {} slots", sc.slots);
+    }
+
+    #[test]
+    fn a_first_window_answered_from_a_cache_does_not_latch_the_limit() {
+        for slots in [4.0, 16.0] {
+            let first_cached = |i: u64| if i == 0 { 1.0 } else { 0.0 };
+            recovers(
+                "cached first window",
+                Scenario { slots, service_us: fixed, cached: first_cached, sends: None, max: 32 },
+                0.0,
+            );
+        }
+    }
+
+    #[test]
+    fn a_service_time_that_steps_up_and_stays_up_does_not_latch_the_limit() {
+        fn step(t: f64) -> f64 {
+            if t < 5.0 { 2000.0 } else { 8000.0 }
+        }
+        for slots in [4.0, 16.0] {
+            recovers("step up", Scenario { slots, service_us: step, cached: uncached, sends: None, max: 32 }, 5.0);
+        }
+    }
+
+    #[test]
+    fn fast_and_slow_storage_in_one_run_do_not_latch_the_limit() {
+        // A local volume first (every operation a few µs), then a remote one; then windows that
+        // mix both.
+        let local_first = |i: u64| if i < 30 { 1.0 } else { 0.0 };
+        let mixed = |i: u64| {
+            if i < 30 {
+                1.0
+            } else if i % 7 == 0 {
+                0.5
+            } else {
+                0.0
+            }
+        };
+        for slots in [4.0, 16.0] {
+            recovers(
+                "local then remote",
+                Scenario { slots, service_us: fixed, cached: local_first, sends: None, max: 32 },
+                0.0,
+            );
+            recovers("mixed", Scenario { slots, service_us: fixed, cached: mixed, sends: None, max: 32 }, 0.0);
+        }
+    }
+
+    #[test]
+    fn windows_that_never_reach_the_limit_do_not_latch_it() {
+        let first_cached = |i: u64| if i == 0 { 1.0 } else { 0.0 };
+        for slots in [4.0, 16.0] {
+            let sc = Scenario { slots, service_us: fixed, cached: first_cached, sends: Some(slots), max: 32 };
+            recovers("walk sends no more than the slots", sc, 0.0);
+        }
+    }
+
     /// A window of `n` operations of `kind` taking `us` µs each, in which the operations in
     /// flight went as far as `reach`.
     fn window(reach: Reach, kind: OpKind, n: u64, us: u64) -> Window {
@@ -324,10 +540,17 @@ mod tests {
         assert_eq!(c.limit(), 20, "ratio 1.4: held");
         c.update(&window(100_000), Duration::from_millis(3));
         assert_eq!(c.limit(), 10, "by half at most");
-        for i in 0..10 {
+        let mut i = 0;
+        while c.limit() > 1 {
             c.update(&window(100_000), Duration::from_millis(4 + i));
+            i += 1;
+            assert!(i <= 10, "down to 1 in a few windows");
         }
-        assert_eq!(c.limit(), 1);
+        // At one in flight the window is unloaded: 100 ms is what a request costs now.
+        c.update(&window(100_000), Duration::from_millis(20));
+        assert_eq!((c.limit(), c.base_us(OpKind::Change)), (2, Some(100_000.0)), "re-based at 1, growing again");
+        c.update(&window(100_000), Duration::from_millis(21));
+        assert_eq!(c.limit(), 4, "as at the start");
     }
 
     #[test]

@@ -77,6 +77,12 @@ pub trait Model: Send + Sync + 'static {
     /// Serves a setattr on `path`; the passthrough replies with the attributes `path` has then.
     fn setattr(&self, path: &Path, change: &Change) -> Result<(), Errno>;
 
+    /// The attributes the filesystem answers for `path`, which has `fresh` (a daemon's
+    /// attribute cache answers older ones).
+    fn answer(&self, _path: &Path, fresh: FileAttr) -> FileAttr {
+        fresh
+    }
+
     /// Configures the kernel's side at mount time.
     fn init(&mut self, _config: &mut KernelConfig) {}
 
@@ -174,6 +180,10 @@ impl<M: Model> Passthrough<M> {
     }
 
     fn attr(&self, path: &Path) -> Result<FileAttr, Errno> {
+        Ok(self.model.answer(path, self.fresh_attr(path)?))
+    }
+
+    fn fresh_attr(&self, path: &Path) -> Result<FileAttr, Errno> {
         let m = fs::symlink_metadata(path).map_err(Errno::from)?;
         Ok(FileAttr {
             ino: INodeNo(self.fuse_ino(m.ino())),
@@ -300,6 +310,49 @@ impl<M: Model> Filesystem for Passthrough<M> {
             self.attr(&path)
         });
         self.reply_attr(r, reply);
+    }
+
+    /// A new regular file (volprep's own test of the storage creates one), owned by the server.
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: fuser::ReplyCreate,
+    ) {
+        let r = self.model.arrive(Op::Lookup).and_then(|()| {
+            let path = self.path(parent)?.join(name);
+            let c = cstr(&path)?;
+            let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            // SAFETY: a valid C string; the fd is closed at once.
+            let fd = unsafe { libc::open(c.as_ptr(), flags, (mode & !umask & 0o7777) as libc::c_uint) };
+            if fd < 0 {
+                return Err(last());
+            }
+            // SAFETY: an fd this call opened.
+            unsafe { libc::close(fd) };
+            let attr = self.attr(&path)?;
+            self.paths.write().expect("paths lock").insert(attr.ino.0, path);
+            Ok(attr)
+        });
+        match r {
+            Ok(attr) => reply.created(&self.ttl, &attr, Generation(0), FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = self.model.arrive(Op::Setattr).and_then(|()| {
+            let path = self.path(parent)?.join(name);
+            fs::remove_file(&path).map_err(Errno::from)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {

@@ -2,13 +2,19 @@
 //! passthrough (`fuse_passthrough`) over a directory that honours ownership changes, ignores them
 //! (accepts chown and chmod and changes nothing, as SMB or Azure Files with fixed
 //! `uid=`/`gid=`/`file_mode=` mount options do), or refuses them with EPERM (NFS
-//! `root_squash`). Unmounted on drop.
+//! `root_squash`), or applies them and answers attributes from a daemon-side cache of a few
+//! seconds (as network filesystems' attribute caches do). Unmounted on drop. And a metadata
+//! server of finite capacity ([`FuseFs::capacity`]): K service slots, each request holding one
+//! for a fixed time, the others waiting their turn.
 
+use std::collections::HashMap;
 use std::io::Write as _;
-use std::path::Path;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
-use fuser::Errno;
+use fuser::{Errno, FileAttr};
 use tempfile::TempDir;
 
 use super::PRIVILEGED_ENV;
@@ -23,7 +29,13 @@ pub enum Owners {
     Ignore,
     /// Answers EPERM.
     Refuse,
+    /// Applies it, and answers every path's attributes from a cache filled at its first answer
+    /// and kept [`STALE_FOR`] (the reply to the setattr included).
+    StaleCache,
 }
+
+/// How long [`Owners::StaleCache`] answers a path's attributes from its cache.
+pub const STALE_FOR: Duration = Duration::from_secs(3);
 
 impl Owners {
     /// The mount's source (`fuse from volprep-…`) and subtype.
@@ -32,6 +44,7 @@ impl Owners {
             Owners::Honour => "volprep-honour",
             Owners::Ignore => "volprep-ignore",
             Owners::Refuse => "volprep-refuse",
+            Owners::StaleCache => "volprep-stale",
         }
     }
 }
@@ -69,14 +82,78 @@ impl FuseFs {
     /// Mounts a passthrough of `src` that treats ownership changes as `owners` says.
     pub fn mount(src: &Path, owners: Owners) -> FuseFs {
         let mnt = tempfile::Builder::new().prefix("volprep-fuse-").tempdir().expect("mount point");
-        let fs = Passthrough::new(src, TTL, owners).expect("source");
+        let fs = Passthrough::new(src, TTL, Served { owners, cache: Mutex::default() }).expect("source");
         let config = fuse_passthrough::config(owners.name(), 4);
+        let session = fuser::spawn_mount(fs, mnt.path(), &config).expect("mount the test FUSE filesystem");
+        FuseFs { session: Some(session), mnt }
+    }
+
+    /// Mounts a passthrough of `src` (that honours ownership changes) served by a metadata
+    /// server of `slots` service slots: every lookup, getattr, setattr, readdir and xattr write
+    /// holds one for `service`; the kernel caches names and attributes for a minute. `stats`
+    /// gets each such request's latency, from its arrival to its reply.
+    pub fn capacity(src: &Path, slots: usize, service: Duration, stats: Arc<ServerStats>) -> FuseFs {
+        let mnt = tempfile::Builder::new().prefix("volprep-fuse-").tempdir().expect("mount point");
+        let model = Capacity { free: Mutex::new(slots), turn: Condvar::new(), service, stats };
+        let fs = Passthrough::new(src, Duration::from_secs(60), model).expect("source");
+        let config = fuse_passthrough::config("volprep-capacity", 256);
         let session = fuser::spawn_mount(fs, mnt.path(), &config).expect("mount the test FUSE filesystem");
         FuseFs { session: Some(session), mnt }
     }
 
     pub fn path(&self) -> &Path {
         self.mnt.path()
+    }
+}
+
+/// What a capacity server saw: its delayed requests and their summed latency (µs).
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub requests: AtomicU64,
+    pub latency_sum_us: AtomicU64,
+}
+
+impl ServerStats {
+    /// The mean latency of a request, in µs, and the requests served; then starts over.
+    pub fn take(&self) -> (f64, u64) {
+        let n = self.requests.swap(0, Ordering::Relaxed);
+        let sum = self.latency_sum_us.swap(0, Ordering::Relaxed);
+        (if n == 0 { 0.0 } else { sum as f64 / n as f64 }, n)
+    }
+}
+
+/// A metadata server of finite capacity: `free` service slots of `service` each.
+struct Capacity {
+    free: Mutex<usize>,
+    turn: Condvar,
+    service: Duration,
+    stats: Arc<ServerStats>,
+}
+
+impl Model for Capacity {
+    /// Opening a directory and reading xattrs are answered at once (a caching client holds
+    /// them); every other request waits for a slot and holds it for the service time.
+    fn arrive(&self, op: Op) -> Result<(), Errno> {
+        if matches!(op, Op::Opendir | Op::XattrRead) {
+            return Ok(());
+        }
+        let arrived = Instant::now();
+        let mut free = self.free.lock().expect("slots lock");
+        while *free == 0 {
+            free = self.turn.wait(free).expect("slots lock");
+        }
+        *free -= 1;
+        drop(free);
+        std::thread::sleep(self.service);
+        *self.free.lock().expect("slots lock") += 1;
+        self.turn.notify_one();
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        self.stats.latency_sum_us.fetch_add(arrived.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn setattr(&self, path: &Path, change: &Change) -> Result<(), Errno> {
+        change.chown_chmod(path)
     }
 }
 
@@ -94,15 +171,37 @@ impl Drop for FuseFs {
 /// How long the kernel caches names and attributes.
 const TTL: Duration = Duration::from_secs(1);
 
-impl Model for Owners {
+/// What a test filesystem serves: its way with ownership changes, and (`StaleCache`) its
+/// attribute cache, by path: when each was filled and with what.
+struct Served {
+    owners: Owners,
+    cache: Mutex<HashMap<PathBuf, (Instant, FileAttr)>>,
+}
+
+impl Model for Served {
     /// These filesystems serve no readlink (ENOSYS, as `fuser` answers what is not served).
     fn arrive(&self, op: Op) -> Result<(), Errno> {
         if op == Op::Readlink { Err(Errno::ENOSYS) } else { Ok(()) }
     }
 
+    fn answer(&self, path: &Path, fresh: FileAttr) -> FileAttr {
+        if self.owners != Owners::StaleCache {
+            return fresh;
+        }
+        let mut cache = self.cache.lock().expect("cache lock");
+        let now = Instant::now();
+        match cache.get(path) {
+            Some(&(at, attr)) if now.duration_since(at) < STALE_FOR => attr,
+            _ => {
+                cache.insert(path.to_path_buf(), (now, fresh));
+                fresh
+            }
+        }
+    }
+
     /// A chown or chmod as `self` says; a change of size is not served (and ignored).
     fn setattr(&self, path: &Path, change: &Change) -> Result<(), Errno> {
-        match self {
+        match self.owners {
             Owners::Ignore => Ok(()),
             Owners::Refuse if change.mode.is_some() || change.uid.is_some() || change.gid.is_some() => {
                 Err(Errno::EPERM)
