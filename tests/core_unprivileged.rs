@@ -16,7 +16,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::kill::{KillOnDrop, field};
-use common::snap::{ROOT, conforms, kubelet_reference};
+use common::snap::{conforms, kubelet_reference};
 use common::tree::{self, GenOpts, Node, Rng};
 use common::xattr::{CHECKPOINT, MARKER, get_xattr, xattr_json};
 use common::*;
@@ -131,11 +131,6 @@ fn assert_all_conform(vol: &Path, gid: u32, read_only: bool, context: &str) {
 fn decision(r: &Run) -> String {
     let line = r.stderr.lines().find(|l| l.contains("decision=")).unwrap_or("");
     field(line, "decision").unwrap_or("").to_string()
-}
-
-/// A snapshot without the root (its ctime moves when the marker is rewritten).
-fn below_root(s: &Snapshot) -> Snapshot {
-    s.iter().filter(|(k, _)| k.as_slice() != ROOT).map(|(k, m)| (k.clone(), *m)).collect()
 }
 
 // ---------------------------------------------------------------------------------------------
