@@ -104,3 +104,23 @@ fn remove_xattr(path: &Path, name: &str) {
         assert_eq!(e.raw_os_error(), Some(libc::ENODATA), "removexattr {name}: {e}");
     }
 }
+
+/// Back to an earlier version after a later one wrote a marker of a format it does not know:
+/// it never skips on it; it walks once (changing only what differs) and writes its own.
+#[test]
+fn a_marker_of_a_later_format_is_walked_once_never_trusted() {
+    let base = tempfile::tempdir().unwrap();
+    let gid = group();
+    let vol = prepared(base.path(), gid);
+    let later = String::from_utf8(marker_0_1_0(gid)).unwrap().replace(r#""v":1"#, r#""v":2"#);
+    set_xattr(&vol, MARKER, later.as_bytes());
+    let g = gid.to_string();
+    let r = pass("apply", &["--fs-group", &g], &vol).expect_code(0);
+    let v = r.volume();
+    assert_eq!(v["action"], "walked", "{}", r.describe());
+    assert!(v["reason"].as_str().unwrap().contains("format 2"), "{}", r.describe());
+    assert_eq!((r.count("changed_owner"), r.count("changed_mode")), (0, 0), "{}", r.describe());
+    assert_eq!(common::xattr::xattr_json(&vol, MARKER).unwrap()["v"], 1, "its own format now");
+    let again = pass("apply", &["--fs-group", &g], &vol).expect_code(0);
+    assert_eq!(again.volume()["action"], "skipped", "{}", again.describe());
+}
