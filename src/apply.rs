@@ -9,7 +9,6 @@ use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter, Tolerance};
 use crate::report::{self, Load, Report, VolumeReport};
 use crate::spec::{Ownership, Spec};
-use crate::state::Stop;
 use crate::throttle::{self, Policy, Storage};
 use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
@@ -140,11 +139,9 @@ fn finish(o: &Options, volumes: Vec<VolumeReport>) -> Result<ExitCode, Error> {
     if let Some(dest) = &o.report {
         report::write(&Report::new(volumes), dest)?;
     }
-    Ok(match sys::termination() {
-        Some(Stop::Int) => ExitCode::Interrupted,
-        Some(Stop::Term) => ExitCode::Terminated,
-        None => ExitCode::merge(codes),
-    })
+    // A signal's code comes from the volumes it stopped (each report carries it): a signal
+    // that came once every pass had ended stopped nothing.
+    Ok(ExitCode::merge(codes))
 }
 
 /// Refuses volumes that overlap (one inside another, or one directory twice, by any path:
