@@ -911,7 +911,9 @@ impl Bench<'_> {
         let mut cases: Vec<(String, Method)> = Vec::new();
         for m in methods::plan(self.a, self.features, false) {
             let keep = match m.id {
-                "kubelet" | "kubelet-2nd" | "chown" | "floor" => true,
+                "kubelet" | "kubelet-2nd" | "chown" | "floor" | "read-floor" | "unsafe-floor" | "race-safe-floor" => {
+                    true
+                }
                 "full" | "rescan" => m.threads == Some(1) || m.threads == Some(max),
                 "check" => m.threads == Some(1),
                 _ => false,
