@@ -1,7 +1,8 @@
 //! Upgrades and rollbacks (docs/upgrade.md), as any user on plain temp dirs: a `done` marker
 //! written by an earlier version, byte for byte, lets this version skip the volume, since the
-//! spec digest of marker format 1 is pinned; removing volprep's attributes (what `setfattr -x`
-//! does) leaves a volume the next `apply` walks afresh.
+//! spec digest of marker format 1 is pinned; removing volprep's attributes (docs/upgrade.md's
+//! `getfattr`/`setfattr -x` block, run as written where the `attr` package is installed) leaves
+//! a volume the next `apply` walks afresh.
 
 mod common;
 
@@ -123,4 +124,30 @@ fn a_marker_of_a_later_format_is_walked_once_never_trusted() {
     assert_eq!(common::xattr::xattr_json(&vol, MARKER).unwrap()["v"], 1, "its own format now");
     let again = pass("apply", &["--fs-group", &g], &vol).expect_code(0);
     assert_eq!(again.volume()["action"], "skipped", "{}", again.describe());
+}
+
+/// docs/upgrade.md's removal block, as written, on a prepared volume: it lists the marker, removes
+/// it, and `volprep status` then finds none.
+#[test]
+#[ignore = "needs getfattr and setfattr (package attr): --include-ignored"]
+fn the_documented_removal_block_removes_the_marker() {
+    for tool in ["getfattr", "setfattr"] {
+        assert!(common::mounts::tool(tool).is_some(), "`{tool}` not found: apt-get install attr");
+    }
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/upgrade.md")).unwrap();
+    let at = doc.find("<!-- rollback: tested -->\n```sh\n").expect("docs/upgrade.md: the rollback block");
+    let body = &doc[at..][doc[at..].find("```sh\n").unwrap() + 6..];
+    let block = &body[..body.find("\n```").expect("end of block")];
+    let base = tempfile::tempdir().unwrap();
+    let gid = group();
+    let vol = prepared(base.path(), gid);
+    pass("apply", &["--fs-group", &gid.to_string()], &vol).expect_code(0);
+    let bin = Path::new(env!("CARGO_BIN_EXE_volprep")).parent().unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let mut sh = std::process::Command::new("bash");
+    sh.args(["-euo", "pipefail", "-c", block]).env("ROOT", &vol).env("PATH", path);
+    let out = run(&mut sh).expect_code(0);
+    assert!(out.stdout.contains("user.volprep"), "getfattr lists the marker\n{}", out.describe());
+    assert!(out.stdout.contains("no marker"), "status finds none\n{}", out.describe());
+    assert_eq!(get_xattr(&vol, MARKER), None);
 }
