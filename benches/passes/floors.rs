@@ -125,11 +125,11 @@ fn is_symlink(mode: u32) -> bool {
     mode & libc::S_IFMT == libc::S_IFLNK
 }
 
-/// One entry, `name` in `dirfd`, as `floor` does it.
-fn entry(floor: Floor, dirfd: RawFd, name: &CStr, gid: u32) -> io::Result<()> {
+/// One entry, `name` in `dirfd`, as `floor` does it; its type and mode as `statx` read them.
+fn entry(floor: Floor, dirfd: RawFd, name: &CStr, gid: u32) -> io::Result<u32> {
     let nofollow = libc::AT_SYMLINK_NOFOLLOW;
     match floor {
-        Floor::Read => statx(dirfd, name, nofollow).map(drop),
+        Floor::Read => statx(dirfd, name, nofollow),
         Floor::Unsafe => {
             let mode = statx(dirfd, name, nofollow)?;
             // SAFETY: valid C string; -1 keeps the owner.
@@ -138,7 +138,7 @@ fn entry(floor: Floor, dirfd: RawFd, name: &CStr, gid: u32) -> io::Result<()> {
                 // SAFETY: valid C string.
                 check(unsafe { libc::fchmodat(dirfd, name.as_ptr(), target(mode), 0) }, "fchmodat")?;
             }
-            Ok(())
+            Ok(mode)
         }
         Floor::RaceSafe => {
             let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -151,23 +151,24 @@ fn entry(floor: Floor, dirfd: RawFd, name: &CStr, gid: u32) -> io::Result<()> {
     }
 }
 
-/// `statx`, `fchownat` and `fchmodat2` on an `O_PATH` fd (the caller closes it).
-fn pinned(fd: RawFd, gid: u32) -> io::Result<()> {
+/// `statx`, `fchownat` and `fchmodat2` on an `O_PATH` fd (the caller closes it); the mode read.
+fn pinned(fd: RawFd, gid: u32) -> io::Result<u32> {
     let empty = c"";
     let mode = statx(fd, empty, libc::AT_EMPTY_PATH)?;
     // SAFETY: an empty path with AT_EMPTY_PATH names `fd` itself.
     check(unsafe { libc::fchownat(fd, empty.as_ptr(), u32::MAX, gid, libc::AT_EMPTY_PATH) }, "fchownat")?;
     if is_symlink(mode) {
-        return Ok(());
+        return Ok(mode);
     }
     // SAFETY: as above; fchmodat2 takes (dirfd, path, mode, flags).
     let r = unsafe { libc::syscall(libc::SYS_fchmodat2, fd, empty.as_ptr(), target(mode), libc::AT_EMPTY_PATH) };
     if r == 0 {
-        return Ok(());
+        return Ok(mode);
     }
     let proc = std::ffi::CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL");
     // SAFETY: valid C string; the magic link resolves to the pinned inode, never a symlink here.
-    check(unsafe { libc::chmod(proc.as_ptr(), target(mode)) }, "chmod /proc/self/fd").map(drop)
+    check(unsafe { libc::chmod(proc.as_ptr(), target(mode)) }, "chmod /proc/self/fd")?;
+    Ok(mode)
 }
 
 /// Reads one directory: every entry done, its subdirectories opened and returned.
@@ -193,9 +194,11 @@ fn directory(floor: Floor, dir: &OwnedFd, gid: u32, count: &AtomicU64) -> io::Re
             if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            entry(floor, dir.as_raw_fd(), name, gid)?;
+            let mode = entry(floor, dir.as_raw_fd(), name, gid)?;
             count.fetch_add(1, Ordering::Relaxed);
-            if d_type == libc::DT_DIR {
+            // The entry's own `d_type`, or its stat where the filesystem gives none.
+            let is_dir = d_type == libc::DT_DIR || (d_type == libc::DT_UNKNOWN && mode & libc::S_IFMT == libc::S_IFDIR);
+            if is_dir {
                 let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
                 // SAFETY: valid C string.
                 let fd = check(unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) }, "openat dir")?;
