@@ -10,7 +10,9 @@
 //! from a reset tree whose metadata digest is verified; methods that promise a result are
 //! checked against the expected digest afterwards.
 //!
-//! Methods (`--methods` ids): `floor` (`find ROOT -printf '%U\n'`), `check` (volprep check, a
+//! Methods (`--methods` ids): `floor` (`find ROOT -printf '%U\n'`), the machine's floors
+//! `read-floor`, `unsafe-floor` and `race-safe-floor` (plain syscalls on the same parallel walk,
+//! at the largest thread count: `passes/floors.rs`), `check` (volprep check, a
 //! second floor), `kubelet` (`passes/kubelet.rs`), `kubelet-2nd` (the same on a tree it already
 //! fixed), `onrootmismatch` (`fsGroupChangePolicy: OnRootMismatch` at a restart: the kubelet's
 //! root-only check, on a prepared tree), `onrootmismatch-1st` (the same policy's first walk: the
@@ -43,6 +45,8 @@ mod args;
 mod ceph;
 #[path = "passes/child.rs"]
 mod child;
+#[path = "passes/floors.rs"]
+mod floors;
 #[path = "passes/fsimage.rs"]
 mod fsimage;
 /// The FUSE passthrough under the slow-storage model, shared with the tests' FUSE filesystems.
@@ -101,6 +105,7 @@ fn main() -> ExitCode {
         }
         Ok(Command::Kubelet { root, gid }) => kubelet::main_kubelet(&root, gid),
         Ok(Command::OnRootMismatch { root, gid }) => kubelet::main_onrootmismatch(&root, gid),
+        Ok(Command::Floor { floor, root, gid, threads }) => floors::main_floor(floor, &root, gid, threads),
         Ok(Command::Fuse { src, mnt, latency_us, ttl_s, slots, stats }) => {
             slowfs::main_fuse(&src, &mnt, latency_us, ttl_s, slots, &stats)
         }
@@ -498,6 +503,13 @@ impl Bench<'_> {
         let local_key = if local.is_some() { local_name.as_str() } else { "" };
         let ceph_key = ceph_run.map(|_| "cephfs");
         let targets = report::targets(&rows, local_key, slow_name.as_deref(), ceph_key, &self.na);
+        let distances = report::distances(&rows, &[local_key, slow_name.as_deref().unwrap_or(""), "cephfs"]);
+        if !distances.is_empty() {
+            out.push_str("\n### distance to the machine's floors (medians of this run)\n\n");
+            for d in &distances {
+                out.push_str(&format!("- {d}\n"));
+            }
+        }
         out.push_str("\n### targets (ratios from this run)\n\n");
         for t in &targets {
             out.push_str(&format!("- {t}\n"));
@@ -899,7 +911,9 @@ impl Bench<'_> {
         let mut cases: Vec<(String, Method)> = Vec::new();
         for m in methods::plan(self.a, self.features, false) {
             let keep = match m.id {
-                "kubelet" | "kubelet-2nd" | "chown" | "floor" => true,
+                "kubelet" | "kubelet-2nd" | "chown" | "floor" | "read-floor" | "unsafe-floor" | "race-safe-floor" => {
+                    true
+                }
                 "full" | "rescan" => m.threads == Some(1) || m.threads == Some(max),
                 "check" => m.threads == Some(1),
                 _ => false,

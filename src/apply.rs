@@ -8,8 +8,7 @@ use crate::error::{Error, ExitCode};
 use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter, Tolerance};
 use crate::report::{self, Load, Report, VolumeReport};
-use crate::spec::Spec;
-use crate::state::Stop;
+use crate::spec::{Ownership, Spec};
 use crate::throttle::{self, Policy, Storage};
 use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
@@ -140,11 +139,9 @@ fn finish(o: &Options, volumes: Vec<VolumeReport>) -> Result<ExitCode, Error> {
     if let Some(dest) = &o.report {
         report::write(&Report::new(volumes), dest)?;
     }
-    Ok(match sys::termination() {
-        Some(Stop::Int) => ExitCode::Interrupted,
-        Some(Stop::Term) => ExitCode::Terminated,
-        None => ExitCode::merge(codes),
-    })
+    // A signal's code comes from the volumes it stopped (each report carries it): a signal
+    // that came once every pass had ended stopped nothing.
+    Ok(ExitCode::merge(codes))
 }
 
 /// Refuses volumes that overlap (one inside another, or one directory twice, by any path:
@@ -238,9 +235,12 @@ fn fit_threads(mut run: RunOptions, chosen: ChosenBy) -> RunOptions {
 }
 
 /// The summary line, with its figures as fields: an error when the volume fails the run (exit
-/// code 1), a warning when it had only tolerated errors (`--max-errors`).
+/// code 1), a warning when it had only tolerated errors (`--max-errors`). The count of entries
+/// whose ownership changed is `changed_group` when the spec sets the group alone, else
+/// `changed_owner` (the report's key is `changed_owner` either way).
 fn log_summary(v: &VolumeReport, tolerates: Tolerance) {
     let action = format!("{:?}", v.action).to_lowercase();
+    let (changed_group, changed_owner) = split_changed(&v.spec, v.counts.changed_owner);
     macro_rules! summary {
         ($level:expr) => {
             tracing::event!(
@@ -248,7 +248,8 @@ fn log_summary(v: &VolumeReport, tolerates: Tolerance) {
                 path = v.path.as_str(),
                 action = action.as_str(),
                 entries = v.counts.entries,
-                changed_owner = v.counts.changed_owner,
+                changed_group,
+                changed_owner,
                 changed_mode = v.counts.changed_mode,
                 errors = v.counts.errors,
                 foreign_owned = v.counts.foreign_owned,
@@ -267,6 +268,12 @@ fn log_summary(v: &VolumeReport, tolerates: Tolerance) {
     } else {
         summary!(tracing::Level::INFO)
     }
+}
+
+/// `n` as (`changed_group`, `changed_owner`) of a log line: the first when `spec` (in words)
+/// sets the group alone, the other otherwise; a field that is `None` is not logged.
+fn split_changed(spec: &str, n: u64) -> (Option<u64>, Option<u64>) {
+    if Ownership::of_words(spec) == Some(Ownership::Group) { (Some(n), None) } else { (None, Some(n)) }
 }
 
 /// Writes the summaries where Kubernetes shows them as the container's termination message:
@@ -304,6 +311,15 @@ fn sticky_report(path: &Path, mode: Mode) -> VolumeReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_line_says_group_when_only_the_group_changes() {
+        assert_eq!(split_changed("fs-group=2000", 7), (Some(7), None));
+        assert_eq!(split_changed("fs-group=2000 read-only modes=app-safe", 7), (Some(7), None));
+        for owner in ["owner=5", "owner=5:6", "fs-group=2000 owner=5", "sticky"] {
+            assert_eq!(split_changed(owner, 7), (None, Some(7)), "{owner}");
+        }
+    }
 
     fn options(privilege: Privilege, gids: &[u32]) -> Options {
         let spec = Spec::group;

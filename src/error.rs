@@ -77,6 +77,8 @@ impl PartialOrd for ExitCode {
 /// What one volume's exit code depends on.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct VolumeOutcome {
+    /// A signal stopped its pass, or its wait before the pass.
+    pub stopped: Option<Stop>,
     /// Its storage ignores (or refuses) ownership changes.
     pub ownership_ignored: bool,
     /// It could not be prepared at all.
@@ -92,11 +94,21 @@ pub struct VolumeOutcome {
 }
 
 impl ExitCode {
-    /// The code one volume's outcome stands for: failure when it could not be prepared or had more
+    /// The code of a run stopped by `sig`: 130 or 143.
+    pub fn stopped(sig: Stop) -> ExitCode {
+        match sig {
+            Stop::Int => ExitCode::Interrupted,
+            Stop::Term => ExitCode::Terminated,
+        }
+    }
+
+    /// The code one volume's outcome stands for: the signal's when a signal stopped it, failure when it could not be prepared or had more
     /// per-entry errors than tolerated, partial when entries of other users were left (or would
     /// be) for a privileged run, "would change" when `check` found work, else success.
     pub fn for_volume(o: VolumeOutcome) -> ExitCode {
-        if o.ownership_ignored {
+        if let Some(sig) = o.stopped {
+            ExitCode::stopped(sig)
+        } else if o.ownership_ignored {
             ExitCode::OwnershipIgnored
         } else if o.fatal || o.errors > o.max_errors {
             ExitCode::Failure
@@ -310,9 +322,21 @@ impl Error {
         Error::Internal { path: path.into(), panic: panic_text(payload) }
     }
 
-    /// The exit code this error stands for when it stops the run: a usage error is 2, every
-    /// other error 1 (a signal's own code, 130 or 143, is the run's: see `apply`).
+    /// The signal this error carries: a wait (for the volume's lock, for a shard) that a signal
+    /// ended.
+    pub fn stop(&self) -> Option<Stop> {
+        match self {
+            Error::StoppedWaitingForLock { sig, .. } | Error::ShardStopped { sig, .. } => Some(*sig),
+            _ => None,
+        }
+    }
+
+    /// The exit code this error stands for when it stops the run: the signal's (130, 143) when
+    /// it carries one, a usage error 2, every other error 1.
     pub fn exit_code(&self) -> ExitCode {
+        if let Some(sig) = self.stop() {
+            return ExitCode::stopped(sig);
+        }
         match self {
             Error::Usage(_) => ExitCode::Usage,
             Error::Sys { .. }
@@ -479,6 +503,18 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_a_signal_ended_exits_with_the_signals_code() {
+        let p = || PathBuf::from("/v");
+        let lock = Error::StoppedWaitingForLock { path: p(), sig: Stop::Term, holder: "h".into() };
+        assert_eq!((lock.stop(), lock.exit_code()), (Some(Stop::Term), ExitCode::Terminated));
+        let shard = Error::ShardStopped { path: p(), shard: "1/4".into(), sig: Stop::Int };
+        assert_eq!((shard.stop(), shard.exit_code()), (Some(Stop::Int), ExitCode::Interrupted));
+        assert_eq!(Error::LockTimeout { path: p(), holder: "h".into(), waited_s: 1 }.stop(), None);
+        let stopped = VolumeOutcome { stopped: Some(Stop::Term), fatal: true, ..Default::default() };
+        assert_eq!(ExitCode::for_volume(stopped), ExitCode::Terminated, "the signal wins over the failure");
+    }
+
+    #[test]
     fn errnos_are_spelled_by_name_number_or_dash() {
         for (e, w) in [(Some(Errno::PERM), "EPERM"), (Some(Errno::from_raw_os_error(4000)), "4000"), (None, "-")] {
             assert_eq!((errno_word::word(e), errno_word::parse(w)), (w.to_string(), e));
@@ -518,7 +554,8 @@ mod tests {
             ),
         ] {
             assert_eq!(e.to_string(), line);
-            assert_eq!(e.exit_code(), ExitCode::Failure, "{line}");
+            let code = e.stop().map_or(ExitCode::Failure, ExitCode::stopped);
+            assert_eq!(e.exit_code(), code, "{line}");
         }
     }
 

@@ -233,10 +233,14 @@ fn show(counters: &Counters, shown: &Shown<'_>, style: Style, stopped: &mpsc::Re
             }
             None => {
                 let percent = snap.percent();
+                let group_only = ownership == Ownership::Group;
+                let changed_group = group_only.then_some(snap.changed_owner);
+                let changed_owner = (!group_only).then_some(snap.changed_owner);
                 info!(
                     path = path.as_str(),
                     entries = snap.entries,
-                    changed_owner = snap.changed_owner,
+                    changed_group,
+                    changed_owner,
                     changed_mode = snap.changed_mode,
                     errors = snap.errors,
                     entries_per_s = snap.rate().round() as u64,

@@ -222,7 +222,8 @@ impl VolumeReport {
 
     /// A volume that could not be walked at all.
     pub fn failed(path: &Path, spec: &crate::spec::Spec, threads: usize, err: &Error) -> Self {
-        VolumeReport { fatal: Some(err.to_string()), ..Self::empty(path, spec, threads, Action::Failed) }
+        let interrupted = err.stop();
+        VolumeReport { fatal: Some(err.to_string()), interrupted, ..Self::empty(path, spec, threads, Action::Failed) }
     }
 
     /// A report with every count at zero.
@@ -245,6 +246,7 @@ impl VolumeReport {
     /// The exit code this volume alone asks for, with what the run `tolerates`.
     pub fn exit_code(&self, tolerates: Tolerance) -> ExitCode {
         ExitCode::for_volume(VolumeOutcome {
+            stopped: self.interrupted,
             ownership_ignored: self.ownership.is_some(),
             fatal: self.fatal.is_some(),
             errors: self.counts.errors,

@@ -18,8 +18,13 @@ use common::k8s::{self, ROOT};
 
 /// The fenced block after `<!-- MARK -->` in docs/operations.md.
 fn doc_block(mark: &str) -> String {
-    let doc = k8s::read("docs/operations.md");
-    let at = doc.find(&format!("<!-- {mark} -->\n```sh\n")).unwrap_or_else(|| panic!("docs/operations.md: {mark}"));
+    block_in("docs/operations.md", mark)
+}
+
+/// The fenced block after `<!-- MARK -->` in `file` (relative to the checkout).
+fn block_in(file: &str, mark: &str) -> String {
+    let doc = k8s::read(file);
+    let at = doc.find(&format!("<!-- {mark} -->\n```sh\n")).unwrap_or_else(|| panic!("{file}: {mark}"));
     let body = &doc[at..];
     let body = &body[body.find("```sh\n").unwrap() + "```sh\n".len()..];
     body[..body.find("\n```").expect("end of block")].to_string() + "\n"
@@ -80,14 +85,32 @@ impl AirGap {
         let dir = tempfile::tempdir().unwrap();
         let air = AirGap { helm, image, registry, dir };
         fs::create_dir_all(air.work()).unwrap();
-        ok(Command::new("skopeo")
-            .args(["copy", "--quiet"])
-            .arg(format!("oci:{}:{}", image.layout.display(), image.version))
-            .arg(format!("oci-archive:{}", air.work().join("volprep-image.tar").display())));
-        let mut package = k8s::helm(&air.helm, &air.home());
-        ok(package.arg("package").arg(Path::new(ROOT).join("examples/helm/volprep")).arg("-d").arg(air.work()));
-        assert!(air.work().join("volprep-0.1.0.tgz").is_file());
+        air.carry();
         air
+    }
+
+    /// The README's two lines that make the files to carry in, as written, in a work dir that
+    /// looks like the checkout after `.ci/image.sh image`: `image` (the layout the tests built)
+    /// and `examples`.
+    fn carry(&self) {
+        let work = self.work();
+        std::os::unix::fs::symlink(&self.image.layout, work.join("image")).unwrap();
+        std::os::unix::fs::symlink(Path::new(ROOT).join("examples"), work.join("examples")).unwrap();
+        let block = block_in("README.md", "install carry: tested");
+        let home = self.home();
+        // The helm of the tests, as `helm`, first on PATH.
+        let bin = self.dir.path().join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        std::os::unix::fs::symlink(&self.helm, bin.join("helm")).unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let mut cmd = Command::new("bash");
+        cmd.args(["-euo", "pipefail", "-c", &block]).current_dir(&work).env("PATH", path);
+        cmd.env("HELM_CACHE_HOME", home.join("cache")).env("HELM_CONFIG_HOME", home.join("config"));
+        let out = containers::output(cmd.env("HELM_DATA_HOME", home.join("data")));
+        assert_ran(&out, &block, "the README's install carry block");
+        for f in ["volprep-image.tar", "volprep-0.1.0.tgz"] {
+            assert!(work.join(f).is_file(), "{f} after the README's block");
+        }
     }
 
     fn work(&self) -> PathBuf {

@@ -173,7 +173,7 @@ fn json_logs_parse_line_by_line() {
         let n = p["entries"].as_u64().unwrap_or_else(|| panic!("entries is a number: {p}"));
         assert!(n >= last && n <= total, "progress counts grow within the total: {p}");
         last = n;
-        for key in ["changed_owner", "changed_mode", "errors", "entries_per_s"] {
+        for key in ["changed_group", "changed_mode", "errors", "entries_per_s"] {
             assert!(p[key].as_u64().is_some(), "progress lacks a numeric {key}: {p}");
         }
         assert!(p["path"].as_str().is_some(), "progress names the volume: {p}");

@@ -401,7 +401,7 @@ fn a_setgid_file_of_another_group_without_fsetid_is_an_error_naming_it() {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .find(|l| l["action"] == "walked")
             .unwrap_or_else(|| panic!("no summary; {ctx}"));
-        let counted = (summary["changed_owner"].as_u64(), summary["changed_mode"].as_u64(), summary["errors"].as_u64());
+        let counted = (summary["changed_group"].as_u64(), summary["changed_mode"].as_u64(), summary["errors"].as_u64());
         assert_eq!(counted, (Some(1), Some(1), Some(u64::from(caps == &without_fsetid[..]))), "{ctx}");
         if caps == &without_fsetid[..] {
             assert_eq!(out.status.code(), Some(1), "{ctx}");

@@ -21,7 +21,8 @@ options:
                        `default` runs volprep without --threads (its own default)
   --storages L         local,slow,ceph (default local,slow): where the methods run
   --temps L            cold,warm (default both)
-  --methods L          only these (default all): floor,check,kubelet,kubelet-2nd,
+  --methods L          only these (default all): floor,read-floor,unsafe-floor,
+                       race-safe-floor,check,kubelet,kubelet-2nd,
                        onrootmismatch,onrootmismatch-1st,chown,chgrp,rchm,full,
                        rescan,skip,resume,
                        resume80,progress
@@ -150,6 +151,13 @@ pub enum Command {
         root: PathBuf,
         gid: u32,
     },
+    /// Hidden: a floor's pass (`__floor KIND ROOT GID THREADS`; see `floors.rs`).
+    Floor {
+        floor: crate::floors::Floor,
+        root: PathBuf,
+        gid: u32,
+        threads: usize,
+    },
     /// Hidden: the kubelet's OnRootMismatch policy (`__onrootmismatch ROOT GID`).
     OnRootMismatch {
         root: PathBuf,
@@ -180,6 +188,14 @@ pub fn parse(raw: Vec<String>, target_dir: PathBuf) -> Result<Command, String> {
             } else {
                 Command::OnRootMismatch { root, gid }
             });
+        }
+        Some("__floor") => {
+            let [_, kind, root, gid, threads] = &raw[..] else {
+                return Err("__floor: expected KIND ROOT GID THREADS".into());
+            };
+            let floor = crate::floors::Floor::parse(kind).ok_or_else(|| format!("__floor: unknown floor {kind:?}"))?;
+            let (root, gid, threads) = (PathBuf::from(root), num(gid)? as u32, num(threads)? as usize);
+            return Ok(Command::Floor { floor, root, gid, threads });
         }
         Some("__spawner") => return Ok(Command::Spawner),
         Some("__fuse") => {

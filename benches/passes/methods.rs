@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::args::Args;
+use crate::floors::Floor;
 
 /// The rchm release the benchmark builds (`cargo install --locked rcp-tools-rchm@VERSION`).
 pub const RCHM_VERSION: &str = "0.41.0";
@@ -14,6 +15,8 @@ use crate::tree::{FS_GROUP, State};
 pub enum Kind {
     /// `find ROOT -printf '%U\n' >/dev/null`: stat every entry, change nothing.
     Floor,
+    /// A floor of the machine (`floors.rs`): plain syscalls on the same parallel walk.
+    Syscalls(crate::floors::Floor),
     /// The kubelet's pass, re-implemented (`kubelet.rs`).
     Kubelet,
     /// The kubelet's OnRootMismatch policy: a stat of the root.
@@ -88,6 +91,16 @@ pub fn plan(args: &Args, features: Features, remote: bool) -> Vec<Method> {
     let one = |id, kind, start, expect, ok_codes| Method { id, threads: None, kind, start, expect, ok_codes };
     use State::{Golden, Prepared};
     m.push(one("floor", Kind::Floor, Golden, Some(Golden), &[0]));
+    // The floors run at the largest thread count (volprep's own default, 32 on up to 8 cores,
+    // for `default`), as `full` at that count does.
+    let floor_threads = Some(if max == 0 { 32 } else { max });
+    for (id, f, expect) in [
+        ("read-floor", Floor::Read, Golden),
+        ("unsafe-floor", Floor::Unsafe, Prepared),
+        ("race-safe-floor", Floor::RaceSafe, Prepared),
+    ] {
+        m.push(Method { threads: floor_threads, ..one(id, Kind::Syscalls(f), Golden, Some(expect), &[0]) });
+    }
     let mut check_threads = vec![1, max];
     check_threads.dedup();
     check_threads.retain(|&t| t != 0 || max == 0);
@@ -139,6 +152,9 @@ pub fn threads_label(t: Option<usize>) -> String {
 pub fn label(id: &str) -> &'static str {
     match id {
         "floor" => "floor (find -printf %U)",
+        "read-floor" => "read floor (getdents, statx)",
+        "unsafe-floor" => "unsafe change floor (statx, fchownat, fchmodat by name)",
+        "race-safe-floor" => "race-safe floor (O_PATH pin, statx, fchownat, fchmodat2, close)",
         "check" => "volprep check",
         "kubelet" => "kubelet",
         "kubelet-2nd" => "kubelet-2nd",
@@ -209,6 +225,11 @@ impl Runner<'_> {
             Kind::Floor => {
                 let mut c = Command::new("find");
                 c.arg(root).args(["-printf", "%U\\n"]);
+                (c, None)
+            }
+            Kind::Syscalls(f) => {
+                let mut c = Command::new(self.exe);
+                c.args(["__floor", f.name()]).arg(root).arg(&gid).arg(threads.to_string());
                 (c, None)
             }
             Kind::Kubelet | Kind::OnRootMismatch => {

@@ -244,6 +244,36 @@ fn volprep_row(rows: &[Row], storage: &str, method: &str, temp: &str) -> Option<
         .or_else(|| best(rows, storage, method, temp))
 }
 
+/// Each storage's distance of volprep and the kubelet to the floors (`floors.rs`), per cache
+/// temperature: `full` (its best thread count) and the kubelet over the race-safe and the unsafe
+/// change floor, `check` over the read floor. Stated, not judged: the ratio to the floor
+/// depends on volprep alone, the ratio to the kubelet on the disk too.
+pub fn distances(rows: &[Row], storages: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &st in storages.iter().filter(|s| !s.is_empty()) {
+        for temp in ["cold", "warm"] {
+            let med = |m: &str| best(rows, st, m, temp);
+            let over = |what: &str, this: Option<(f64, Option<usize>)>, floor: &str| {
+                let ((t, tt), (f, _)) = (this?, med(floor)?);
+                Some(format!(
+                    "{what} {t:.3} s ({} threads) = {:.2}× the {} {f:.3} s",
+                    threads_label(tt),
+                    t / f,
+                    label(floor)
+                ))
+            };
+            let lines = [
+                over("volprep full", med("full"), "race-safe-floor"),
+                over("volprep full", med("full"), "unsafe-floor"),
+                over("kubelet", med("kubelet"), "race-safe-floor"),
+                over("volprep check", med("check"), "read-floor"),
+            ];
+            out.extend(lines.into_iter().flatten().map(|l| format!("{st}, {temp}: {l}")));
+        }
+    }
+    out
+}
+
 /// The targets that one run can judge, each "met"/"missed" with its figures.
 pub fn targets(
     rows: &[Row],

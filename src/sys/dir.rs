@@ -29,8 +29,7 @@ pub fn read_dir(
         rustix::fs::seek(dir, rustix::fs::SeekFrom::Start(from))?;
     }
     let mut raw = RawDir::new(dir, buf);
-    // How the read began: 0 nothing yet, 1 `.` ending at position 1, 2 then `..` (done), 3 else.
-    let (mut began, mut dots_end) = (if from == 0 { 0 } else { 3 }, None);
+    let mut began = if from == 0 { Began::Nothing } else { Began::Otherwise };
     // The position of the next entry (where a read from `from` finds it).
     let mut at = from;
     loop {
@@ -48,15 +47,7 @@ pub fn read_dir(
         at = entry.next_entry_cookie();
         let name = entry.file_name();
         let bytes = name.to_bytes();
-        began = match (began, bytes) {
-            (0, b".") if entry.next_entry_cookie() == 1 => 1,
-            (1, b"..") => {
-                dots_end = Some(entry.next_entry_cookie());
-                2
-            }
-            (0 | 1, _) => 3,
-            (b, _) => b,
-        };
+        began = began.then(bytes, entry.next_entry_cookie());
         if bytes == b"." || bytes == b".." {
             continue;
         }
@@ -70,7 +61,36 @@ pub fn read_dir(
         };
         each(name, dtype, entry.ino());
     }
-    Ok(dots_end)
+    Ok(match began {
+        Began::DotDot(end) => Some(end),
+        _ => None,
+    })
+}
+
+/// How a read from position 0 began: whether it found `.` at 0 and then `..` (where the other
+/// entries start, on a [`DOTS_FIRST_FS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Began {
+    /// No entry read yet.
+    Nothing,
+    /// `.`, ending at position 1.
+    Dot,
+    /// `.` then `..`, ending at this position.
+    DotDot(u64),
+    /// Anything else first (or a read that did not start at 0).
+    Otherwise,
+}
+
+impl Began {
+    /// The state after the entry `name`, which ends at position `end`.
+    fn then(self, name: &[u8], end: u64) -> Began {
+        match (self, name) {
+            (Began::Nothing, b".") if end == 1 => Began::Dot,
+            (Began::Dot, b"..") => Began::DotDot(end),
+            (Began::Nothing | Began::Dot, _) => Began::Otherwise,
+            (b, _) => b,
+        }
+    }
 }
 
 /// The filesystem (as `/proc/self/mountinfo` names it) whose directories list `.` at position 0
@@ -183,6 +203,17 @@ mod tests {
     use super::*;
 
     use std::os::fd::AsFd;
+
+    #[test]
+    fn only_dot_at_0_then_dotdot_tells_where_the_dots_end() {
+        let read = |names: &[(&[u8], u64)]| names.iter().fold(Began::Nothing, |b, (n, end)| b.then(n, *end));
+        assert_eq!(read(&[(b".", 1), (b"..", 2), (b"a", 3)]), Began::DotDot(2));
+        assert_eq!(read(&[(b".", 7), (b"..", 9)]), Began::Otherwise, "`.` not ending at 1");
+        assert_eq!(read(&[(b"..", 1), (b".", 2)]), Began::Otherwise, "`..` first");
+        assert_eq!(read(&[(b".", 1), (b"a", 2), (b"..", 3)]), Began::Otherwise);
+        assert_eq!(read(&[(b".", 1)]), Began::Dot);
+        assert_eq!(Began::Otherwise.then(b".", 1), Began::Otherwise, "a read not from 0 stays so");
+    }
 
     #[test]
     fn a_directory_read_from_the_start_tells_where_its_dots_end() {
