@@ -23,7 +23,8 @@ pub enum AppPath {
     Pgpass,
     /// A directory holding `.ssh/`: the home sshd checks (no group or other write).
     SshHome,
-    /// `.ssh/` itself (owner only, as ssh-keygen makes it).
+    /// `.ssh/` itself (no group or other write: sshd's `safe_path` checks every directory up to
+    /// `authorized_keys`; ssh-keygen makes it 0700, but 0750 is accepted).
     SshDir,
     /// A file in `.ssh/` other than the public ones: a private key (owner only).
     SshKey,
@@ -76,7 +77,7 @@ impl AppPath {
     pub fn refused(self) -> u32 {
         match self {
             AppPath::PostgresData => 0o027,
-            AppPath::SshHome | AppPath::SshShared => 0o022,
+            AppPath::SshHome | AppPath::SshDir | AppPath::SshShared => 0o022,
             _ => GROUP_OTHER,
         }
     }
@@ -115,7 +116,7 @@ impl AppPath {
     pub fn wants(self) -> &'static str {
         match self {
             AppPath::PostgresData => "0700 or 0750",
-            AppPath::SshHome | AppPath::SshShared => "no group or other write",
+            AppPath::SshHome | AppPath::SshDir | AppPath::SshShared => "no group or other write",
             _ => "owner only",
         }
     }
@@ -181,25 +182,71 @@ impl Private {
     }
 }
 
+/// Whose an entry is, as app-safe sees it: its owner once `--owner` is applied, and the uid the
+/// app runs as (`None`: not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Whose {
+    pub owner: u32,
+    pub app: Option<u32>,
+}
+
+impl Whose {
+    /// Whether the app owns the entry: only then may app-safe keep it private or tighten it.
+    pub fn is_app(self) -> bool {
+        self.app == Some(self.owner)
+    }
+}
+
+/// How many names a non-directory has: a hard link may be an inode of outside the volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    One,
+    Many,
+}
+
+impl Links {
+    /// A directory's link count counts its subdirectories, not other names: it is `One`.
+    pub fn of(kind: Kind, nlink: u64) -> Links {
+        if kind != Kind::Dir && nlink > 1 { Links::Many } else { Links::One }
+    }
+}
+
 /// The mode bits a policy wants for a non-symlink entry, or `None` when it leaves them alone.
 ///
 /// - `kubelet`: `old | mask` (the kubelet's rule); no mask (`--owner` alone): untouched.
-/// - `app-safe`: an app-private path whose rule applies to `owner` (the entry's owner after
-///   `--owner`) loses the bits its app refuses, and gains none; one of another uid keeps its
-///   mode. Any other entry with no group or other bit keeps its mode; the rest get `old | mask`,
-///   as the kubelet gives them. No mask: only the tightening.
+/// - `app-safe`: an entry the app does not own (its uid not known, or another uid's) gets the
+///   kubelet's bits: the app reaches it only through the group. An entry the app owns at an
+///   app-private path whose rule applies to it loses the bits its app refuses and gains none;
+///   with more than one link it is left as it is (the same inode may be outside the volume).
+///   Any other entry of the app with no group or other bit keeps its mode; the rest get
+///   `old | mask`. No mask: only the tightening.
 ///
-/// So app-safe never adds a bit to an app-private path, never removes one from any other path,
-/// and never removes one from an entry owned by a uid other than its app path's owner (which
-/// would lock the app out of its own files).
-pub fn want_mode(modes: Modes, old: u32, mask: Option<u32>, private: Option<Private>, owner: u32) -> Option<u32> {
-    match (modes, private) {
-        (Modes::Kubelet, _) => mask.map(|m| old | m),
-        (Modes::AppSafe, Some(p)) if p.applies_to(owner) => Some(old & !p.path.refused()),
-        (Modes::AppSafe, Some(_)) => mask.map(|_| old),
-        (Modes::AppSafe, None) if old & GROUP_OTHER == 0 => mask.map(|_| old),
-        (Modes::AppSafe, None) => mask.map(|m| old | m),
+/// So app-safe never adds a bit to an app-private path of the app, never removes one from
+/// another path, nor from an entry the app does not own, nor through a hard link.
+pub fn want_mode(
+    modes: Modes,
+    old: u32,
+    mask: Option<u32>,
+    private: Option<Private>,
+    whose: Whose,
+    links: Links,
+) -> Option<u32> {
+    if modes == Modes::Kubelet || !whose.is_app() {
+        return mask.map(|m| old | m);
     }
+    match private.filter(|p| p.applies_to(whose.owner)) {
+        Some(p) if links == Links::One => Some(old & !p.path.refused()),
+        Some(_) => mask.map(|_| old),
+        None if old & GROUP_OTHER == 0 => mask.map(|_| old),
+        None => mask.map(|m| old | m),
+    }
+}
+
+/// Whether app-safe leaves an app-private path of the app as it is, although its app refuses
+/// its mode, because it has more than one link: what a pass warns of.
+pub fn held_back(private: Option<Private>, old: u32, whose: Whose, links: Links) -> Option<AppPath> {
+    let p = private.filter(|p| whose.is_app() && p.applies_to(whose.owner))?;
+    (links == Links::Many && !p.path.accepts(old)).then_some(p.path)
 }
 
 /// What an entry tells its directory about it (a bit set): a directory holding `PG_VERSION` is a
@@ -370,13 +417,17 @@ mod tests {
         crate::spec::Spec::group(1).mode_mask(kind)
     }
 
+    const OURS: Whose = Whose { owner: APP, app: Some(APP) };
+    const ONE: Links = Links::One;
+
     #[test]
     fn kubelet_is_the_kubelets_formula_whatever_the_place() {
         for old in 0..=0o7777 {
             for private in [None, Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself })] {
-                assert_eq!(want_mode(Modes::Kubelet, old, mask(Kind::Dir), private, APP), Some(old | 0o2770));
-                assert_eq!(want_mode(Modes::Kubelet, old, mask(Kind::File), private, APP), Some(old | 0o660));
-                assert_eq!(want_mode(Modes::Kubelet, old, None, private, APP), None, "--owner alone");
+                let want = |mask| want_mode(Modes::Kubelet, old, mask, private, OURS, ONE);
+                assert_eq!(want(mask(Kind::Dir)), Some(old | 0o2770));
+                assert_eq!(want(mask(Kind::File)), Some(old | 0o660));
+                assert_eq!(want(None), None, "--owner alone");
             }
         }
     }
@@ -388,7 +439,7 @@ mod tests {
             for kind in [Kind::File, Kind::Dir] {
                 let m = mask(kind);
                 // Not an app path: bits are only added, and only when some group/other bit is set.
-                let plain = want_mode(Modes::AppSafe, old, m, None, APP).unwrap();
+                let plain = want_mode(Modes::AppSafe, old, m, None, OURS, ONE).unwrap();
                 assert_eq!(plain & old, old, "{old:o}: nothing removed");
                 if old & 0o077 == 0 {
                     assert_eq!(plain, old, "{old:o}: no group/other bits, mode kept");
@@ -397,15 +448,20 @@ mod tests {
                 }
                 for path in AppPath::ALL {
                     let ours = Private { path, anchor: Anchor::Owner(APP) };
-                    let want = want_mode(Modes::AppSafe, old, m, Some(ours), APP).unwrap();
+                    let want = want_mode(Modes::AppSafe, old, m, Some(ours), OURS, ONE).unwrap();
                     assert_eq!(want, old & !path.refused(), "{path:?} {old:o}: only the refused bits go");
                     assert!(path.accepts(want), "{path:?} {old:o}: the app accepts the result");
-                    // Another uid's entry at an app path is left as it is.
-                    assert_eq!(want_mode(Modes::AppSafe, old, m, Some(ours), 3000), Some(old), "{path:?} {old:o}");
+                    // An entry the app does not own gets the kubelet's bits: nothing removed.
+                    for whose in [Whose { owner: 3000, app: Some(APP) }, Whose { owner: APP, app: None }] {
+                        let theirs = want_mode(Modes::AppSafe, old, m, Some(ours), whose, ONE);
+                        assert_eq!(theirs, Some(old | m.unwrap()), "{path:?} {old:o} {whose:?}");
+                    }
+                    // A hard link is left as it is.
+                    assert_eq!(want_mode(Modes::AppSafe, old, m, Some(ours), OURS, Links::Many), Some(old));
                     // The result is a fixed point.
-                    assert_eq!(want_mode(Modes::AppSafe, want, m, Some(ours), APP), Some(want));
+                    assert_eq!(want_mode(Modes::AppSafe, want, m, Some(ours), OURS, ONE), Some(want));
                 }
-                assert_eq!(want_mode(Modes::AppSafe, plain, m, None, APP), Some(plain), "{old:o}: fixed point");
+                assert_eq!(want_mode(Modes::AppSafe, plain, m, None, OURS, ONE), Some(plain), "{old:o}: fixed point");
             }
         }
     }
@@ -413,11 +469,22 @@ mod tests {
     #[test]
     fn app_safe_with_owner_alone_only_tightens() {
         let key = Private { path: AppPath::SshKey, anchor: Anchor::Itself };
-        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(key), APP), Some(0o600));
-        assert_eq!(want_mode(Modes::AppSafe, 0o664, None, None, APP), None);
-        assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, APP), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(key), OURS, ONE), Some(0o600));
+        assert_eq!(want_mode(Modes::AppSafe, 0o664, None, None, OURS, ONE), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, OURS, ONE), None);
         let theirs = Private { anchor: Anchor::Owner(1), ..key };
-        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), APP), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), OURS, ONE), None);
+    }
+
+    #[test]
+    fn a_hard_linked_app_path_is_held_back_and_said() {
+        let cookie = Some(Private { path: AppPath::ErlangCookie, anchor: Anchor::Itself });
+        assert_eq!(held_back(cookie, 0o660, OURS, Links::Many), Some(AppPath::ErlangCookie));
+        assert_eq!(held_back(cookie, 0o600, OURS, Links::Many), None, "accepted as it is");
+        assert_eq!(held_back(cookie, 0o660, OURS, ONE), None, "tightened");
+        assert_eq!(held_back(cookie, 0o660, Whose { owner: 3000, app: Some(APP) }, Links::Many), None, "not the app's");
+        assert_eq!(Links::of(Kind::Dir, 5), ONE);
+        assert_eq!(Links::of(Kind::File, 2), Links::Many);
     }
 
     #[test]
@@ -427,7 +494,7 @@ mod tests {
             (AppPath::PostgresData, 0o2770, 0o2750),
             (AppPath::PostgresKey, 0o660, 0o600),
             (AppPath::SshHome, 0o2770, 0o2750),
-            (AppPath::SshDir, 0o2770, 0o2700),
+            (AppPath::SshDir, 0o2770, 0o2750),
             (AppPath::SshKey, 0o660, 0o600),
             (AppPath::SshShared, 0o660, 0o640),
             (AppPath::ErlangCookie, 0o660, 0o600),
@@ -437,7 +504,14 @@ mod tests {
         for (path, old, want) in cases {
             let p = Private { path, anchor: Anchor::Itself };
             assert_eq!(
-                want_mode(Modes::AppSafe, old, mask(if old > 0o777 { Kind::Dir } else { Kind::File }), Some(p), APP),
+                want_mode(
+                    Modes::AppSafe,
+                    old,
+                    mask(if old > 0o777 { Kind::Dir } else { Kind::File }),
+                    Some(p),
+                    OURS,
+                    ONE
+                ),
                 Some(want),
                 "{path:?}"
             );

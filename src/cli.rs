@@ -100,6 +100,13 @@ pub struct SpecArgs {
     /// ssh, Erlang/RabbitMQ, GnuPG, etcd). Also for the --volume specs that set no modes=.
     #[arg(long, value_name = "MODE", value_enum, env = "VOLPREP_MODES", ignore_case = true)]
     pub modes: Option<ModesArg>,
+
+    /// The uid the app runs as (the pod's runAsUser). With --modes app-safe, only the entries it
+    /// owns (after --owner) keep private modes or are tightened; the others get the kubelet's
+    /// bits. Default: the --owner uid; without either, app-safe is the kubelet's rule.
+    #[arg(long, value_name = "UID", env = "VOLPREP_APP_UID", value_parser = spec::parse_id,
+          allow_hyphen_values = true)]
+    pub app_uid: Option<u32>,
 }
 
 /// `--modes`: the mode policy.
@@ -108,14 +115,16 @@ pub enum ModesArg {
     /// The default. Files get g+rw and directories g+rwx and setgid (old_mode | 0660, dirs
     /// | 2770), like the kubelet's fsGroup pass; with --owner alone, modes are untouched.
     Kubelet,
-    /// An entry with no group or other bits keeps its mode (its group still changes); the others
-    /// get the kubelet's bits. Known app-private paths lose the bits their app refuses, and gain
-    /// none: a PostgreSQL data directory (holding PG_VERSION and global/) drops group write and other bits,
-    /// its server.key, .pgpass, .erlang.cookie, .ssh/, private keys in it, a GnuPG homedir and
-    /// its private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group and other bits, and
-    /// .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop group and other write.
-    /// Bits are removed only on entries owned (after --owner) by the uid that owns the app's
-    /// path, never on another uid's; what was tightened is logged and reported.
+    /// Only for entries the app owns (--app-uid, else --owner's uid; after --owner): one with no
+    /// group or other bits keeps its mode (its group still changes), and known app-private paths
+    /// whose signs the app owns lose the bits their app refuses, and gain none: a PostgreSQL
+    /// data directory (holding PG_VERSION and global/) drops group write and other bits, its
+    /// server.key, .pgpass, .erlang.cookie, private keys in .ssh/, a GnuPG homedir and its
+    /// private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group
+    /// and other bits, and .ssh/, .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop
+    /// group and other write. A file with more than one link is left as it is (and said). Every
+    /// other entry (another uid's, or all when the app's uid is not known) gets the kubelet's
+    /// bits; what was tightened is logged and reported.
     AppSafe,
 }
 
@@ -259,6 +268,7 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("path", Some(v)) if !v.is_empty() => path = Some(PathBuf::from(v)),
             ("fs-group", Some(v)) => spec.fs_group = Some(spec::parse_id(v)?),
             ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
+            ("app-uid", Some(v)) => spec.app_uid = Some(spec::parse_id(v)?),
             ("read-only", None) => spec.read_only = true,
             ("read-only", Some(v)) => spec.read_only = parse_bool(v)?,
             ("modes", Some(v)) => {
@@ -269,7 +279,7 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             }
             _ => {
                 return Err(format!(
-                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE"
+                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE, app-uid=UID"
                 ));
             }
         }
@@ -398,7 +408,7 @@ impl SpecArgs {
     pub fn spec(&self) -> Spec {
         let owner = self.owner.map_or_else(Spec::default, |(uid, gid)| Spec::owner(uid, gid));
         let modes = self.modes.map_or(Modes::Kubelet, Modes::from);
-        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, ..owner }
+        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, app_uid: self.app_uid, ..owner }
     }
 
     /// The spec, or a usage error when it asks for nothing.
@@ -437,7 +447,8 @@ impl PassArgs {
         };
         for (p, s) in volumes {
             // --modes is a policy: a --volume without modes= takes it.
-            let s = SpecArgs { modes: s.modes.or(self.spec.modes), ..s.clone() };
+            let s =
+                SpecArgs { modes: s.modes.or(self.spec.modes), app_uid: s.app_uid.or(self.spec.app_uid), ..s.clone() };
             out.push((p.clone(), s.to_spec()?));
         }
         if out.is_empty() && self.sticky.is_empty() {

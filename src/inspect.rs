@@ -21,7 +21,7 @@ use crate::error::{Error, ExitCode, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::options::resolve_threads;
-use crate::pass::Places;
+use crate::pass::{Places, Proof};
 use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList};
 use crate::spec::{EXEC_MASK, Ownership, RO_MASK, RW_MASK, Spec};
@@ -245,7 +245,10 @@ impl<'a> Inspector<'a> {
             mounts: Examples::new(),
             hardlinked: Examples::new(),
             links_out: Examples::new(),
-            places: Places::new(apply_spec.and_then(Spec::uid)),
+            places: Places::new(
+                apply_spec.and_then(Spec::uid),
+                apply_spec.and_then(Spec::app).map_or(Proof::Names, Proof::App),
+            ),
             app_paths: Examples::new(),
             acl_group: Examples::new(),
             errors: Mutex::default(),
@@ -386,7 +389,7 @@ impl Visitor for Inspector<'_> {
         } else if matches!(meta.kind(), Kind::File | Kind::Dir) {
             self.check_acl(meta, sys::acl_at(parent.fd(), name), || walk::rel_child(parent, name));
         }
-        self.places.note(parent, name, meta.kind());
+        self.places.note(parent, name, meta);
         let private = self.places.of_entry(parent, name, meta.kind());
         self.app_path(meta, private, || walk::rel_child(parent, name));
         self.decide(meta, private, || walk::rel_child(parent, name));
@@ -405,12 +408,12 @@ impl Visitor for Inspector<'_> {
     }
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
-        self.places.note(parent, name, meta.kind());
+        self.places.note(parent, name, meta);
         self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
     }
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
-        self.places.note(parent, name, Kind::Dir);
+        self.places.note_dir(parent, name);
         Descend::Read
     }
 

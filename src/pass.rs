@@ -9,7 +9,7 @@ mod places;
 mod tally;
 
 pub use config::{FixerConfig, may_change};
-pub use places::{Places, root_place};
+pub use places::{Places, Proof, root_place};
 use tally::Contents;
 
 use std::ffi::CStr;
@@ -231,7 +231,7 @@ impl<'a> Fixer<'a> {
     /// whether `apply` had a change to make (the walk then pins the next entries first).
     fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
         if let Some(p) = &self.places {
-            p.note(parent, name, meta.kind());
+            p.note(parent, name, meta);
         }
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return false;
@@ -241,6 +241,9 @@ impl<'a> Fixer<'a> {
             parent.add_entries(1);
         }
         let private = self.places.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
+        if let Some(p) = &self.places {
+            p.warn_held_back(private, meta, || walk::full_path(self.root, &walk::rel_child(parent, name)));
+        }
         if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, private, self.privilege) {
             self.left(parent, Some(name), meta, change, Contents::Read);
             return false;
@@ -301,7 +304,7 @@ impl Visitor for Fixer<'_> {
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
         if let Some(p) = &self.places {
-            p.note(parent, name, meta.kind());
+            p.note(parent, name, meta);
         }
         if self.mount_point(parent, name) {
             let path = self.path_of(parent, Some(name));
@@ -323,7 +326,7 @@ impl Visitor for Fixer<'_> {
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
         if let Some(p) = &self.places {
-            p.note(parent, name, Kind::Dir);
+            p.note_dir(parent, name);
         }
         let depth = parent.depth + 1;
         if self.shard.is_some_and(|s| depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name))) {

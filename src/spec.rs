@@ -73,6 +73,8 @@ pub struct Spec {
     pub read_only: bool,
     /// `--modes`: the kubelet's mode rule, or app-safe.
     pub modes: Modes,
+    /// `--app-uid`: the uid the app runs as (app-safe keeps private modes only on its entries).
+    pub app_uid: Option<u32>,
 }
 
 impl Spec {
@@ -94,6 +96,13 @@ impl Spec {
     /// The owner every entry must have, if any.
     pub fn uid(&self) -> Option<u32> {
         self.owner_uid
+    }
+
+    /// The uid the app runs as, if known: `--app-uid`, else the `--owner` uid (the app's, as
+    /// the restored volume needs it). App-safe keeps private modes and tightens app paths only
+    /// on entries this uid owns; without it, it gives every entry the kubelet's bits.
+    pub fn app(&self) -> Option<u32> {
+        self.app_uid.or(self.owner_uid)
     }
 
     /// Which of an entry's owner and group this spec sets: what a summary says it changed.
@@ -122,14 +131,15 @@ impl Spec {
     /// The canonical text the digest is computed from. Any field that changes the
     /// desired state appears here; the format version prefix changes if the rules do. The
     /// kubelet's mode rule adds nothing (markers written before `--modes` existed stay valid);
-    /// app-safe adds ` modes=app-safe`.
+    /// app-safe adds ` modes=app-safe app-uid=UID` (`-` when the app's uid is not known), as
+    /// what it keeps private depends on whose the entries are.
     pub fn canonical(&self) -> String {
         fn opt(v: Option<u32>) -> String {
             v.map_or_else(|| "-".to_string(), |v| v.to_string())
         }
         let modes = match self.modes {
             Modes::Kubelet => String::new(),
-            m => format!(" modes={m}"),
+            m => format!(" modes={m} app-uid={}", opt(self.app())),
         };
         format!(
             "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}{modes}",
@@ -143,7 +153,7 @@ impl Spec {
     /// The spec as `apply` flags (`--fs-group=2000 --owner=1001:2000 --read-only`): what a log
     /// line tells an operator to run.
     pub fn to_args(&self) -> Vec<String> {
-        let Spec { fs_group, owner_uid, owner_gid, read_only, modes } = self;
+        let Spec { fs_group, owner_uid, owner_gid, read_only, modes, app_uid } = self;
         let mut args = Vec::new();
         if let Some(g) = fs_group {
             args.push(format!("--fs-group={g}"));
@@ -158,6 +168,9 @@ impl Spec {
         }
         if *modes != Modes::Kubelet {
             args.push(format!("--modes={modes}"));
+        }
+        if let (Modes::AppSafe, Some(u)) = (modes, app_uid) {
+            args.push(format!("--app-uid={u}"));
         }
         args
     }
@@ -197,6 +210,9 @@ impl fmt::Display for Spec {
         if self.modes != Modes::Kubelet {
             parts.push(format!("modes={}", self.modes));
         }
+        if let (Modes::AppSafe, Some(u)) = (self.modes, self.app_uid) {
+            parts.push(format!("app-uid={u}"));
+        }
         f.write_str(&parts.join(" "))
     }
 }
@@ -222,7 +238,7 @@ impl Ownership {
             match word.split_once('=') {
                 Some(("fs-group", _)) => group = true,
                 Some(("owner", id)) => owner = Some(id.contains(':')),
-                Some(("modes", _)) => {}
+                Some(("modes" | "app-uid", _)) => {}
                 None if matches!(word, "read-only" | "cross-devices") => {}
                 _ => return None,
             }
@@ -363,8 +379,21 @@ mod tests {
         let safe = Spec { modes: Modes::AppSafe, ..Spec::group(2000) };
         // Pinned: the kubelet's rule keeps the digest of every marker written before --modes.
         assert_eq!(kubelet.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770");
-        assert_eq!(safe.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770 modes=app-safe");
+        assert_eq!(
+            safe.canonical(),
+            "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770 modes=app-safe app-uid=-"
+        );
         assert_ne!(kubelet.digest(), safe.digest(), "switching the policy walks again");
+        // The app's uid decides what app-safe keeps private: it is in the digest too, from
+        // --app-uid or else --owner; the kubelet's rule ignores it.
+        let app = Spec { app_uid: Some(2000), ..safe.clone() };
+        assert!(app.canonical().ends_with(" modes=app-safe app-uid=2000"), "{}", app.canonical());
+        assert_ne!(app.digest(), safe.digest());
+        assert_ne!(app.digest(), Spec { app_uid: Some(2001), ..safe.clone() }.digest());
+        let by_owner = Spec { owner_uid: Some(2000), ..safe.clone() };
+        assert!(by_owner.canonical().ends_with(" app-uid=2000"), "--owner names the app");
+        assert_eq!(Spec { app_uid: Some(2000), ..kubelet.clone() }.digest(), kubelet.digest());
+        assert_eq!(app.to_string(), "fs-group=2000 modes=app-safe app-uid=2000");
         assert_ne!(safe.coverage_digest(true), kubelet.coverage_digest(true));
         let owner_safe = Spec { modes: Modes::AppSafe, ..Spec::owner(5, Some(5)) };
         assert_ne!(owner_safe.digest(), Spec::owner(5, Some(5)).digest());
@@ -407,6 +436,7 @@ mod tests {
                 Ownership::OwnerAndGroup,
             ),
             (Spec { modes: Modes::AppSafe, ..Spec::group(2000) }, Ownership::Group),
+            (Spec { modes: Modes::AppSafe, app_uid: Some(7), ..Spec::group(2000) }, Ownership::Group),
         ];
         for (spec, want) in specs {
             assert_eq!(spec.ownership(), want, "{spec}");
@@ -428,6 +458,7 @@ mod tests {
             Spec::owner(1001, Some(2000)),
             Spec { owner_uid: Some(1), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
             Spec { modes: Modes::AppSafe, ..Spec::group(2000) },
+            Spec { modes: Modes::AppSafe, app_uid: Some(7), ..Spec::group(2000) },
         ] {
             let words: Vec<String> = spec.to_string().split(' ').map(|w| format!("--{w}")).collect();
             assert_eq!(spec.to_args(), words, "{spec}");

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::apps::{self, AppPath, Private, Stance};
+use crate::apps::{self, AppPath, Links, Private, Stance, Whose};
 use crate::escape::EscapedPath;
 use crate::spec::{Modes, Spec};
 use crate::sys::Meta;
@@ -73,9 +73,11 @@ impl AppPathView {
     pub fn of(path: EscapedPath, meta: &Meta, private: Private, policy: &Spec, spec: Option<&Spec>) -> AppPathView {
         let perm = meta.perm();
         let mask = policy.mode_mask(meta.kind());
+        let links = Links::of(meta.kind(), meta.nlink);
+        let whose = |s: &Spec| Whose { owner: s.uid().unwrap_or(meta.uid), app: s.app() };
         let after = |s: &Spec, modes: Modes| {
-            let owner = s.uid().unwrap_or(meta.uid);
-            apps::want_mode(modes, perm, s.mode_mask(meta.kind()).or(mask), Some(private), owner).unwrap_or(perm)
+            let m = s.mode_mask(meta.kind()).or(mask);
+            apps::want_mode(modes, perm, m, Some(private), whose(s), links).unwrap_or(perm)
         };
         let safe_spec = spec.unwrap_or(policy);
         AppPathView {
@@ -87,8 +89,7 @@ impl AppPathView {
             kubelet: Outcome::of(private.path, mask.map_or(perm, |m| perm | m)),
             app_safe: Outcome::of(private.path, after(safe_spec, Modes::AppSafe)),
             with_spec: spec.map(|s| {
-                let owner = s.uid().unwrap_or(meta.uid);
-                let mode = apps::want_mode(s.modes, perm, s.mode_mask(meta.kind()), Some(private), owner);
+                let mode = apps::want_mode(s.modes, perm, s.mode_mask(meta.kind()), Some(private), whose(s), links);
                 Outcome::of(private.path, mode.unwrap_or(perm))
             }),
         }
@@ -121,13 +122,16 @@ mod tests {
 
     #[test]
     fn a_private_directory_is_fine_until_the_kubelet_widens_it() {
-        let policy = Spec::group(2000);
+        let unknown = Spec::group(2000);
+        let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &unknown, None);
+        assert_eq!(v.app_safe.short(), "2770 (refuses)", "the app's uid not known: the kubelet's rule");
+        let policy = Spec { app_uid: Some(2000), ..Spec::group(2000) };
         let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &policy, None);
         assert_eq!(v.mode, "0700");
         assert_eq!(v.kubelet.short(), "2770 (refuses)");
         assert_eq!(v.app_safe.short(), "0700 (accepts)");
         assert!(v.with_spec.is_none());
-        let safe = Spec { modes: Modes::AppSafe, ..Spec::group(2000) };
+        let safe = Spec { modes: Modes::AppSafe, ..policy };
         let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &safe, Some(&safe));
         assert_eq!(v.with_spec.unwrap().short(), "0700 (accepts)");
     }
