@@ -482,6 +482,8 @@ pub fn setting_args(row: &Row, case: Case, setting: Setting, tmpdir: &Path) -> V
     if case == Case::Restored {
         args.extend(["--owner".to_string(), APP.to_string()]);
     }
+    // The app's uid, as the chart (from the pod's runAsUser) and inject give it.
+    args.extend(["--app-uid".to_string(), APP.to_string()]);
     let tmp = tmpdir.to_string_lossy();
     args.extend(row.setting.split_whitespace().map(|w| if w == "TMPDIR" { tmp.to_string() } else { w.to_string() }));
     args
