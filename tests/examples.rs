@@ -143,6 +143,7 @@ volumePermissions:
   owner: "1001:1001"
   readOnly: true
   modes: app-safe
+  appUid: 999
   sticky: []
   threads: 16
   load: adaptive
@@ -161,6 +162,7 @@ volumePermissions:
             "--owner=1001:1001",
             "--read-only",
             "--modes=app-safe",
+            "--app-uid=999",
             "--threads=16",
             "--load=adaptive",
             "--max-ops=2000",

@@ -49,6 +49,7 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--owner",
     "--read-only",
     "--modes",
+    "--app-uid",
     "--sticky",
     "--threads",
     "--load",
