@@ -287,6 +287,12 @@ fn with_app_safe(default: &[String]) -> Vec<String> {
     default.iter().map(|a| if a.starts_with("--volume=") { format!("{a},modes=app-safe") } else { a.clone() }).collect()
 }
 
+/// `args` without the `,app-uid=UID` of each `--volume` (the runAsUser of the workload's
+/// containers, which app-safe adds: see the unit test `app_safe_takes_the_uid_of_the_containers_mounting_the_volume`).
+fn no_app_uid(args: Vec<String>) -> Vec<String> {
+    args.into_iter().map(|a| a.split(",app-uid=").next().unwrap().to_string()).collect()
+}
+
 /// `--modes` (VOLPREP_INJECT_MODES, the `modes` key of a config file or `--set`) puts the mode
 /// policy on every `--volume` of every injected workload, and into `--emit patches`; the
 /// kubelet's rule (the default) adds nothing: the output is the default's, byte for byte.
@@ -310,7 +316,7 @@ fn modes_option_env_and_config_key() {
     let (before, after) = (docs(&default), docs(&safe));
     for (kind, name) in [("StatefulSet", "rel-postgres"), ("Deployment", "rel-web"), ("CronJob", "rel-backup")] {
         let obj = by_name(&after, kind, name);
-        assert_eq!(init_args(obj), with_app_safe(&init_args(by_name(&before, kind, name))), "{name}");
+        assert_eq!(no_app_uid(init_args(obj)), with_app_safe(&init_args(by_name(&before, kind, name))), "{name}");
         check_volprep_pod(pod_spec_of(obj), name);
     }
     let changed = doc_texts(&default).iter().zip(doc_texts(&safe)).filter(|(d, s)| *d != s).count();
@@ -343,18 +349,18 @@ fn modes_annotation_overrides_the_option() {
     let web = |all: &[Value]| init_args(by_name(all, "Deployment", "rel-web"));
     // The annotation alone: that workload only.
     let out = docs(&ok(&inject(&[], &modes_on_template(&input, "postgres", "app-safe"), &[])));
-    assert_eq!(pg(&out), with_app_safe(&pg(&default)));
+    assert_eq!(no_app_uid(pg(&out)), with_app_safe(&pg(&default)));
     assert_eq!(web(&out), web(&default));
     // Against the option: the annotated workload keeps the kubelet's rule, the others follow it.
     let kubelet = modes_on_template(&input, "postgres", "kubelet");
     let out = docs(&ok(&inject(&["--modes", "app-safe"], &kubelet, &[])));
     assert_eq!(pg(&out), pg(&default));
-    assert_eq!(web(&out), with_app_safe(&web(&default)));
+    assert_eq!(no_app_uid(web(&out)), with_app_safe(&web(&default)));
     // On the workload; its pod template's wins.
     let sts = "kind: StatefulSet\nmetadata:\n  name: rel-postgres\n";
     assert!(input.contains(sts));
     let on_workload = input.replacen(sts, &format!("{sts}  annotations:\n    volprep.io/modes: app-safe\n"), 1);
-    assert_eq!(pg(&docs(&ok(&inject(&[], &on_workload, &[])))), with_app_safe(&pg(&default)));
+    assert_eq!(no_app_uid(pg(&docs(&ok(&inject(&[], &on_workload, &[]))))), with_app_safe(&pg(&default)));
     let both = modes_on_template(&on_workload, "postgres", "kubelet");
     assert_eq!(pg(&docs(&ok(&inject(&[], &both, &[])))), pg(&default));
 }
@@ -373,7 +379,7 @@ fn invalid_modes_annotation_is_refused_with_the_reason() {
     assert_eq!(web["metadata"]["annotations"]["volprep.io/inject-refused"].as_str(), Some(why));
     assert!(stderr(&out).contains(&format!("Deployment/rel-web: left unchanged: {why}")), "{}", stderr(&out));
     assert!(stderr(&out).contains("3 refused"), "{}", stderr(&out));
-    assert!(init_args(by_name(&all, "StatefulSet", "rel-postgres")).iter().any(|a| a.ends_with(",modes=app-safe")));
+    assert!(init_args(by_name(&all, "StatefulSet", "rel-postgres")).iter().any(|a| a.contains(",modes=app-safe")));
     let bare = ok(&inject(&["--set", "annotateRefusals=false"], &input, &[]));
     let web_doc = |t: &str| {
         doc_texts(t).into_iter().find(|d| d.contains("kind: Deployment\nmetadata:\n  name: rel-web\n")).unwrap()
@@ -462,14 +468,23 @@ fn mode_and_group(p: &Path) -> (u32, u32) {
 /// user (with its own group; the change of group: the test below).
 #[test]
 fn injected_app_safe_args_are_accepted_by_apply() {
-    let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+    let (me, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+    // The app runs as this user; as root, the pod runs the app as uid 2000, who owns its data
+    // (a pod running as root gives app-safe no app's uid: the kubelet's rule).
+    let uid = if me == 0 { 2000 } else { me };
     for (annotation, dir_mode, key_mode) in [(Some("app-safe"), 0o700, 0o600), (None, 0o2770, 0o660)] {
         let injected = ok(&inject(&[], &postgres_statefulset(uid, gid, annotation), &[]));
-        assert_eq!(injected.contains(",modes=app-safe"), annotation.is_some(), "{injected}");
+        assert_eq!(injected.contains(&format!(",modes=app-safe,app-uid={uid}")), annotation.is_some(), "{injected}");
         let root = tempfile::tempdir().unwrap();
         let pgdata = postgres_volume(root.path());
+        if me == 0 {
+            for e in walkdir(&root.path().join("data")) {
+                std::os::unix::fs::lchown(&e, Some(uid), None).unwrap();
+            }
+        }
         let run = apply_injected(&injected, root.path());
-        let spec = format!("fs-group={gid}{}", if annotation.is_some() { " modes=app-safe" } else { "" });
+        let safe = format!(" modes=app-safe app-uid={uid}");
+        let spec = format!("fs-group={gid}{}", if annotation.is_some() { safe.as_str() } else { "" });
         assert!(run.stderr.contains(&format!("\"spec\":\"{spec}\"")), "{}", run.describe());
         for d in ["", "global", "base/1"] {
             assert_eq!(mode_and_group(&pgdata.join(d)), (dir_mode, gid), "{annotation:?} {d:?}\n{}", run.describe());
@@ -492,7 +507,7 @@ fn injected_app_safe_args_change_the_group_and_keep_private_modes() {
         std::os::unix::fs::lchown(&e, Some(999), Some(70)).unwrap();
     }
     let run = apply_injected(&injected, fs.path());
-    assert!(run.stderr.contains("\"spec\":\"fs-group=2000 modes=app-safe\""), "{}", run.describe());
+    assert!(run.stderr.contains("\"spec\":\"fs-group=2000 modes=app-safe app-uid=999\""), "{}", run.describe());
     for d in ["", "global", "base", "base/1"] {
         assert_eq!(mode_and_group(&pgdata.join(d)), (0o700, 2000), "{d:?}\n{}", run.describe());
     }

@@ -45,6 +45,9 @@ pub struct Plan {
 pub struct Volume {
     pub name: String,
     pub prep: Prep,
+    /// The uid the containers mounting it run as (`runAsUser`), when they all set the same
+    /// non-root one: the app's uid `--modes app-safe` needs (`app-uid=`).
+    pub app_uid: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +236,8 @@ fn review_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Review {
                 if prep == Prep::Walk {
                     r.refusals.extend(different_users(pod, &name, &mounts));
                 }
-                r.volumes.push(Volume { name, prep });
+                let app_uid = app_uid_of(pod, &mounts);
+                r.volumes.push(Volume { name, prep, app_uid });
             }
             Class::AtomicWriter if !losers.is_empty() => {
                 let v = pod.get("volumes").map(Node::as_seq).unwrap_or(&[]).iter();
@@ -276,6 +280,20 @@ fn different_users(pod: &Node, name: &str, mounts: &[Mount]) -> Option<String> {
             list.join(", ")
         )
     })
+}
+
+/// The uid every container mounting a volume runs as (its `runAsUser`, else the pod's), when
+/// they all set the same one and it is not root's; else none (app-safe then gives every entry
+/// the kubelet's bits).
+fn app_uid_of(pod: &Node, mounts: &[Mount]) -> Option<u64> {
+    let uid = |c: &Node| {
+        c.at(&["securityContext", "runAsUser"])
+            .or_else(|| pod.at(&["securityContext", "runAsUser"]))
+            .and_then(Node::as_u64)
+    };
+    let mut uids = mounts.iter().map(|m| uid(m.container));
+    let first = uids.next()??;
+    (first != 0 && uids.all(|u| u == Some(first))).then_some(first)
 }
 
 /// A mount at one of the temp dir paths, or at the container's $TMPDIR.

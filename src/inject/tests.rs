@@ -346,12 +346,12 @@ fn modes_key_puts_the_policy_on_every_volume() {
     assert_eq!(out.events[0].outcome, Outcome::Injected);
     assert_eq!(
         init_args(&out)[3..],
-        ["--sticky=/volumes/tmp", "--volume=/volumes/data,fs-group=1001,modes=app-safe"],
+        ["--sticky=/volumes/tmp", "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001"],
         "a --volume gets modes=, a --sticky has no spec"
     );
     let patches: Vec<&str> = out.patches.iter().filter_map(|p| p.get("patch").and_then(Node::as_str)).collect();
     assert!(
-        patches.iter().any(|p| p.contains("--volume=/volumes/data,fs-group=1001,modes=app-safe")),
+        patches.iter().any(|p| p.contains("--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001")),
         "--emit patches carries it: {patches:?}"
     );
     assert_eq!(
@@ -359,7 +359,7 @@ fn modes_key_puts_the_policy_on_every_volume() {
         [
             "--log-format=json",
             "--termination-log=/dev/termination-log",
-            "--volume=/volumes/data,fs-group=1001,modes=app-safe"
+            "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001"
         ],
         "written as apply spells it, in mode unprivileged too"
     );
@@ -368,7 +368,7 @@ fn modes_key_puts_the_policy_on_every_volume() {
 #[test]
 fn modes_annotation_overrides_the_key_the_templates_winning() {
     let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
-    let safe = "--volume=/volumes/data,fs-group=1001,modes=app-safe";
+    let safe = "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001";
     let plain = "--volume=/volumes/data,fs-group=1001";
     assert_eq!(walked(&run(&modes_on_workload("app-safe"))), safe);
     assert_eq!(walked(&run(&modes_on_workload("\"app-safe\""))), safe);
@@ -380,12 +380,28 @@ fn modes_annotation_overrides_the_key_the_templates_winning() {
     assert_eq!(walked(&run(&both)), safe);
     // A `--modes` among extraArgs is what a --volume without modes= gets: inject says modes=
     // whenever its choice differs from it, and only then.
-    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes=app-safe]"])), plain);
-    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes, app-safe]", "modes=app-safe"])), plain);
+    // The app's uid (the runAsUser of the containers mounting the volume) goes with app-safe.
+    let uid_only = "--volume=/volumes/data,fs-group=1001,app-uid=1001";
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes=app-safe]"])), uid_only);
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes, app-safe]", "modes=app-safe"])), uid_only);
     assert_eq!(
         walked(&run_with(&modes_on_workload("kubelet"), &["extraArgs=[--modes=app-safe]"])),
         "--volume=/volumes/data,fs-group=1001,modes=kubelet"
     );
+}
+
+#[test]
+fn app_safe_takes_the_uid_of_the_containers_mounting_the_volume() {
+    let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
+    let base = "--volume=/volumes/data,fs-group=1001,modes=app-safe";
+    // No runAsUser anywhere (the image's user), or root's: no app uid, app-safe is the
+    // kubelet's rule.
+    let unset = STS.replace("        runAsUser: 1001\n", "");
+    assert!(!unset.contains("runAsUser"), "{unset}");
+    assert_eq!(walked(&run_with(&unset, &["modes=app-safe"])), base);
+    let root = STS.replace("runAsUser: 1001", "runAsUser: 0");
+    assert_eq!(walked(&run_with(&root, &["modes=app-safe"])), base);
+    assert_eq!(walked(&run_with(STS, &["modes=app-safe"])), format!("{base},app-uid=1001"));
 }
 
 #[test]
