@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::spec::Modes;
+use crate::spec::{Modes, Rule};
 use crate::sys::Kind;
 
 /// Group and other permission bits.
@@ -42,6 +42,8 @@ pub enum AppPath {
     /// `member/` holding `wal/` or `snap/`, and `member/wal/`, `member/snap/`: etcd's member
     /// directories (owner only).
     EtcdMember,
+    /// A path the user gave a rule for (`--rule PATH=RULE`): an app volprep does not know.
+    Rule(Rule),
 }
 
 /// What an app does when it finds a refused bit on one of its paths.
@@ -78,6 +80,8 @@ impl AppPath {
         match self {
             AppPath::PostgresData => 0o027,
             AppPath::SshHome | AppPath::SshDir | AppPath::SshShared => 0o022,
+            AppPath::Rule(Rule::Mode(m)) => 0o7777 & !m,
+            AppPath::Rule(Rule::Keep) => 0,
             _ => GROUP_OTHER,
         }
     }
@@ -91,6 +95,7 @@ impl AppPath {
             AppPath::ErlangCookie => "Erlang",
             AppPath::GnupgHome | AppPath::GnupgKeys => "GnuPG",
             AppPath::EtcdData | AppPath::EtcdMember => "etcd",
+            AppPath::Rule(_) => "your rule",
         }
     }
 
@@ -109,6 +114,9 @@ impl AppPath {
             AppPath::GnupgKeys => "private keys directory",
             AppPath::EtcdData => "data directory",
             AppPath::EtcdMember => "member directory",
+            AppPath::Rule(Rule::OwnerOnly) => "owner-only",
+            AppPath::Rule(Rule::Mode(_)) => "exact mode",
+            AppPath::Rule(Rule::Keep) => "keep",
         }
     }
 
@@ -117,6 +125,8 @@ impl AppPath {
         match self {
             AppPath::PostgresData => "0700 or 0750",
             AppPath::SshHome | AppPath::SshDir | AppPath::SshShared => "no group or other write",
+            AppPath::Rule(Rule::Mode(_)) => "the mode of its rule",
+            AppPath::Rule(Rule::Keep) => "its mode kept",
             _ => "owner only",
         }
     }
@@ -140,18 +150,25 @@ impl AppPath {
                 Stance::Warns("etcd: check file permission: the recommended permission is -rwx------")
             }
             AppPath::GnupgKeys => Stance::Exposes,
+            AppPath::Rule(_) => Stance::Refuses("(your rule for this path)"),
         }
     }
 
     /// Whether the app accepts permission bits `perm` here.
     pub fn accepts(self, perm: u32) -> bool {
-        perm & self.refused() == 0
+        match self {
+            AppPath::Rule(Rule::Mode(m)) => perm == m,
+            _ => perm & self.refused() == 0,
+        }
     }
 }
 
 impl fmt::Display for AppPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.app(), self.what())
+        match self {
+            AppPath::Rule(r) => write!(f, "your rule {r}"),
+            _ => write!(f, "{} {}", self.app(), self.what()),
+        }
     }
 }
 
@@ -221,8 +238,13 @@ impl Links {
 ///   Any other entry of the app with no group or other bit keeps its mode; the rest get
 ///   `old | mask`. No mask: only the tightening.
 ///
+/// A user's rule (`--rule`): `keep` leaves the mode; an exact mode is given whoever owns the
+/// entry (not through a hard link: left); `owner-only` is an app path refusing group and other
+/// bits.
+///
 /// So app-safe never adds a bit to an app-private path of the app, never removes one from
-/// another path, nor from an entry the app does not own, nor through a hard link.
+/// another path, nor from an entry the app does not own, nor through a hard link, but where the
+/// user's rule names an exact mode.
 pub fn want_mode(
     modes: Modes,
     old: u32,
@@ -231,7 +253,16 @@ pub fn want_mode(
     whose: Whose,
     links: Links,
 ) -> Option<u32> {
-    if modes == Modes::Kubelet || !whose.is_app() {
+    if modes == Modes::Kubelet {
+        return mask.map(|m| old | m);
+    }
+    match private.map(|p| p.path) {
+        Some(AppPath::Rule(Rule::Keep)) => return mask.map(|_| old),
+        Some(AppPath::Rule(Rule::Mode(m))) if links == Links::One => return Some(m),
+        Some(AppPath::Rule(Rule::Mode(_))) => return mask.map(|_| old),
+        _ => {}
+    }
+    if !whose.is_app() {
         return mask.map(|m| old | m);
     }
     match private.filter(|p| p.applies_to(whose.owner)) {
@@ -245,7 +276,8 @@ pub fn want_mode(
 /// Whether app-safe leaves an app-private path of the app as it is, although its app refuses
 /// its mode, because it has more than one link: what a pass warns of.
 pub fn held_back(private: Option<Private>, old: u32, whose: Whose, links: Links) -> Option<AppPath> {
-    let p = private.filter(|p| whose.is_app() && p.applies_to(whose.owner))?;
+    let exact = |p: &Private| matches!(p.path, AppPath::Rule(Rule::Mode(_)));
+    let p = private.filter(|p| exact(p) || (whose.is_app() && p.applies_to(whose.owner)))?;
     (links == Links::Many && !p.path.accepts(old)).then_some(p.path)
 }
 
@@ -402,6 +434,7 @@ pub fn classify_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Rule;
 
     const APP: u32 = 2000;
 
@@ -474,6 +507,30 @@ mod tests {
         assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, OURS, ONE), None);
         let theirs = Private { anchor: Anchor::Owner(1), ..key };
         assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), OURS, ONE), None);
+    }
+
+    #[test]
+    fn the_users_rules() {
+        let rule = |r| Some(Private { path: AppPath::Rule(r), anchor: Anchor::Itself });
+        let theirs = Whose { owner: 3000, app: Some(APP) };
+        let m = mask(Kind::File);
+        for old in 0..=0o7777u32 {
+            // owner-only: the app's entry loses its group and other bits; another's is the kubelet's.
+            assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::OwnerOnly), OURS, ONE), Some(old & !0o077));
+            assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::OwnerOnly), theirs, ONE), Some(old | 0o660));
+            // An exact mode, whoever owns it, but not through a hard link.
+            for whose in [OURS, theirs, Whose { owner: APP, app: None }] {
+                assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::Mode(0o755)), whose, ONE), Some(0o755));
+                assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::Keep), whose, ONE), Some(old));
+            }
+            assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::Mode(0o755)), OURS, Links::Many), Some(old));
+        }
+        assert_eq!(
+            held_back(rule(Rule::Mode(0o755)), 0o777, theirs, Links::Many),
+            Some(AppPath::Rule(Rule::Mode(0o755)))
+        );
+        assert!(AppPath::Rule(Rule::Mode(0o2755)).accepts(0o2755) && !AppPath::Rule(Rule::Mode(0o2755)).accepts(0o755));
+        assert_eq!(AppPath::Rule(Rule::Mode(0o755)).to_string(), "your rule 0755");
     }
 
     #[test]

@@ -107,6 +107,14 @@ pub struct SpecArgs {
     #[arg(long, value_name = "UID", env = "VOLPREP_APP_UID", value_parser = spec::parse_id,
           allow_hyphen_values = true)]
     pub app_uid: Option<u32>,
+
+    /// A rule for one path, relative to the volume ('.' is its root), with --modes app-safe:
+    /// 'owner-only' (an entry the app owns loses its group and other bits), an exact octal mode
+    /// ('0755', whoever owns it), or 'keep' (its mode is left alone). Repeatable; VOLPREP_RULES
+    /// takes several, separated by ';'. A --volume without rule= takes these.
+    #[arg(long = "rule", value_name = "PATH=RULE", env = "VOLPREP_RULES", value_delimiter = ';',
+          value_parser = spec::PathRule::parse)]
+    pub rules: Vec<spec::PathRule>,
 }
 
 /// `--modes`: the mode policy.
@@ -269,6 +277,7 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("fs-group", Some(v)) => spec.fs_group = Some(spec::parse_id(v)?),
             ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
             ("app-uid", Some(v)) => spec.app_uid = Some(spec::parse_id(v)?),
+            ("rule", Some(v)) => spec.rules.push(spec::PathRule::parse(v)?),
             ("read-only", None) => spec.read_only = true,
             ("read-only", Some(v)) => spec.read_only = parse_bool(v)?,
             ("modes", Some(v)) => {
@@ -279,7 +288,7 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             }
             _ => {
                 return Err(format!(
-                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE, app-uid=UID"
+                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE, app-uid=UID, rule=PATH=RULE"
                 ));
             }
         }
@@ -408,7 +417,9 @@ impl SpecArgs {
     pub fn spec(&self) -> Spec {
         let owner = self.owner.map_or_else(Spec::default, |(uid, gid)| Spec::owner(uid, gid));
         let modes = self.modes.map_or(Modes::Kubelet, Modes::from);
-        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, app_uid: self.app_uid, ..owner }
+        let mut rules = self.rules.clone();
+        rules.sort();
+        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, app_uid: self.app_uid, rules, ..owner }
     }
 
     /// The spec, or a usage error when it asks for nothing.
@@ -423,6 +434,10 @@ impl SpecArgs {
         if spec.read_only && spec.fs_group.is_none() {
             return Err("--read-only changes the fsGroup mode policy: it needs --fs-group".into());
         }
+        if !spec.rules.is_empty() && spec.modes != Modes::AppSafe {
+            return Err("--rule is a rule of --modes app-safe: give --modes app-safe (or modes=app-safe)".into());
+        }
+        spec::rules_in_order(spec.rules.clone())?;
         Ok(spec)
     }
 }

@@ -627,8 +627,12 @@ mod tests {
     #[test]
     fn app_safe_decisions_are_fixed_points() {
         use crate::apps::{Anchor, AppPath};
+        use crate::spec::Rule;
         let places = [None, Some(Private { path: AppPath::SshHome, anchor: Anchor::Owner(42) })];
-        let places = places.into_iter().chain(AppPath::ALL.map(|path| Some(Private { path, anchor: Anchor::Itself })));
+        let rules = [Rule::OwnerOnly, Rule::Keep, Rule::Mode(0o2750)].map(AppPath::Rule);
+        let places = places
+            .into_iter()
+            .chain(AppPath::ALL.into_iter().chain(rules).map(|path| Some(Private { path, anchor: Anchor::Itself })));
         for private in places {
             for kind in [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK] {
                 for perm in 0..=0o7777 {

@@ -248,7 +248,8 @@ impl<'a> Inspector<'a> {
             places: Places::new(
                 apply_spec.and_then(Spec::uid),
                 apply_spec.and_then(Spec::app).map_or(Proof::Names, Proof::App),
-            ),
+            )
+            .with_rules(apply_spec.map_or(&[][..], |s| &s.rules)),
             app_paths: Examples::new(),
             acl_group: Examples::new(),
             errors: Mutex::default(),

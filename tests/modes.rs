@@ -385,3 +385,63 @@ fn restored_as_another_uid_without_owner_gets_the_kubelets_bits() {
     let out = app_safe(&vol, &["--owner", "2000"]);
     assert_eq!(mode_of(&vol.join("pgdata")), 0o2750, "{}", out.describe());
 }
+
+/// The user's rules for apps volprep does not know, as docs/apps.md's recipe writes them: a TLS
+/// key the app wants owner-only (a group-readable key after a kubelet walk is tightened; another
+/// uid's is not), an sftp chroot that must stay root's 0755 (never group-writable), a directory
+/// whose 0711 is left alone. Through the flag, `--volume` and the environment alike; a rule
+/// without app-safe is a usage error.
+#[test]
+#[ignore = "needs root and loop devices"]
+fn the_users_rules_for_apps_volprep_does_not_know() {
+    privileged(&[]);
+    let fs = common::Tmpfs::new();
+    let vol = fs.path().join("vol");
+    make(&vol, "", APP, APP, 0o2770);
+    make(&vol, "certs/", APP, APP, 0o2770);
+    make(&vol, "certs/tls.key", APP, APP, 0o640);
+    make(&vol, "certs/peer.key", 3000, APP, 0o640);
+    make(&vol, "sftp/", 0, 0, 0o755);
+    make(&vol, "public/", APP, APP, 0o711);
+    let rules = ["certs/tls.key=owner-only", "certs/peer.key=owner-only", "sftp=0755", "public=keep"];
+    let want = [("certs/tls.key", 0o600), ("certs/peer.key", 0o660), ("sftp", 0o755), ("public", 0o711)];
+    let flags: Vec<String> = rules.iter().map(|r| format!("--rule={r}")).collect();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let out = app_safe(&vol, &[&["--app-uid", "2000"][..], &flags].concat());
+    for (rel, mode) in want {
+        assert_eq!(mode_of(&vol.join(rel)), mode, "{rel}\n{}", out.describe());
+    }
+    assert_eq!(out.volume()["tightened"], 1, "{}", out.describe());
+    assert!(out.stderr.contains("tightened your rule owner-only 0640 -> 0600"), "{}", out.describe());
+    assert!(out.volume()["spec"].as_str().unwrap().contains("rule=certs/peer.key=owner-only"), "{}", out.describe());
+    // The kubelet's rule widens them again; the same rules by --volume and by the environment
+    // put them back, and the marker keeps them (a second run skips). `keep` repairs nothing: the
+    // directory is made 0711 again after each kubelet walk.
+    let kubelet = || {
+        pass("apply", &["--fs-group", "2000"], &vol).expect_code(0);
+        assert_eq!(mode_of(&vol.join("sftp")), 0o2775);
+        std::fs::set_permissions(vol.join("public"), std::fs::Permissions::from_mode(0o711)).unwrap();
+    };
+    kubelet();
+    let volume =
+        format!("--volume={},fs-group=2000,modes=app-safe,app-uid=2000,rule={}", vol.display(), rules.join(",rule="));
+    let out = run(volprep().arg("apply").arg(&volume).args(["--report", "-"])).expect_code(0);
+    for (rel, mode) in want {
+        assert_eq!(mode_of(&vol.join(rel)), mode, "{rel} by --volume\n{}", out.describe());
+    }
+    kubelet();
+    let by_env = |extra: &[&str]| {
+        run(volprep()
+            .env("VOLPREP_RULES", rules.join(";"))
+            .args(["apply", "--fs-group", "2000", "--modes", "app-safe", "--app-uid", "2000", "--report", "-"])
+            .args(extra)
+            .arg(&vol))
+    };
+    let out = by_env(&[]).expect_code(0);
+    for (rel, mode) in want {
+        assert_eq!(mode_of(&vol.join(rel)), mode, "{rel} by VOLPREP_RULES\n{}", out.describe());
+    }
+    assert_eq!(by_env(&[]).expect_code(0).volume()["action"], "skipped");
+    let bad = run(volprep().args(["apply", "--fs-group", "2000", "--rule", "sftp=0755"]).arg(&vol)).expect_code(2);
+    assert!(bad.stderr.contains("--modes app-safe"), "{}", bad.describe());
+}

@@ -13,12 +13,12 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use tracing::{info, warn};
 
-use crate::apps::{self, DirFacts, Links, ParentFacts, Private, Signs, Whose};
+use crate::apps::{self, Anchor, AppPath, DirFacts, Links, ParentFacts, Private, Signs, Whose};
 use crate::escape::EscapedPath;
 use crate::fix::Fixed;
 use crate::options::Mode;
 use crate::report::{TightenedEntry, TightenedList};
-use crate::spec::{Modes, Spec};
+use crate::spec::{Modes, PathRule, Spec};
 use crate::sys::{self, Kind, Meta};
 use crate::walk::{Dir, Node};
 
@@ -42,6 +42,8 @@ pub struct Places {
     owner: Option<u32>,
     /// Whose entries give signs.
     proof: Proof,
+    /// The user's rules (`--rule`), sorted by path: they win over the names.
+    rules: Vec<PathRule>,
     /// The signs of directories being read, from their entries' names. Few directories have any.
     signs: Mutex<HashMap<DirKey, Signs>>,
     /// How many directories `signs` holds: a directory with none takes no lock when it is done.
@@ -54,13 +56,36 @@ impl Places {
     /// The places of a pass of `spec`: `None` unless it is app-safe (the kubelet's rule has none).
     pub fn of(spec: &Spec) -> Option<Places> {
         let proof = spec.app().map_or(Proof::Nothing, Proof::App);
-        (spec.modes == Modes::AppSafe).then(|| Places::new(spec.uid(), proof))
+        (spec.modes == Modes::AppSafe).then(|| Places { rules: spec.rules.clone(), ..Places::new(spec.uid(), proof) })
+    }
+
+    /// The places of `inspect`: those of `spec`'s rules too.
+    pub fn with_rules(self, rules: &[PathRule]) -> Places {
+        Places { rules: rules.to_vec(), ..self }
+    }
+
+    /// The user's rule for the entry at `rel` (relative to the volume root), if any. `rel` is
+    /// built only when there are rules.
+    fn rule_at(&self, rel: impl FnOnce() -> PathBuf) -> Option<Private> {
+        if self.rules.is_empty() {
+            return None;
+        }
+        let rel = rel();
+        let at = self.rules.binary_search_by(|r| r.path.as_path().cmp(&rel)).ok()?;
+        Some(Private { path: AppPath::Rule(self.rules[at].rule), anchor: Anchor::Itself })
     }
 
     /// Places whose app paths' owners are `owner` (`--owner`) when given, else their own, and
     /// whose signs are given by the entries `proof` says.
     pub fn new(owner: Option<u32>, proof: Proof) -> Places {
-        Places { owner, proof, signs: Mutex::default(), held: AtomicUsize::new(0), tightened: Mutex::default() }
+        Places {
+            owner,
+            proof,
+            rules: Vec::new(),
+            signs: Mutex::default(),
+            held: AtomicUsize::new(0),
+            tightened: Mutex::default(),
+        }
     }
 
     /// A uid as it will be after the pass.
@@ -107,6 +132,12 @@ impl Places {
 
     /// The app path of a non-directory entry `name` of `parent`.
     pub fn of_entry(&self, parent: &Dir<'_>, name: &CStr, kind: Kind) -> Option<Private> {
+        if kind == Kind::Symlink {
+            return None;
+        }
+        if let Some(rule) = self.rule_at(|| crate::walk::rel_child(parent, name)) {
+            return Some(rule);
+        }
         let facts = ParentFacts {
             name: parent.name(),
             owner: self.after(parent.meta.uid),
@@ -127,6 +158,9 @@ impl Places {
             });
             taken.unwrap_or_default()
         };
+        if let Some(rule) = self.rule_at(|| dir.rel_path()) {
+            return Some(rule);
+        }
         let parent = dir.parent();
         let facts = DirFacts {
             name: dir.name(),
@@ -140,6 +174,9 @@ impl Places {
     /// The app path of subdirectory `name` of `parent` that this pass cannot read (by its name
     /// alone).
     pub fn of_unread_dir(&self, parent: &Dir<'_>, name: &CStr) -> Option<Private> {
+        if let Some(rule) = self.rule_at(|| crate::walk::rel_child(parent, name)) {
+            return Some(rule);
+        }
         let facts = DirFacts {
             name: name.to_bytes(),
             parent_name: parent.name(),
@@ -192,6 +229,9 @@ impl Places {
 /// the names that give signs: what the skip rule and a shard sealing the root decide with.
 pub fn root_place(root: BorrowedFd<'_>, spec: &Spec) -> Option<Private> {
     let places = Places::of(spec)?;
+    if let Some(rule) = places.rule_at(PathBuf::new) {
+        return Some(rule);
+    }
     let signs = Signs::NAMES
         .iter()
         .filter(|(name, kind)| places.has(root, name, *kind))
