@@ -50,6 +50,7 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--read-only",
     "--modes",
     "--app-uid",
+    "--rule",
     "--sticky",
     "--threads",
     "--load",
