@@ -68,8 +68,10 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
             Some(uid) if app_safe => format!(",app-uid={uid}"),
             _ => String::new(),
         };
+        let rules: String =
+            plan.rules.iter().filter(|(name, _)| *name == v.name).map(|(_, r)| format!(",rule={}", r.text())).collect();
         a.push(match v.prep {
-            Prep::Walk => format!("--volume={at},fs-group={}{modes}{app_uid}", plan.fs_group),
+            Prep::Walk => format!("--volume={at},fs-group={}{modes}{app_uid}{rules}", plan.fs_group),
             Prep::Sticky => format!("--sticky={at}"),
         });
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::config::{Config, Mode, Select};
 use super::node::Node;
 use super::volumes::{self, Class, Mount, containers, mounts_of, runs_as_root, user_of};
-use crate::spec::Modes;
+use crate::spec::{Modes, PathRule};
 
 /// The annotation that opts a workload out (`"false"`) or, with `--opt-in`, in (`"true"`).
 pub const ANNOTATION: &str = "volprep.io/inject";
@@ -14,6 +14,11 @@ pub const ANNOTATION: &str = "volprep.io/inject";
 /// The annotation that chooses a workload's mode policy (`kubelet` or `app-safe`), over the
 /// `modes` key.
 pub const MODES_ANNOTATION: &str = "volprep.io/modes";
+
+/// The annotation that gives rules for paths of the volumes (`VOLUME/PATH=RULE`, separated by
+/// spaces, `;` or newlines): each goes on that volume's `--volume` as `rule=PATH=RULE`, with
+/// app-safe.
+pub const RULES_ANNOTATION: &str = "volprep.io/rules";
 
 /// What to do with one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +43,8 @@ pub struct Plan {
     /// The mode policy of its `--volume`s: the annotation's, else the `modes` key's; None when
     /// neither chose one.
     pub modes: Option<Modes>,
+    /// The user's rules (`volprep.io/rules`), by volume name.
+    pub rules: Vec<(String, PathRule)>,
 }
 
 /// A volume the init container mounts at /volumes/NAME.
@@ -48,6 +55,26 @@ pub struct Volume {
     /// The uid the containers mounting it run as (`runAsUser`), when they all set the same
     /// non-root one: the app's uid `--modes app-safe` needs (`app-uid=`).
     pub app_uid: Option<u64>,
+}
+
+/// The rules of `volprep.io/rules` (on the pod template or the object, the template's winning):
+/// `VOLUME/PATH=RULE` (`VOLUME=RULE`: its root). Err: the refusal.
+fn rules_of(obj: &Node, path: &[&str]) -> Result<Vec<(String, PathRule)>, String> {
+    let Some(v) = annotation(obj, path, RULES_ANNOTATION, Some) else { return Ok(Vec::new()) };
+    let text = v.as_str().unwrap_or_default();
+    let bad = |e: String| format!("annotation {RULES_ANNOTATION}: {e}");
+    let mut out = Vec::new();
+    for word in text.split([' ', ';', '\n', '\t']).filter(|w| !w.is_empty()) {
+        let (volume, rule) = match word.split_once('/') {
+            Some((v, rest)) if !v.contains('=') => (v, rest.to_string()),
+            _ => {
+                let (v, r) = word.split_once('=').ok_or_else(|| bad(format!("'{word}' is not VOLUME/PATH=RULE")))?;
+                (v, format!(".={r}"))
+            }
+        };
+        out.push((volume.to_string(), PathRule::parse(&rule).map_err(bad)?));
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,10 +172,7 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         },
         _ => None,
     };
-    let modes = modes_of(obj, path, cfg).unwrap_or_else(|e| {
-        refusals.push(e);
-        None
-    });
+    let (modes, rules) = policy_of(obj, path, cfg, &review.volumes, &mut refusals);
     if !refusals.is_empty() {
         return Decision::Refuse(refusals);
     }
@@ -161,7 +185,47 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         }
         return not_here("no volume the kubelet's fsGroup pass walks is mounted by a container");
     }
-    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes })
+    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes, rules })
+}
+
+/// The mode policy and the rules of a workload's volumes; what is wrong with them joins
+/// `refusals`.
+fn policy_of(
+    obj: &Node,
+    path: &[&str],
+    cfg: &Config,
+    volumes: &[Volume],
+    refusals: &mut Vec<String>,
+) -> (Option<Modes>, Vec<(String, PathRule)>) {
+    let mut modes = modes_of(obj, path, cfg).unwrap_or_else(|e| {
+        refusals.push(e);
+        None
+    });
+    let rules = rules_of(obj, path).unwrap_or_else(|e| {
+        refusals.push(e);
+        Vec::new()
+    });
+    refusals.extend(rules_refusal(&rules, volumes, &mut modes));
+    (modes, rules)
+}
+
+/// Why the rules cannot go on the volumes, if they cannot: one names a volume inject does not
+/// walk, or the workload chose the kubelet's rule. Rules choose app-safe when nothing else did.
+fn rules_refusal(rules: &[(String, PathRule)], volumes: &[Volume], modes: &mut Option<Modes>) -> Option<String> {
+    if rules.is_empty() {
+        return None;
+    }
+    let walked = |name: &str| volumes.iter().any(|v| v.name == name && v.prep == Prep::Walk);
+    if let Some((name, _)) = rules.iter().find(|(name, _)| !walked(name)) {
+        return Some(format!("annotation {RULES_ANNOTATION}: {name} is no volume volprep walks here"));
+    }
+    if *modes == Some(Modes::Kubelet) {
+        return Some(format!(
+            "annotation {RULES_ANNOTATION}: rules are rules of app-safe, and the workload chose the kubelet's rule"
+        ));
+    }
+    *modes = Some(Modes::AppSafe);
+    None
 }
 
 /// A kind inject does not rewrite: a refusal when it carries a pod template that sets fsGroup

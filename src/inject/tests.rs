@@ -405,6 +405,32 @@ fn app_safe_takes_the_uid_of_the_containers_mounting_the_volume() {
 }
 
 #[test]
+fn the_rules_annotation_puts_each_rule_on_its_volume() {
+    let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
+    let on = |value: &str| {
+        STS.replacen("  name: db\n", &format!("  name: db\n  annotations:\n    volprep.io/rules: \"{value}\"\n"), 1)
+    };
+    // Rules choose app-safe, with the app's uid.
+    assert_eq!(
+        walked(&run(&on("data/certs/tls.key=owner-only; data=0750"))),
+        "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001,rule=certs/tls.key=owner-only,rule=.=0750"
+    );
+    for (value, why) in [
+        ("tmp/x=keep", "tmp is no volume volprep walks here"),
+        ("data/x=private", "'private' is not a rule"),
+        ("data/../x=keep", "without '..'"),
+    ] {
+        let out = run(&on(value));
+        let Outcome::Refused(reasons) = &out.events[0].outcome else { panic!("{value}: {:?}", out.events[0]) };
+        assert!(reasons.iter().any(|r| r.contains(why)), "{value}: {reasons:?}");
+    }
+    let kubelet = on("data/x=keep").replacen("  annotations:\n", "  annotations:\n    volprep.io/modes: kubelet\n", 1);
+    let out = run(&kubelet);
+    let Outcome::Refused(reasons) = &out.events[0].outcome else { panic!("{:?}", out.events[0]) };
+    assert!(reasons.iter().any(|r| r.contains("rules are rules of app-safe")), "{reasons:?}");
+}
+
+#[test]
 fn an_invalid_modes_annotation_refuses_the_workload_and_says_why() {
     let why = "annotation volprep.io/modes: 'strict' is not a mode policy: kubelet or app-safe";
     for input in [modes_on_workload("strict"), modes_on_template(&modes_on_workload("app-safe"), "strict")] {

@@ -200,8 +200,12 @@ impl Places {
             want_mode: format!("{want:04o}"),
         };
         let verb = if mode == Mode::Check { "would tighten" } else { "tightened" };
+        let why = match p.path {
+            AppPath::Rule(_) => "the rule given for this path (--rule)".to_string(),
+            _ => format!("{} wants {}", p.path.app(), p.path.wants()),
+        };
         info!(path = %entry.path, app = entry.app.as_str(), mode = entry.mode.as_str(), want_mode = entry.want_mode.as_str(),
-              "{verb} {} {} -> {}: {} wants {}", entry.app, entry.mode, entry.want_mode, p.path.app(), p.path.wants());
+              "{verb} {} {} -> {}: {why}", entry.app, entry.mode, entry.want_mode);
         crate::sync::lock(&self.tightened).push(entry);
         true
     }
