@@ -57,101 +57,195 @@ pub enum Stance {
     Exposes,
 }
 
+/// One row of the table of app paths: the app, the path, the app's own check (its function or
+/// rule, as its source names it), the bits that check refuses, and what the app does then.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    pub path: AppPath,
+    pub app: &'static str,
+    pub what: &'static str,
+    /// The app's own check, as its source names it.
+    pub check: &'static str,
+    /// The permission bits the check refuses: what app-safe removes.
+    pub refused: u32,
+    /// The modes the app accepts, in words.
+    pub wants: &'static str,
+    pub stance: Stance,
+}
+
+const OWNER_ONLY: &str = "owner only";
+const NO_WRITE: &str = "no group or other write";
+const SSHD: &str = "sshd: Authentication refused: bad ownership or modes for directory";
+const ETCD: &str = "etcd: check file permission: the recommended permission is -rwx------";
+
+/// The app paths volprep knows, one row each (the user's rules are not in it).
+pub const TABLE: [Row; 12] = [
+    Row {
+        path: AppPath::PostgresData,
+        app: "PostgreSQL",
+        what: "data directory",
+        check: "checkDataDir (miscinit.c)",
+        refused: 0o027,
+        wants: "0700 or 0750",
+        stance: Stance::Refuses("FATAL: data directory has invalid permissions"),
+    },
+    Row {
+        path: AppPath::PostgresKey,
+        app: "PostgreSQL",
+        what: "server.key",
+        check: "check_ssl_key_file_permissions (be-secure-common.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Refuses("FATAL: private key file has group or world access"),
+    },
+    Row {
+        path: AppPath::Pgpass,
+        app: "libpq",
+        what: "password file",
+        check: "PasswordFromFile (fe-connect.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns("password file has group or world access (and is ignored)"),
+    },
+    Row {
+        path: AppPath::SshHome,
+        app: "OpenSSH",
+        what: "home directory of .ssh",
+        check: "safe_path (misc.c, StrictModes)",
+        refused: 0o022,
+        wants: NO_WRITE,
+        stance: Stance::Refuses(SSHD),
+    },
+    Row {
+        path: AppPath::SshDir,
+        app: "OpenSSH",
+        what: ".ssh directory",
+        check: "safe_path (misc.c, StrictModes)",
+        refused: 0o022,
+        wants: NO_WRITE,
+        stance: Stance::Refuses(SSHD),
+    },
+    Row {
+        path: AppPath::SshKey,
+        app: "OpenSSH",
+        what: "private key",
+        check: "sshkey_perm_ok (authfile.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Refuses("ssh: UNPROTECTED PRIVATE KEY FILE"),
+    },
+    Row {
+        path: AppPath::SshShared,
+        app: "OpenSSH",
+        what: "authorized_keys or config",
+        check: "safe_path (misc.c), secure_permissions (readconf.c)",
+        refused: 0o022,
+        wants: NO_WRITE,
+        stance: Stance::Refuses("sshd: bad ownership or modes for file; ssh: Bad owner or permissions"),
+    },
+    Row {
+        path: AppPath::ErlangCookie,
+        app: "Erlang",
+        what: "cookie",
+        check: "check_cookie_file (auth.erl)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Refuses("Cookie file must be accessible by owner only"),
+    },
+    Row {
+        path: AppPath::GnupgHome,
+        app: "GnuPG",
+        what: "homedir",
+        check: "check_permissions (g10/misc.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns("gpg: WARNING: unsafe permissions on homedir"),
+    },
+    Row {
+        path: AppPath::GnupgKeys,
+        app: "GnuPG",
+        what: "private keys directory",
+        check: "none (gpg-agent reads it as it is)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Exposes,
+    },
+    Row {
+        path: AppPath::EtcdData,
+        app: "etcd",
+        what: "data directory",
+        check: "fileutil.CheckDirPermission",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns(ETCD),
+    },
+    Row {
+        path: AppPath::EtcdMember,
+        app: "etcd",
+        what: "member directory",
+        check: "fileutil.CheckDirPermission",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns(ETCD),
+    },
+];
+
 impl AppPath {
-    /// Every app path.
+    /// Every app path of the table.
     #[cfg(test)]
-    pub const ALL: [AppPath; 12] = [
-        AppPath::PostgresData,
-        AppPath::PostgresKey,
-        AppPath::Pgpass,
-        AppPath::SshHome,
-        AppPath::SshDir,
-        AppPath::SshKey,
-        AppPath::SshShared,
-        AppPath::ErlangCookie,
-        AppPath::GnupgHome,
-        AppPath::GnupgKeys,
-        AppPath::EtcdData,
-        AppPath::EtcdMember,
-    ];
+    pub const ALL: [AppPath; 12] = {
+        let mut all = [AppPath::PostgresData; 12];
+        let mut i = 0;
+        while i < 12 {
+            all[i] = TABLE[i].path;
+            i += 1;
+        }
+        all
+    };
+
+    /// This path's row of the table; `None` for a user's rule.
+    pub fn row(self) -> Option<&'static Row> {
+        TABLE.iter().find(|r| r.path == self)
+    }
 
     /// The permission bits the app refuses on this path: what app-safe removes.
     pub fn refused(self) -> u32 {
-        match self {
-            AppPath::PostgresData => 0o027,
-            AppPath::SshHome | AppPath::SshDir | AppPath::SshShared => 0o022,
-            AppPath::Rule(Rule::Mode(m)) => 0o7777 & !m,
-            AppPath::Rule(Rule::Keep) => 0,
+        match (self, self.row()) {
+            (_, Some(row)) => row.refused,
+            (AppPath::Rule(Rule::Mode(m)), None) => 0o7777 & !m,
+            (AppPath::Rule(Rule::Keep), None) => 0,
             _ => GROUP_OTHER,
         }
     }
 
     /// The app (`PostgreSQL`, `OpenSSH` ...).
     pub fn app(self) -> &'static str {
-        match self {
-            AppPath::PostgresData | AppPath::PostgresKey => "PostgreSQL",
-            AppPath::Pgpass => "libpq",
-            AppPath::SshHome | AppPath::SshDir | AppPath::SshKey | AppPath::SshShared => "OpenSSH",
-            AppPath::ErlangCookie => "Erlang",
-            AppPath::GnupgHome | AppPath::GnupgKeys => "GnuPG",
-            AppPath::EtcdData | AppPath::EtcdMember => "etcd",
-            AppPath::Rule(_) => "your rule",
-        }
+        self.row().map_or("your rule", |r| r.app)
     }
 
     /// What the path is, in a few words (`data directory`).
     pub fn what(self) -> &'static str {
-        match self {
-            AppPath::PostgresData => "data directory",
-            AppPath::PostgresKey => "server.key",
-            AppPath::Pgpass => "password file",
-            AppPath::SshHome => "home directory of .ssh",
-            AppPath::SshDir => ".ssh directory",
-            AppPath::SshKey => "private key",
-            AppPath::SshShared => "authorized_keys or config",
-            AppPath::ErlangCookie => "cookie",
-            AppPath::GnupgHome => "homedir",
-            AppPath::GnupgKeys => "private keys directory",
-            AppPath::EtcdData => "data directory",
-            AppPath::EtcdMember => "member directory",
-            AppPath::Rule(Rule::OwnerOnly) => "owner-only",
-            AppPath::Rule(Rule::Mode(_)) => "exact mode",
-            AppPath::Rule(Rule::Keep) => "keep",
+        match (self, self.row()) {
+            (_, Some(row)) => row.what,
+            (AppPath::Rule(Rule::Mode(_)), None) => "exact mode",
+            (AppPath::Rule(Rule::Keep), None) => "keep",
+            _ => "owner-only",
         }
     }
 
     /// The modes the app accepts, in words.
     pub fn wants(self) -> &'static str {
-        match self {
-            AppPath::PostgresData => "0700 or 0750",
-            AppPath::SshHome | AppPath::SshDir | AppPath::SshShared => "no group or other write",
-            AppPath::Rule(Rule::Mode(_)) => "the mode of its rule",
-            AppPath::Rule(Rule::Keep) => "its mode kept",
-            _ => "owner only",
+        match (self, self.row()) {
+            (_, Some(row)) => row.wants,
+            (AppPath::Rule(Rule::Mode(_)), None) => "the mode of its rule",
+            (AppPath::Rule(Rule::Keep), None) => "its mode kept",
+            _ => OWNER_ONLY,
         }
     }
 
     /// What the app does with a refused bit here.
     pub fn stance(self) -> Stance {
-        match self {
-            AppPath::PostgresData => Stance::Refuses("FATAL: data directory has invalid permissions"),
-            AppPath::PostgresKey => Stance::Refuses("FATAL: private key file has group or world access"),
-            AppPath::Pgpass => Stance::Warns("password file has group or world access (and is ignored)"),
-            AppPath::SshHome | AppPath::SshDir => {
-                Stance::Refuses("sshd: Authentication refused: bad ownership or modes for directory")
-            }
-            AppPath::SshShared => {
-                Stance::Refuses("sshd: bad ownership or modes for file; ssh: Bad owner or permissions")
-            }
-            AppPath::SshKey => Stance::Refuses("ssh: UNPROTECTED PRIVATE KEY FILE"),
-            AppPath::ErlangCookie => Stance::Refuses("Cookie file must be accessible by owner only"),
-            AppPath::GnupgHome => Stance::Warns("gpg: WARNING: unsafe permissions on homedir"),
-            AppPath::EtcdData | AppPath::EtcdMember => {
-                Stance::Warns("etcd: check file permission: the recommended permission is -rwx------")
-            }
-            AppPath::GnupgKeys => Stance::Exposes,
-            AppPath::Rule(_) => Stance::Refuses("(your rule for this path)"),
-        }
+        self.row().map_or(Stance::Refuses("(your rule for this path)"), |r| r.stance)
     }
 
     /// Whether the app accepts permission bits `perm` here.
@@ -654,6 +748,16 @@ mod tests {
         let s = Signs::PG_VERSION.with(Signs::SSH);
         assert!(s.has(Signs::PG_VERSION) && s.has(Signs::SSH) && !s.has(Signs::GNUPG));
         assert!(!s.has(Signs::NONE));
+    }
+
+    /// The reference's table names each row's check, as the code's table does.
+    #[test]
+    fn the_reference_names_each_apps_check() {
+        let reference = include_str!("../docs/reference.md");
+        for row in TABLE {
+            assert!(reference.contains(&format!("`{}`", row.check)), "{:?}: {}", row.path, row.check);
+            assert_eq!(row.path.refused(), row.refused);
+        }
     }
 
     #[test]

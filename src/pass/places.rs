@@ -202,7 +202,7 @@ impl Places {
         let verb = if mode == Mode::Check { "would tighten" } else { "tightened" };
         let why = match p.path {
             AppPath::Rule(_) => "the rule given for this path (--rule)".to_string(),
-            _ => format!("{} wants {}", p.path.app(), p.path.wants()),
+            _ => format!("{} wants {} ({})", p.path.app(), p.path.wants(), p.path.row().map_or("", |r| r.check)),
         };
         info!(path = %entry.path, app = entry.app.as_str(), mode = entry.mode.as_str(), want_mode = entry.want_mode.as_str(),
               "{verb} {} {} -> {}: {why}", entry.app, entry.mode, entry.want_mode);
