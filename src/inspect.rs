@@ -226,6 +226,9 @@ struct Inspector<'a> {
     links_out: Examples<LinkOut>,
     /// App-private paths (PostgreSQL's data directory, `.ssh` ...), whatever the mode policy.
     places: Places,
+    /// The app-private paths `apply` acts on (its app's, proven by ownership): what `decide`
+    /// previews with. None unless app-safe.
+    acts: Option<Places>,
     app_paths: Examples<AppPathView>,
     acl_group: Examples<AclGroup>,
     errors: Mutex<ErrorList>,
@@ -245,14 +248,20 @@ impl<'a> Inspector<'a> {
             mounts: Examples::new(),
             hardlinked: Examples::new(),
             links_out: Examples::new(),
-            places: Places::new(
-                apply_spec.and_then(Spec::uid),
-                apply_spec.and_then(Spec::app).map_or(Proof::Names, Proof::App),
-            )
-            .with_rules(apply_spec.map_or(&[][..], |s| &s.rules)),
+            places: Places::new(apply_spec.and_then(Spec::uid), Proof::Names)
+                .with_rules(apply_spec.map_or(&[][..], |s| &s.rules)),
+            acts: apply_spec.and_then(Places::of),
             app_paths: Examples::new(),
             acl_group: Examples::new(),
             errors: Mutex::default(),
+        }
+    }
+
+    /// Notes an entry's sign for both kinds of places.
+    fn note(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        self.places.note(parent, name, meta);
+        if let Some(p) = &self.acts {
+            p.note(parent, name, meta);
         }
     }
 
@@ -390,10 +399,11 @@ impl Visitor for Inspector<'_> {
         } else if matches!(meta.kind(), Kind::File | Kind::Dir) {
             self.check_acl(meta, sys::acl_at(parent.fd(), name), || walk::rel_child(parent, name));
         }
-        self.places.note(parent, name, meta);
+        self.note(parent, name, meta);
         let private = self.places.of_entry(parent, name, meta.kind());
+        let acted = self.acts.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
         self.app_path(meta, private, || walk::rel_child(parent, name));
-        self.decide(meta, private, || walk::rel_child(parent, name));
+        self.decide(meta, acted, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
         false
     }
@@ -404,17 +414,21 @@ impl Visitor for Inspector<'_> {
         self.check_mode(&dir.meta, || dir.rel_path());
         self.check_acl(&dir.meta, sys::acl_fd(dir.fd()), || dir.rel_path());
         let private = self.places.of_dir(dir);
+        let acted = self.acts.as_ref().and_then(|p| p.of_dir(dir));
         self.app_path(&dir.meta, private, || dir.rel_path());
-        self.decide(&dir.meta, private, || dir.rel_path());
+        self.decide(&dir.meta, acted, || dir.rel_path());
     }
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
-        self.places.note(parent, name, meta);
+        self.note(parent, name, meta);
         self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
     }
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
         self.places.note_dir(parent, name);
+        if let Some(p) = &self.acts {
+            p.note_dir(parent, name);
+        }
         Descend::Read
     }
 

@@ -378,6 +378,19 @@ fn restored_as_another_uid_without_owner_gets_the_kubelets_bits() {
     make(&vol, "pgdata/", 3000, 3000, 0o700);
     make(&vol, "pgdata/PG_VERSION", 3000, 3000, 0o600);
     make(&vol, "pgdata/global/", 3000, 3000, 0o700);
+    // inspect never says "(accepts)" of a path the app cannot open.
+    for args in [
+        &["--owner", "3000", "--app-uid", "2000"][..],
+        &["--fs-group", "2000", "--modes", "app-safe", "--app-uid", "2000"],
+    ] {
+        let out = run(volprep().arg("inspect").args(args).arg(&vol)).expect_code(0);
+        let line =
+            out.stdout.lines().find(|l| l.starts_with("pgdata ")).unwrap_or_else(|| panic!("{}", out.describe()));
+        assert!(!line.contains("(accepts)"), "{args:?}: {line}");
+        assert!(line.contains("(cannot open)") || line.contains("(refuses)"), "{args:?}: {line}");
+    }
+    let out = run(volprep().args(["inspect", "--owner", "3000", "--app-uid", "2000"]).arg(&vol)).expect_code(0);
+    assert!(out.stdout.lines().any(|l| l.starts_with("pgdata ") && l.contains("0700 (cannot open)")), "{}", out.stdout);
     let out = app_safe(&vol, &["--app-uid", "2000"]);
     assert_eq!(mode_of(&vol.join("pgdata")), 0o2770, "{}", out.describe());
     assert!(app_reaches(&vol.join("pgdata/PG_VERSION")), "{}", out.describe());

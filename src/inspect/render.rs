@@ -243,12 +243,19 @@ fn app_paths_table(r: &Inspection) -> String {
     let align: &'static [Align] = if spec { &[Left; 6] } else { &[Left; 5] };
     let mut t = Table::new(&head, align);
     for a in &r.app_paths.examples {
+        let setting = a
+            .assumed_app_uid
+            .map_or_else(|| "--modes app-safe".to_string(), |u| format!("--modes app-safe --app-uid {u}"));
         let keeps = if a.kubelet.accepted() {
             "any (the kubelet's rule too)".to_string()
         } else if a.app_safe.accepted() {
-            format!("--modes app-safe: {}", a.app_safe.mode)
+            format!("{setting}: {}", a.app_safe.mode)
         } else {
-            format!("--modes app-safe leaves {} (owned by uid {}, not by its app path's owner)", a.app_safe.mode, a.uid)
+            format!(
+                "{setting} leaves {} (owned by uid {}, not the app's: --owner the app's uid first)",
+                a.app_safe.short(),
+                a.uid
+            )
         };
         let mut row = vec![a.path.to_string(), a.app.clone(), a.mode.clone(), a.kubelet.short(), keeps];
         if let Some(w) = &a.with_spec {
