@@ -375,6 +375,21 @@ pub fn held_back(private: Option<Private>, old: u32, whose: Whose, links: Links)
     (links == Links::Many && !p.path.accepts(old)).then_some(p.path)
 }
 
+/// Whether a file's name looks like a private key's (`*.key`, `*.private`, `*_secret_key`,
+/// `id_*` but `*.pub`, `*key*.pem`): `inspect` lists those the group can read.
+pub fn looks_like_private_key(name: &[u8]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let n = lower.as_slice();
+    if n.ends_with(b".pub") {
+        return false;
+    }
+    n.ends_with(b".key")
+        || n.ends_with(b".private")
+        || n.ends_with(b"_secret_key")
+        || n.starts_with(b"id_")
+        || (n.ends_with(b".pem") && n.windows(3).any(|w| w == b"key"))
+}
+
 /// What an entry tells its directory about it (a bit set): a directory holding `PG_VERSION` is a
 /// PostgreSQL data directory, one holding `.ssh/` a home, and so on. Collected from the names of
 /// a directory's entries as they are read.
@@ -601,6 +616,25 @@ mod tests {
         assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, OURS, ONE), None);
         let theirs = Private { anchor: Anchor::Owner(1), ..key };
         assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), OURS, ONE), None);
+    }
+
+    #[test]
+    fn private_keys_are_known_by_their_names() {
+        for key in [
+            "tls.key",
+            "server.KEY",
+            "wg0.private",
+            "node_secret_key",
+            "id_ed25519",
+            "id_rsa",
+            "privkey.pem",
+            "tls-key.pem",
+        ] {
+            assert!(looks_like_private_key(key.as_bytes()), "{key}");
+        }
+        for not in ["id_ed25519.pub", "tls.crt", "cert.pem", "keys", "monkey.txt", "key.pub"] {
+            assert!(!looks_like_private_key(not.as_bytes()), "{not}");
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 use owners::Owners;
 
 pub use apps::AppPathView;
-pub use render::{AclGroup, Finding, Inspection, Kinds, LinkOut, OwnerView};
+pub use render::{AclGroup, Finding, Inspection, KeyView, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -231,6 +231,7 @@ struct Inspector<'a> {
     acts: Option<Places>,
     app_paths: Examples<AppPathView>,
     acl_group: Examples<AclGroup>,
+    keys: Examples<KeyView>,
     errors: Mutex<ErrorList>,
 }
 
@@ -253,8 +254,29 @@ impl<'a> Inspector<'a> {
             acts: apply_spec.and_then(Places::of),
             app_paths: Examples::new(),
             acl_group: Examples::new(),
+            keys: Examples::new(),
             errors: Mutex::default(),
         }
+    }
+
+    /// A regular file named like a private key that the group can read after the policy (the
+    /// spec's change, else the kubelet's rule): listed with the rule that fixes it.
+    fn check_key(&self, meta: &Meta, name: &CStr, acted: Option<Private>, rel: impl Fn() -> PathBuf) {
+        if meta.kind() != Kind::File || !crate::apps::looks_like_private_key(name.to_bytes()) {
+            return;
+        }
+        let after = match self.apply_spec {
+            Some(spec) => fix::Fixed::decided(meta, spec, acted).change.mode.unwrap_or(meta.perm()),
+            None => meta.perm() | self.policy.mode_mask(Kind::File).unwrap_or(0),
+        };
+        if after & 0o044 == 0 {
+            return;
+        }
+        self.keys.add(|| {
+            let path = EscapedPath::relative(&rel());
+            let fix = format!("--modes app-safe --rule {path}=owner-only");
+            KeyView { path, mode: format!("{:04o}", meta.perm()), mode_after: format!("{after:04o}"), fix }
+        });
     }
 
     /// Notes an entry's sign for both kinds of places.
@@ -377,6 +399,7 @@ impl<'a> Inspector<'a> {
             symlinks_outside: self.links_out.finish(),
             app_paths: self.app_paths.finish(),
             acl_group_entry_lacking_bits: self.acl_group.finish(),
+            group_readable_private_keys: self.keys.finish(),
             errors: c.errors,
             error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,
@@ -404,6 +427,7 @@ impl Visitor for Inspector<'_> {
         let acted = self.acts.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
         self.app_path(meta, private, || walk::rel_child(parent, name));
         self.decide(meta, acted, || walk::rel_child(parent, name));
+        self.check_key(meta, name, acted, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
         false
     }

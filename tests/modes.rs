@@ -420,6 +420,24 @@ fn the_users_rules_for_apps_volprep_does_not_know() {
     let want = [("certs/tls.key", 0o600), ("certs/peer.key", 0o660), ("sftp", 0o755), ("public", 0o711)];
     let flags: Vec<String> = rules.iter().map(|r| format!("--rule={r}")).collect();
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    // inspect names the group-readable keys, and the rule that fixes each; with the rules, the
+    // app's key is no longer one.
+    let keys = |extra: &[&str]| {
+        let out = run(volprep().args(["inspect", "--json", "--fs-group", "2000"]).args(extra).arg(&vol)).expect_code(0);
+        let doc: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        let found = &doc["group_readable_private_keys"]["examples"];
+        found
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| (k["path"].as_str().unwrap().to_string(), k["fix"].clone()))
+            .collect::<Vec<_>>()
+    };
+    let before = keys(&[]);
+    assert_eq!(before.iter().map(|k| k.0.as_str()).collect::<Vec<_>>(), ["certs/peer.key", "certs/tls.key"]);
+    assert_eq!(before[1].1, "--modes app-safe --rule certs/tls.key=owner-only");
+    let with = keys(&[&["--modes", "app-safe", "--app-uid", "2000"][..], &flags].concat());
+    assert_eq!(with.iter().map(|k| k.0.as_str()).collect::<Vec<_>>(), ["certs/peer.key"], "another uid's key stays");
     let out = app_safe(&vol, &[&["--app-uid", "2000"][..], &flags].concat());
     for (rel, mode) in want {
         assert_eq!(mode_of(&vol.join(rel)), mode, "{rel}\n{}", out.describe());

@@ -41,6 +41,9 @@ pub struct Inspection {
     /// Entries with a POSIX ACL whose `group::` lacks the group bits of the masks above: the
     /// group gets them in the ACL mask only, and keeps `group::`'s (the kubelet does the same).
     pub acl_group_entry_lacking_bits: Finding<AclGroup>,
+    /// Files named like private keys (`*.key`, `id_*` ...) the group can read after the mode
+    /// policy (the spec's, else the kubelet's rule): a confidentiality finding.
+    pub group_readable_private_keys: Finding<KeyView>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     /// Present with `--fs-group`.
@@ -101,6 +104,18 @@ pub struct AclGroup {
     pub group_obj: String,
     /// `mask::`.
     pub mask: String,
+}
+
+/// A file named like a private key that the group can read, and the rule that keeps it the
+/// app's alone.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct KeyView {
+    pub path: EscapedPath,
+    /// Its mode now, and after the mode policy.
+    pub mode: String,
+    pub mode_after: String,
+    /// The flag that fixes it: `--rule PATH=owner-only` (with `--modes app-safe`).
+    pub fix: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -225,6 +240,9 @@ fn findings_table(r: &Inspection) -> String {
         &r.acl_group_entry_lacking_bits,
         |a| format!("{} (group::{}, mask::{})", a.path, a.group_obj, a.mask),
     );
+    t.finding("private keys (by name) the group can read", &r.group_readable_private_keys, |k| {
+        format!("{} {} -> {} ({})", k.path, k.mode, k.mode_after, k.fix)
+    });
     let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
     t.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
     t.render()
