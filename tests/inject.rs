@@ -1110,3 +1110,18 @@ fn helm3_and_helm4_plugins_coexist_in_one_data_home() {
     assert_eq!(docs(&v3), docs(&v4), "Helm 3 and Helm 4 render the same injected manifests");
     assert_eq!(v4.matches("name: volprep\n").count(), 3, "{v4}");
 }
+
+/// A PostgreSQL StatefulSet injected with the kubelet's rule is said in the summary and in the
+/// workload's annotation, naming the setting that keeps it working; with app-safe, nothing.
+#[test]
+fn a_postgresql_statefulset_under_the_kubelets_rule_is_flagged() {
+    let sts = postgres_statefulset(999, 2000, None);
+    let out = inject(&[], &sts, &[]);
+    let text = ok(&out);
+    assert!(text.contains("volprep.io/app-modes:"), "{text}");
+    let err = stderr(&out);
+    assert!(err.contains("StatefulSet/pg: runs postgres:17 (PostgreSQL) under the kubelet's rule"), "{err}");
+    assert!(err.contains("1 injected with the kubelet's rule run an app that insists on private modes"), "{err}");
+    let safe = inject(&["--modes", "app-safe"], &sts, &[]);
+    assert!(!ok(&safe).contains("volprep.io/app-modes") && !stderr(&safe).contains("insists"), "{}", stderr(&safe));
+}

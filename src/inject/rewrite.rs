@@ -80,7 +80,7 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
 
 /// The mode policy `volprep apply` gives a `--volume` without `modes=`: the last `--modes`
 /// among `extra` args, else the kubelet's rule; None when that `--modes` names no policy.
-fn implied_modes(extra: &[String]) -> Option<Modes> {
+pub fn implied_modes(extra: &[String]) -> Option<Modes> {
     let mut implied = Some(Modes::Kubelet);
     let mut it = extra.iter();
     while let Some(arg) = it.next() {

@@ -45,6 +45,45 @@ pub struct Plan {
     pub modes: Option<Modes>,
     /// The user's rules (`volprep.io/rules`), by volume name.
     pub rules: Vec<(String, PathRule)>,
+    /// The apps of the table its containers run (by image) under the kubelet's rule: what
+    /// inject says of it (`postgres:17 (PostgreSQL)`).
+    pub apps: Vec<String>,
+}
+
+/// Images of apps that insist on private modes (by the image's name, its last path part
+/// without tag), and the app.
+const APP_IMAGES: [(&str, &str); 7] = [
+    ("postgres", "PostgreSQL"),
+    ("postgresql", "PostgreSQL"),
+    ("postgis", "PostgreSQL"),
+    ("rabbitmq", "RabbitMQ (Erlang cookie)"),
+    ("etcd", "etcd"),
+    ("openssh-server", "OpenSSH"),
+    ("gitea", "OpenSSH"),
+];
+
+/// The apps of [`APP_IMAGES`] the containers mounting a walked volume run, unless the volumes
+/// get app-safe: `IMAGE (APP)` each.
+fn apps_under_kubelet(pod: &Node, volumes: &[Volume], modes: Option<Modes>, cfg: &Config) -> Vec<String> {
+    let implied = super::rewrite::implied_modes(&cfg.apply.extra_args);
+    if modes.or(implied) == Some(Modes::AppSafe) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for v in volumes.iter().filter(|v| v.prep == Prep::Walk) {
+        for m in mounts_of(pod, &v.name) {
+            let image = m.container.get("image").and_then(Node::as_str).unwrap_or("");
+            let name = image.split('@').next().unwrap_or("").rsplit('/').next().unwrap_or("");
+            let name = name.split(':').next().unwrap_or("");
+            if let Some((_, app)) = APP_IMAGES.iter().find(|(n, _)| *n == name) {
+                let said = format!("{image} ({app})");
+                if !out.contains(&said) {
+                    out.push(said);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A volume the init container mounts at /volumes/NAME.
@@ -185,7 +224,8 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         }
         return not_here("no volume the kubelet's fsGroup pass walks is mounted by a container");
     }
-    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes, rules })
+    let apps = apps_under_kubelet(pod, &review.volumes, modes, cfg);
+    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes, rules, apps })
 }
 
 /// The mode policy and the rules of a workload's volumes; what is wrong with them joins

@@ -431,6 +431,36 @@ fn the_rules_annotation_puts_each_rule_on_its_volume() {
 }
 
 #[test]
+fn an_app_image_under_the_kubelets_rule_is_said_and_annotated() {
+    let annotation = |out: &super::Output| {
+        doc(&out.text)
+            .at(&["metadata", "annotations", super::APP_MODES_ANNOTATION])
+            .and_then(Node::as_str)
+            .map(str::to_string)
+    };
+    // A PostgreSQL StatefulSet injected with the kubelet's rule.
+    let out = run(STS);
+    assert_eq!(out.events[0].apps, ["postgres:17 (PostgreSQL)"]);
+    let said = annotation(&out).expect("annotated");
+    assert!(said.contains("postgres:17 (PostgreSQL)") && said.contains("volprep.io/modes: app-safe"), "{said}");
+    // Not on the pod template: nothing rolls out for it.
+    assert!(doc(&out.text).at(&["spec", "template", "metadata", "annotations", super::APP_MODES_ANNOTATION]).is_none());
+    // With app-safe, however chosen, nothing is said.
+    for out in [
+        run_with(STS, &["modes=app-safe"]),
+        run_with(STS, &["extraArgs=[--modes=app-safe]"]),
+        run(&modes_on_workload("app-safe")),
+    ] {
+        assert!(out.events[0].apps.is_empty() && annotation(&out).is_none(), "{:?}", out.events[0]);
+    }
+    // Another image: nothing.
+    let other = run(&STS.replace("postgres:17", "registry.example.com/team/api:1.2"));
+    assert!(other.events[0].apps.is_empty() && annotation(&other).is_none());
+    let bitnami = run(&STS.replace("postgres:17", "docker.io/bitnami/postgresql:16@sha256:ab"));
+    assert_eq!(bitnami.events[0].apps, ["docker.io/bitnami/postgresql:16@sha256:ab (PostgreSQL)"]);
+}
+
+#[test]
 fn an_invalid_modes_annotation_refuses_the_workload_and_says_why() {
     let why = "annotation volprep.io/modes: 'strict' is not a mode policy: kubelet or app-safe";
     for input in [modes_on_workload("strict"), modes_on_template(&modes_on_workload("app-safe"), "strict")] {
