@@ -294,7 +294,8 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
         }
     }
     let path = path.ok_or_else(|| format!("'{s}' names no path"))?;
-    spec.to_spec()?;
+    // Without modes= it takes --modes (checked with it by `targets`).
+    SpecArgs { modes: spec.modes.or(Some(ModesArg::AppSafe)), ..spec.clone() }.to_spec()?;
     Ok((path, spec))
 }
 
@@ -461,9 +462,10 @@ impl PassArgs {
             &self.volumes
         };
         for (p, s) in volumes {
-            // --modes is a policy: a --volume without modes= takes it.
-            let s =
-                SpecArgs { modes: s.modes.or(self.spec.modes), app_uid: s.app_uid.or(self.spec.app_uid), ..s.clone() };
+            // --modes is a policy: a --volume without modes= takes it (app-uid= and rule= too).
+            let rules = if s.rules.is_empty() { self.spec.rules.clone() } else { s.rules.clone() };
+            let (modes, app_uid) = (s.modes.or(self.spec.modes), s.app_uid.or(self.spec.app_uid));
+            let s = SpecArgs { modes, app_uid, rules, ..s.clone() };
             out.push((p.clone(), s.to_spec()?));
         }
         if out.is_empty() && self.sticky.is_empty() {
@@ -684,6 +686,54 @@ mod tests {
         assert_eq!(parse_volume("/v,owner=1,modes=app-safe").unwrap().1.spec().modes, Modes::AppSafe);
         assert!(parse_volume("/v,fs-group=1,modes=safe").unwrap_err().contains("kubelet or app-safe"));
         assert_eq!(parse(&["apply", "--fs-group", "1", "--modes", "strict", "/v"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn the_app_uid_and_rules_come_from_the_flags_or_the_volume() {
+        let specs = |args: &[&str]| {
+            let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
+            a.targets().map(|t| t.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+        };
+        let safe = ["apply", "--fs-group", "1", "--modes", "app-safe"];
+        let s = specs(&[&safe[..], &["--app-uid", "7", "--rule", "k=owner-only", "--rule", ".=0750", "/v"]].concat())
+            .unwrap();
+        assert_eq!(s[0].app_uid, Some(7));
+        assert_eq!(
+            s[0].rules.iter().map(spec::PathRule::text).collect::<Vec<_>>(),
+            [".=0750", "k=owner-only"],
+            "sorted"
+        );
+        let v = specs(
+            &[
+                &["apply", "--modes", "app-safe"][..],
+                &[
+                    "--app-uid",
+                    "7",
+                    "--rule",
+                    "k=keep",
+                    "--volume",
+                    "/a,fs-group=1",
+                    "--volume",
+                    "/b,fs-group=1,app-uid=8,rule=x/y=0600",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!(
+            (v[0].app_uid, v[1].app_uid),
+            (Some(7), Some(8)),
+            "a --volume takes --app-uid unless it says app-uid="
+        );
+        assert_eq!(v[0].rules[0].text(), "k=keep");
+        assert_eq!(v[1].rules.iter().map(spec::PathRule::text).collect::<Vec<_>>(), ["x/y=0600"]);
+        let e = specs(&["apply", "--fs-group", "1", "--rule", "k=keep", "/v"]).unwrap_err();
+        assert!(e.contains("--modes app-safe"), "{e}");
+        let e = specs(&[&safe[..], &["--rule", "k=keep", "--rule", "./k=0700", "/v"]].concat()).unwrap_err();
+        assert!(e.contains("two rules for 'k'"), "{e}");
+        assert!(parse(&["apply", "--fs-group", "1", "--app-uid", "-1", "/v"]).is_err());
+        assert!(parse_volume("/v,fs-group=1,app-uid=x").is_err());
+        assert!(parse_volume("/v,fs-group=1,rule=../x=keep").unwrap_err().contains(".."));
     }
 
     #[test]
