@@ -119,6 +119,9 @@ enum Base {
     Overlay,
 }
 
+/// The app's uid of the app-safe rounds: one of the trees' owners, and `--owner`'s.
+const APP_UID: u32 = 1000;
+
 /// The spec of a round: `--fs-group 2000`, maybe with an owner, read-only, a sticky temp dir.
 #[derive(Clone, Copy, Debug, Default)]
 struct RoundSpec {
@@ -126,8 +129,9 @@ struct RoundSpec {
     read_only: bool,
     /// `--sticky VOL/tmp` on every `apply` (unsharded rounds).
     sticky: bool,
-    /// `--modes app-safe` (the trees' names are `eN`: no app-private path, so the rule is
-    /// "an entry with no group or other bits keeps its mode").
+    /// `--modes app-safe --app-uid 1000` (the trees' names are `eN`: no app-private path, so the
+    /// rule is "an entry of uid 1000 with no group or other bits keeps its mode; every other
+    /// entry gets the kubelet's bits").
     app_safe: bool,
 }
 
@@ -151,7 +155,7 @@ impl RoundSpec {
             a.push("--read-only".into());
         }
         if self.app_safe {
-            a.extend(["--modes".to_string(), "app-safe".to_string()]);
+            a.extend(["--modes".to_string(), "app-safe".to_string(), "--app-uid".to_string(), APP_UID.to_string()]);
         }
         a
     }
@@ -175,7 +179,9 @@ impl RoundSpec {
 
     /// Whether an entry is as this spec wants it.
     fn conforms(&self, m: &Meta) -> bool {
-        let private = self.app_safe && m.kind != Kind::Symlink && m.mode & 0o077 == 0;
+        // App-safe keeps the private modes of the app's entries only (after --owner).
+        let app = self.owner.unwrap_or(m.uid) == APP_UID;
+        let private = self.app_safe && app && m.kind != Kind::Symlink && m.mode & 0o077 == 0;
         let mode = if private { m.gid == GID } else { conforms(m, GID, self.read_only) };
         mode && self.owner.is_none_or(|u| m.uid == u)
     }

@@ -340,8 +340,7 @@ fn review_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Review {
                 if prep == Prep::Walk {
                     r.refusals.extend(different_users(pod, &name, &mounts));
                 }
-                let app_uid = app_uid_of(pod, &mounts);
-                r.volumes.push(Volume { name, prep, app_uid });
+                r.volumes.push(Volume { name, prep, app_uid: app_uid_of(pod, &mounts) });
             }
             Class::AtomicWriter if !losers.is_empty() => {
                 let v = pod.get("volumes").map(Node::as_seq).unwrap_or(&[]).iter();
