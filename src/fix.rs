@@ -312,7 +312,24 @@ fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, task: Task<'_>) -> Result<Fixed, F
     if needs_readback(how.readback, &change, now, task.setgid) {
         read_back(pin, &change, now)?;
     }
-    Ok(Fixed { change, old_perm: now.perm() })
+    Ok(Fixed { change: unlinked(pin, now, change, task)?, old_perm: now.perm() })
+}
+
+/// An app path with several names is left as it is; but a chown on overlayfs copies the inode
+/// up into one of its own (the link is broken). Then app-safe decides again from the inode as it
+/// is now, as the next pass would: returns the change made in all.
+fn unlinked(pin: BorrowedFd<'_>, now: &Meta, change: Change, task: Task<'_>) -> Result<Change, Failure> {
+    if now.nlink < 2 || task.private.is_none() || !change.owner() {
+        return Ok(change);
+    }
+    let after = sys::stat_fd(pin).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
+    let mode = task.decide(&after).mode;
+    if after.nlink > 1 || mode.is_none() {
+        return Ok(change);
+    }
+    let more = Change { mode, ..Change::default() };
+    apply(pin, &more).map_err(|f| Failure { done: change, ..f })?;
+    Ok(Change { mode, ..change })
 }
 
 /// Whether a change that reported success must be read back: when asked (`Readback::Yes`), or

@@ -256,10 +256,22 @@ impl<'a> Fixer<'a> {
             (Mode::Apply, _) => self.fix_one(parent, name, meta, private, pin),
         };
         self.tightened(private, &outcome, || walk::rel_child(parent, name));
+        self.note_again(parent, name, meta, &outcome);
         // A failed change was a change to make all the same: its neighbours likely need one too.
         let changed = self.mode == Mode::Apply && outcome.as_ref().map_or(true, |f| !f.change.is_none());
         self.record(At::Entry(*parent, name), outcome);
         changed
+    }
+
+    /// A sign with several names proves nothing; but its chown may have copied it up into an
+    /// inode of its own (overlayfs): noted again as it is now, for its directory's decision.
+    fn note_again(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, outcome: &Result<Fixed, Failure>) {
+        let Some(p) = &self.places else { return };
+        if meta.nlink > 1 && outcome.as_ref().is_ok_and(|f| f.change.owner()) {
+            if let Ok(now) = sys::stat_at(parent.fd(), name) {
+                p.note(parent, name, &now);
+            }
+        }
     }
 
     /// Fixes one non-directory entry (reading it back while the probe wants it).

@@ -177,12 +177,19 @@ impl RoundSpec {
         n.join("+")
     }
 
-    /// Whether an entry is as this spec wants it.
-    fn conforms(&self, m: &Meta) -> bool {
-        // App-safe keeps the private modes of the app's entries only (after --owner).
+    /// Whether the entry at `path` is as this spec wants it. App-safe: an entry the app does not
+    /// own (after --owner) has the kubelet's bits, exactly (nothing removed, the group keeps its
+    /// access, whatever names were planted or linked); the app's own has the group, and the
+    /// kubelet's bits, a private mode kept, or a tightening where an app path may be (a name of
+    /// the table, a file in `.ssh/`, a directory). `check` exiting 0 is the exact oracle.
+    fn conforms(&self, path: &[u8], m: &Meta) -> bool {
         let app = self.owner.unwrap_or(m.uid) == APP_UID;
-        let private = self.app_safe && app && m.kind != Kind::Symlink && m.mode & 0o077 == 0;
-        let mode = if private { m.gid == GID } else { conforms(m, GID, self.read_only) };
+        let kubelet = conforms(m, GID, self.read_only);
+        let mode = if self.app_safe && app && m.kind != Kind::Symlink {
+            m.gid == GID && (kubelet || m.mode & 0o077 == 0 || m.kind == Kind::Dir || at_app_name(path))
+        } else {
+            kubelet
+        };
         mode && self.owner.is_none_or(|u| m.uid == u)
     }
 }
@@ -576,7 +583,7 @@ impl Round {
         let stand_in = |m: &Meta| self.base == Base::Btrfs && m.kind == Kind::Dir && m.ino == 2;
         let mut wrong: Vec<String> = snap
             .iter()
-            .filter(|(_, m)| !self.spec.conforms(m) && !stand_in(m))
+            .filter(|(k, m)| !self.spec.conforms(k, m) && !stand_in(m))
             .map(|(k, m)| format!("  {} {:?} {}:{} {:04o}", snap::show(k), m.kind, m.uid, m.gid, m.mode))
             .collect();
         if self.spec.sticky {
@@ -1011,8 +1018,42 @@ fn list_tree(vol: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     (dirs, files)
 }
 
+/// Names of app-private paths and their signs (`apps::TABLE`), for directories and files.
+const APP_DIR_NAMES: &[&str] = &[".ssh", "global", "private-keys-v1.d", "member", "wal", "snap"];
+const APP_FILE_NAMES: &[&str] =
+    &["PG_VERSION", ".erlang.cookie", "pubring.kbx", "server.key", ".pgpass", "id_rsa", "authorized_keys"];
+
+/// Whether `path` may be an app path's by its name: a name of the table, or a file in `.ssh/`.
+fn at_app_name(path: &[u8]) -> bool {
+    let mut parts = path.rsplit(|&c| c == b'/');
+    let name = parts.next().unwrap_or_default();
+    let parent = parts.next().unwrap_or_default();
+    APP_FILE_NAMES.iter().chain(APP_DIR_NAMES).any(|n| n.as_bytes() == name) || parent == b".ssh"
+}
+
+/// An entry's name: `eN`, or now and then (1 in 6) a name of an app path of the table, unless
+/// `parent` has it already; whoever the entry's owner (the app, or another uid planting it).
+fn entry_name(
+    rng: &mut Rng,
+    i: usize,
+    names: &[&str],
+    taken: &mut std::collections::HashSet<Vec<u8>>,
+    parent: &[u8],
+) -> Vec<u8> {
+    let join = |name: &[u8]| if parent.is_empty() { name.to_vec() } else { [parent, b"/", name].concat() };
+    if rng.below(6) == 0 {
+        let path = join(names[rng.below(names.len())].as_bytes());
+        if taken.insert(path.clone()) {
+            return path;
+        }
+    }
+    join(format!("e{i}").as_bytes())
+}
+
 /// A random tree of 30–400 entries: directories up to 5 deep, files, setgid directories,
-/// setuid/setgid files, hardlinks, symlinks to the sentinel outside, dangling and relative.
+/// setuid/setgid files, hardlinks, symlinks to the sentinel outside, dangling and relative;
+/// some named as app paths (`.ssh`, `PG_VERSION`, `.erlang.cookie` ...), of the app's uid
+/// (1000) or another's, hard links among them.
 fn random_tree(rng: &mut Rng, outside: &Path) -> Tree {
     const OWNERS: &[(u32, u32)] = &[(0, 0), (1000, 1000), (1000, 2000), (0, 2000), (65534, 0)];
     const DIR_MODES: &[u32] = &[0o755, 0o700, 0o2775, 0o2770, 0o750, 0o1777];
@@ -1024,13 +1065,17 @@ fn random_tree(rng: &mut Rng, outside: &Path) -> Tree {
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
     let mut files: Vec<Vec<u8>> = Vec::new();
     let outside = outside.as_os_str().as_bytes();
+    let mut taken = std::collections::HashSet::new();
+    // App names draw from a stream of their own: the trees' shapes are those of the seed before.
+    let mut names_rng = rng.fork(0x6170_702d_7361_6665);
     for i in 0..n {
         let parent = dirs[rng.below(dirs.len())].clone();
-        let name = format!("e{i}").into_bytes();
-        let path = if parent.is_empty() { name } else { [&parent[..], b"/", &name[..]].concat() };
-        let depth = path.iter().filter(|&&c| c == b'/').count();
         let (uid, gid) = OWNERS[rng.below(OWNERS.len())];
-        match rng.below(100) {
+        let roll = rng.below(100);
+        let names = if roll < 25 { APP_DIR_NAMES } else { APP_FILE_NAMES };
+        let path = entry_name(&mut names_rng, i, names, &mut taken, &parent);
+        let depth = path.iter().filter(|&&c| c == b'/').count();
+        match roll {
             0..=24 if depth < 5 => {
                 t.dir(&path, uid, gid, DIR_MODES[rng.below(DIR_MODES.len())]);
                 dirs.push(path);
