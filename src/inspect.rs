@@ -272,9 +272,14 @@ impl<'a> Inspector<'a> {
         if after & 0o044 == 0 {
             return;
         }
+        let owner = self.apply_spec.and_then(Spec::uid).unwrap_or(meta.uid);
+        let not_app = self.apply_spec.and_then(Spec::app).filter(|&app| app != owner);
         self.keys.add(|| {
             let path = EscapedPath::relative(&rel());
-            let fix = format!("--modes app-safe --rule {path}=owner-only");
+            let mut fix = format!("--modes app-safe --rule {path}=owner-only");
+            if let Some(app) = not_app {
+                fix += &format!(" (uid {owner} owns it, not the app's uid {app}: give it to the app first)");
+            }
             KeyView { path, mode: format!("{:04o}", meta.perm()), mode_after: format!("{after:04o}"), fix }
         });
     }

@@ -438,6 +438,7 @@ fn the_users_rules_for_apps_volprep_does_not_know() {
     assert_eq!(before[1].1, "--modes app-safe --rule certs/tls.key=owner-only");
     let with = keys(&[&["--modes", "app-safe", "--app-uid", "2000"][..], &flags].concat());
     assert_eq!(with.iter().map(|k| k.0.as_str()).collect::<Vec<_>>(), ["certs/peer.key"], "another uid's key stays");
+    assert!(with[0].1.as_str().unwrap().contains("uid 3000 owns it, not the app's uid 2000"), "{with:?}");
     let out = app_safe(&vol, &[&["--app-uid", "2000"][..], &flags].concat());
     for (rel, mode) in want {
         assert_eq!(mode_of(&vol.join(rel)), mode, "{rel}\n{}", out.describe());
