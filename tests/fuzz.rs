@@ -234,6 +234,8 @@ struct Stats {
     done_checked: u64,
     wrong_done: u64,
     outside_changed: u64,
+    /// Rounds with a file of outside the volume hard-linked into it under an app path's name.
+    linked_from_outside: u64,
     never_done: u64,
     unexpected_exits: u64,
     failures: Vec<String>,
@@ -354,7 +356,7 @@ fn key(k: impl std::fmt::Debug) -> String {
 fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     format!(
-        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION}, each kill kind {MIN_EACH_KILL}, each base and spec {MIN_EACH_ROUND_KIND} | {:.1}s",
+        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} linked_from_outside={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION}, each kill kind {MIN_EACH_KILL}, each base and spec {MIN_EACH_ROUND_KIND} | {:.1}s",
         s.rounds,
         list(&s.bases),
         s.clone_rounds,
@@ -366,6 +368,7 @@ fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
         s.done_checked,
         s.wrong_done,
         s.outside_changed,
+        s.linked_from_outside,
         s.never_done,
         s.unexpected_exits,
         elapsed.as_secs_f64()
@@ -489,6 +492,8 @@ impl Round {
             self.log(format!("set-up: {}", made.unwrap_or_default()));
         }
         let outside_before = snapshot(&self.outside);
+        let linked = self.link_from_outside();
+        stats.linked_from_outside += u64::from(linked.is_some());
         if !self.with_clones && self.rng.below(3) == 0 {
             self.sharding = Some(Sharding { n: 2 + self.rng.below(3) as u32, depth: 1 + self.rng.below(2) as u32 });
         }
@@ -530,6 +535,20 @@ impl Round {
         if !done {
             stats.never_done += 1;
             self.fail(stats, "never done: runs without kills or changes did not complete the volume".into());
+        }
+        if let Some((path, mode)) = linked {
+            let now =
+                std::fs::symlink_metadata(&path).map_or(mode, |m| std::os::unix::fs::MetadataExt::mode(&m) & 0o7777);
+            if now & mode != mode {
+                stats.outside_changed += 1;
+                self.fail(
+                    stats,
+                    format!(
+                        "a bit removed through a hard link, outside the volume: {} {mode:04o} -> {now:04o}",
+                        path.display()
+                    ),
+                );
+            }
         }
         let outside_after = snapshot(&self.outside);
         let diff = snap::diff(&outside_before, &outside_after, |m| m.attrs_ctime());
@@ -604,6 +623,31 @@ impl Round {
             );
             self.fail(stats, msg);
         }
+    }
+
+    /// Now and then (1 in 4, from a stream of its own), a file outside the volume (another
+    /// subPath's, of the app's uid or another's) hard-linked into it under an app path's name:
+    /// its path and mode. Whatever the pass, no bit of it may be removed through the link (the
+    /// kubelet's rule and `--owner` change it, as they do every name of an inode: documented).
+    fn link_from_outside(&mut self) -> Option<(PathBuf, u32)> {
+        let mut rng = self.rng.fork(0x6c69_6e6b_6564);
+        if rng.below(4) != 0 {
+            return None;
+        }
+        let dir = self.dir.join("other-subpath");
+        std::fs::create_dir_all(&dir).ok()?;
+        let file = dir.join("shared.db");
+        std::fs::write(&file, b"x").ok()?;
+        let (uid, gid) = [(0, 0), (APP_UID, APP_UID), (3000, 3000)][rng.below(3)];
+        let mode = [0o660, 0o640, 0o600, 0o664][rng.below(4)];
+        std::os::unix::fs::lchown(&file, Some(uid), Some(gid)).ok()?;
+        chmod(&file, mode);
+        let name = [".erlang.cookie", "server.key", "pubring.kbx"][rng.below(3)];
+        let at = self.vol.join(name);
+        (!at.exists() && std::fs::hard_link(&file, &at).is_ok()).then(|| {
+            self.log(format!("set-up: {name} hard-linked from outside ({uid}:{gid} {mode:04o})"));
+            (file, mode)
+        })
     }
 
     fn fail(&mut self, stats: &mut Stats, what: String) {
