@@ -232,6 +232,7 @@ struct Inspector<'a> {
     app_paths: Examples<AppPathView>,
     acl_group: Examples<AclGroup>,
     keys: Examples<KeyView>,
+    cannot_open: Examples<EscapedPath>,
     errors: Mutex<ErrorList>,
 }
 
@@ -255,6 +256,7 @@ impl<'a> Inspector<'a> {
             app_paths: Examples::new(),
             acl_group: Examples::new(),
             keys: Examples::new(),
+            cannot_open: Examples::new(),
             errors: Mutex::default(),
         }
     }
@@ -361,6 +363,12 @@ impl<'a> Inspector<'a> {
         if !change.is_none() {
             self.would_change.add(|| EscapedPath::relative(&rel()));
         }
+        let app = apps::App { uid: spec.app(), group: spec.fs_group };
+        let (owner, gid) = (change.uid.unwrap_or(meta.uid), change.gid.unwrap_or(meta.gid));
+        let perm = change.mode.unwrap_or(meta.perm());
+        if app.uid.is_some() && meta.kind() != Kind::Symlink && !app.opens(meta.kind() == Kind::Dir, perm, owner, gid) {
+            self.cannot_open.add(|| EscapedPath::relative(&rel()));
+        }
     }
 
     fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
@@ -405,6 +413,7 @@ impl<'a> Inspector<'a> {
             app_paths: self.app_paths.finish(),
             acl_group_entry_lacking_bits: self.acl_group.finish(),
             group_readable_private_keys: self.keys.finish(),
+            app_cannot_open: self.cannot_open.finish(),
             errors: c.errors,
             error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,

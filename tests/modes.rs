@@ -391,6 +391,17 @@ fn restored_as_another_uid_without_owner_gets_the_kubelets_bits() {
     }
     let out = run(volprep().args(["inspect", "--owner", "3000", "--app-uid", "2000"]).arg(&vol)).expect_code(0);
     assert!(out.stdout.lines().any(|l| l.starts_with("pgdata ") && l.contains("0700 (cannot open)")), "{}", out.stdout);
+    // ... and lists every entry the app could not open after that apply.
+    let json =
+        run(volprep().args(["inspect", "--json", "--owner", "3000", "--app-uid", "2000"]).arg(&vol)).expect_code(0);
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(doc["app_cannot_open"]["count"], 4, "the root, pgdata and its 2 entries\n{}", json.stdout);
+    let json = run(volprep()
+        .args(["inspect", "--json", "--fs-group", "2000", "--modes", "app-safe", "--app-uid", "2000"])
+        .arg(&vol))
+    .expect_code(0);
+    let doc: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(doc["app_cannot_open"]["count"], 0, "the group opens them all\n{}", json.stdout);
     let out = app_safe(&vol, &["--app-uid", "2000"]);
     assert_eq!(mode_of(&vol.join("pgdata")), 0o2770, "{}", out.describe());
     assert!(app_reaches(&vol.join("pgdata/PG_VERSION")), "{}", out.describe());

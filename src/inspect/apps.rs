@@ -81,15 +81,15 @@ impl Outcome {
 /// Who the app is, for reach: its uid and the group it is given (the fsGroup); `None`: not
 /// known (every entry counts as reachable).
 #[derive(Debug, Clone, Copy)]
-struct App {
-    uid: Option<u32>,
-    group: Option<u32>,
+pub struct App {
+    pub uid: Option<u32>,
+    pub group: Option<u32>,
 }
 
 impl App {
     /// Whether the app opens an entry (`dir`: lists and enters it; else reads it) owned by
     /// `owner`:`gid` with permission bits `perm`, as the kernel decides (root: always).
-    fn opens(self, dir: bool, perm: u32, owner: u32, gid: u32) -> bool {
+    pub fn opens(self, dir: bool, perm: u32, owner: u32, gid: u32) -> bool {
         let Some(uid) = self.uid else { return true };
         let need = if dir { 0o5 } else { 0o4 };
         let bits = if uid == 0 {

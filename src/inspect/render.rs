@@ -44,6 +44,9 @@ pub struct Inspection {
     /// Files named like private keys (`*.key`, `id_*` ...) the group can read after the mode
     /// policy (the spec's, else the kubelet's rule): a confidentiality finding.
     pub group_readable_private_keys: Finding<KeyView>,
+    /// With the app's uid (`--app-uid`, or `--owner`'s) and a spec: entries the app could not
+    /// open after `apply` (a directory it cannot list and enter, a file it cannot read).
+    pub app_cannot_open: Finding<EscapedPath>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     /// Present with `--fs-group`.
@@ -240,6 +243,7 @@ fn findings_table(r: &Inspection) -> String {
         &r.acl_group_entry_lacking_bits,
         |a| format!("{} (group::{}, mask::{})", a.path, a.group_obj, a.mask),
     );
+    t.finding("entries the app could not open after apply", &r.app_cannot_open, path);
     t.finding("private keys (by name) the group can read", &r.group_readable_private_keys, |k| {
         format!("{} {} -> {} ({})", k.path, k.mode, k.mode_after, k.fix)
     });
