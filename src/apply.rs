@@ -65,6 +65,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     throttle::GATE.start(opts.load, opts.threads);
     refuse_overlaps(&o.targets, opts.cross_devices)?;
     check_groups(o, &sys::groups())?;
+    warn_app_unknown(&o.targets);
     // SIGTERM (pod deletion, activeDeadlineSeconds) and SIGINT stop the walk, not the process:
     // the checkpoint, report and termination message are still written.
     sys::catch_termination();
@@ -88,6 +89,16 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
         v.load = Load { figures: v.load.figures, ..Load::of(&opts.load) };
     }
     finish(o, volumes)
+}
+
+/// Says of each app-safe volume whose app's uid is not known that it gets the kubelet's rule.
+fn warn_app_unknown(targets: &[(PathBuf, Spec)]) {
+    for (path, spec) in targets {
+        if spec.modes == crate::spec::Modes::AppSafe && spec.app().is_none() {
+            tracing::warn!(path = %Escaped(path.as_os_str()),
+                "--modes app-safe without the app's uid: no entry is known to be the app's, so every entry gets the kubelet's bits; give --app-uid UID (the pod's runAsUser) or --owner UID");
+        }
+    }
 }
 
 /// Every volume at once, each on a thread of its own walking on the shared `pool`.

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::spec::Modes;
+use crate::spec::{Modes, Rule};
 use crate::sys::Kind;
 
 /// Group and other permission bits.
@@ -23,7 +23,8 @@ pub enum AppPath {
     Pgpass,
     /// A directory holding `.ssh/`: the home sshd checks (no group or other write).
     SshHome,
-    /// `.ssh/` itself (owner only, as ssh-keygen makes it).
+    /// `.ssh/` itself (no group or other write: sshd's `safe_path` checks every directory up to
+    /// `authorized_keys`; ssh-keygen makes it 0700, but 0750 is accepted).
     SshDir,
     /// A file in `.ssh/` other than the public ones: a private key (owner only).
     SshKey,
@@ -41,6 +42,8 @@ pub enum AppPath {
     /// `member/` holding `wal/` or `snap/`, and `member/wal/`, `member/snap/`: etcd's member
     /// directories (owner only).
     EtcdMember,
+    /// A path the user gave a rule for (`--rule PATH=RULE`): an app volprep does not know.
+    Rule(Rule),
 }
 
 /// What an app does when it finds a refused bit on one of its paths.
@@ -54,103 +57,212 @@ pub enum Stance {
     Exposes,
 }
 
+/// One row of the table of app paths: the app, the path, the app's own check (its function or
+/// rule, as its source names it), the bits that check refuses, and what the app does then.
+#[derive(Debug, Clone, Copy)]
+pub struct Row {
+    pub path: AppPath,
+    pub app: &'static str,
+    pub what: &'static str,
+    /// The app's own check, as its source names it.
+    pub check: &'static str,
+    /// The permission bits the check refuses: what app-safe removes.
+    pub refused: u32,
+    /// The modes the app accepts, in words.
+    pub wants: &'static str,
+    pub stance: Stance,
+}
+
+const OWNER_ONLY: &str = "owner only";
+const NO_WRITE: &str = "no group or other write";
+const SSHD: &str = "sshd: Authentication refused: bad ownership or modes for directory";
+const ETCD: &str = "etcd: check file permission: the recommended permission is -rwx------";
+
+/// The app paths volprep knows, one row each (the user's rules are not in it).
+pub const TABLE: [Row; 12] = [
+    Row {
+        path: AppPath::PostgresData,
+        app: "PostgreSQL",
+        what: "data directory",
+        check: "checkDataDir (miscinit.c)",
+        refused: 0o027,
+        wants: "0700 or 0750",
+        stance: Stance::Refuses("FATAL: data directory has invalid permissions"),
+    },
+    Row {
+        path: AppPath::PostgresKey,
+        app: "PostgreSQL",
+        what: "server.key",
+        check: "check_ssl_key_file_permissions (be-secure-common.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Refuses("FATAL: private key file has group or world access"),
+    },
+    Row {
+        path: AppPath::Pgpass,
+        app: "libpq",
+        what: "password file",
+        check: "PasswordFromFile (fe-connect.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns("password file has group or world access (and is ignored)"),
+    },
+    Row {
+        path: AppPath::SshHome,
+        app: "OpenSSH",
+        what: "home directory of .ssh",
+        check: "safe_path (misc.c, StrictModes)",
+        refused: 0o022,
+        wants: NO_WRITE,
+        stance: Stance::Refuses(SSHD),
+    },
+    Row {
+        path: AppPath::SshDir,
+        app: "OpenSSH",
+        what: ".ssh directory",
+        check: "safe_path (misc.c, StrictModes)",
+        refused: 0o022,
+        wants: NO_WRITE,
+        stance: Stance::Refuses(SSHD),
+    },
+    Row {
+        path: AppPath::SshKey,
+        app: "OpenSSH",
+        what: "private key",
+        check: "sshkey_perm_ok (authfile.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Refuses("ssh: UNPROTECTED PRIVATE KEY FILE"),
+    },
+    Row {
+        path: AppPath::SshShared,
+        app: "OpenSSH",
+        what: "authorized_keys or config",
+        check: "safe_path (misc.c), secure_permissions (readconf.c)",
+        refused: 0o022,
+        wants: NO_WRITE,
+        stance: Stance::Refuses("sshd: bad ownership or modes for file; ssh: Bad owner or permissions"),
+    },
+    Row {
+        path: AppPath::ErlangCookie,
+        app: "Erlang",
+        what: "cookie",
+        check: "check_cookie_file (auth.erl)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Refuses("Cookie file must be accessible by owner only"),
+    },
+    Row {
+        path: AppPath::GnupgHome,
+        app: "GnuPG",
+        what: "homedir",
+        check: "check_permissions (g10/misc.c)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns("gpg: WARNING: unsafe permissions on homedir"),
+    },
+    Row {
+        path: AppPath::GnupgKeys,
+        app: "GnuPG",
+        what: "private keys directory",
+        check: "none (gpg-agent reads it as it is)",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Exposes,
+    },
+    Row {
+        path: AppPath::EtcdData,
+        app: "etcd",
+        what: "data directory",
+        check: "fileutil.CheckDirPermission",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns(ETCD),
+    },
+    Row {
+        path: AppPath::EtcdMember,
+        app: "etcd",
+        what: "member directory",
+        check: "fileutil.CheckDirPermission",
+        refused: GROUP_OTHER,
+        wants: OWNER_ONLY,
+        stance: Stance::Warns(ETCD),
+    },
+];
+
 impl AppPath {
-    /// Every app path.
+    /// Every app path of the table.
     #[cfg(test)]
-    pub const ALL: [AppPath; 12] = [
-        AppPath::PostgresData,
-        AppPath::PostgresKey,
-        AppPath::Pgpass,
-        AppPath::SshHome,
-        AppPath::SshDir,
-        AppPath::SshKey,
-        AppPath::SshShared,
-        AppPath::ErlangCookie,
-        AppPath::GnupgHome,
-        AppPath::GnupgKeys,
-        AppPath::EtcdData,
-        AppPath::EtcdMember,
-    ];
+    pub const ALL: [AppPath; 12] = {
+        let mut all = [AppPath::PostgresData; 12];
+        let mut i = 0;
+        while i < 12 {
+            all[i] = TABLE[i].path;
+            i += 1;
+        }
+        all
+    };
+
+    /// This path's row of the table; `None` for a user's rule.
+    pub fn row(self) -> Option<&'static Row> {
+        TABLE.iter().find(|r| r.path == self)
+    }
 
     /// The permission bits the app refuses on this path: what app-safe removes.
     pub fn refused(self) -> u32 {
-        match self {
-            AppPath::PostgresData => 0o027,
-            AppPath::SshHome | AppPath::SshShared => 0o022,
+        match (self, self.row()) {
+            (_, Some(row)) => row.refused,
+            (AppPath::Rule(Rule::Mode(m)), None) => 0o7777 & !m,
+            (AppPath::Rule(Rule::Keep), None) => 0,
             _ => GROUP_OTHER,
         }
     }
 
     /// The app (`PostgreSQL`, `OpenSSH` ...).
     pub fn app(self) -> &'static str {
-        match self {
-            AppPath::PostgresData | AppPath::PostgresKey => "PostgreSQL",
-            AppPath::Pgpass => "libpq",
-            AppPath::SshHome | AppPath::SshDir | AppPath::SshKey | AppPath::SshShared => "OpenSSH",
-            AppPath::ErlangCookie => "Erlang",
-            AppPath::GnupgHome | AppPath::GnupgKeys => "GnuPG",
-            AppPath::EtcdData | AppPath::EtcdMember => "etcd",
-        }
+        self.row().map_or("your rule", |r| r.app)
     }
 
     /// What the path is, in a few words (`data directory`).
     pub fn what(self) -> &'static str {
-        match self {
-            AppPath::PostgresData => "data directory",
-            AppPath::PostgresKey => "server.key",
-            AppPath::Pgpass => "password file",
-            AppPath::SshHome => "home directory of .ssh",
-            AppPath::SshDir => ".ssh directory",
-            AppPath::SshKey => "private key",
-            AppPath::SshShared => "authorized_keys or config",
-            AppPath::ErlangCookie => "cookie",
-            AppPath::GnupgHome => "homedir",
-            AppPath::GnupgKeys => "private keys directory",
-            AppPath::EtcdData => "data directory",
-            AppPath::EtcdMember => "member directory",
+        match (self, self.row()) {
+            (_, Some(row)) => row.what,
+            (AppPath::Rule(Rule::Mode(_)), None) => "exact mode",
+            (AppPath::Rule(Rule::Keep), None) => "keep",
+            _ => "owner-only",
         }
     }
 
     /// The modes the app accepts, in words.
     pub fn wants(self) -> &'static str {
-        match self {
-            AppPath::PostgresData => "0700 or 0750",
-            AppPath::SshHome | AppPath::SshShared => "no group or other write",
-            _ => "owner only",
+        match (self, self.row()) {
+            (_, Some(row)) => row.wants,
+            (AppPath::Rule(Rule::Mode(_)), None) => "the mode of its rule",
+            (AppPath::Rule(Rule::Keep), None) => "its mode kept",
+            _ => OWNER_ONLY,
         }
     }
 
     /// What the app does with a refused bit here.
     pub fn stance(self) -> Stance {
-        match self {
-            AppPath::PostgresData => Stance::Refuses("FATAL: data directory has invalid permissions"),
-            AppPath::PostgresKey => Stance::Refuses("FATAL: private key file has group or world access"),
-            AppPath::Pgpass => Stance::Warns("password file has group or world access (and is ignored)"),
-            AppPath::SshHome | AppPath::SshDir => {
-                Stance::Refuses("sshd: Authentication refused: bad ownership or modes for directory")
-            }
-            AppPath::SshShared => {
-                Stance::Refuses("sshd: bad ownership or modes for file; ssh: Bad owner or permissions")
-            }
-            AppPath::SshKey => Stance::Refuses("ssh: UNPROTECTED PRIVATE KEY FILE"),
-            AppPath::ErlangCookie => Stance::Refuses("Cookie file must be accessible by owner only"),
-            AppPath::GnupgHome => Stance::Warns("gpg: WARNING: unsafe permissions on homedir"),
-            AppPath::EtcdData | AppPath::EtcdMember => {
-                Stance::Warns("etcd: check file permission: the recommended permission is -rwx------")
-            }
-            AppPath::GnupgKeys => Stance::Exposes,
-        }
+        self.row().map_or(Stance::Refuses("(your rule for this path)"), |r| r.stance)
     }
 
     /// Whether the app accepts permission bits `perm` here.
     pub fn accepts(self, perm: u32) -> bool {
-        perm & self.refused() == 0
+        match self {
+            AppPath::Rule(Rule::Mode(m)) => perm == m,
+            _ => perm & self.refused() == 0,
+        }
     }
 }
 
 impl fmt::Display for AppPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}", self.app(), self.what())
+        match self {
+            AppPath::Rule(r) => write!(f, "your rule {r}"),
+            _ => write!(f, "{} {}", self.app(), self.what()),
+        }
     }
 }
 
@@ -181,25 +293,101 @@ impl Private {
     }
 }
 
+/// Whose an entry is, as app-safe sees it: its owner once `--owner` is applied, and the uid the
+/// app runs as (`None`: not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Whose {
+    pub owner: u32,
+    pub app: Option<u32>,
+}
+
+impl Whose {
+    /// Whether the app owns the entry: only then may app-safe keep it private or tighten it.
+    pub fn is_app(self) -> bool {
+        self.app == Some(self.owner)
+    }
+}
+
+/// How many names a non-directory has: a hard link may be an inode of outside the volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Links {
+    One,
+    Many,
+}
+
+impl Links {
+    /// A directory's link count counts its subdirectories, not other names: it is `One`.
+    pub fn of(kind: Kind, nlink: u64) -> Links {
+        if kind != Kind::Dir && nlink > 1 { Links::Many } else { Links::One }
+    }
+}
+
 /// The mode bits a policy wants for a non-symlink entry, or `None` when it leaves them alone.
 ///
 /// - `kubelet`: `old | mask` (the kubelet's rule); no mask (`--owner` alone): untouched.
-/// - `app-safe`: an app-private path whose rule applies to `owner` (the entry's owner after
-///   `--owner`) loses the bits its app refuses, and gains none; one of another uid keeps its
-///   mode. Any other entry with no group or other bit keeps its mode; the rest get `old | mask`,
-///   as the kubelet gives them. No mask: only the tightening.
+/// - `app-safe`: an entry the app does not own (its uid not known, or another uid's) gets the
+///   kubelet's bits: the app reaches it only through the group. An entry the app owns at an
+///   app-private path whose rule applies to it loses the bits its app refuses and gains none;
+///   with more than one link it is left as it is (the same inode may be outside the volume).
+///   Any other entry of the app with no group or other bit keeps its mode; the rest get
+///   `old | mask`. No mask: only the tightening.
 ///
-/// So app-safe never adds a bit to an app-private path, never removes one from any other path,
-/// and never removes one from an entry owned by a uid other than its app path's owner (which
-/// would lock the app out of its own files).
-pub fn want_mode(modes: Modes, old: u32, mask: Option<u32>, private: Option<Private>, owner: u32) -> Option<u32> {
-    match (modes, private) {
-        (Modes::Kubelet, _) => mask.map(|m| old | m),
-        (Modes::AppSafe, Some(p)) if p.applies_to(owner) => Some(old & !p.path.refused()),
-        (Modes::AppSafe, Some(_)) => mask.map(|_| old),
-        (Modes::AppSafe, None) if old & GROUP_OTHER == 0 => mask.map(|_| old),
-        (Modes::AppSafe, None) => mask.map(|m| old | m),
+/// A user's rule (`--rule`): `keep` leaves the mode; an exact mode is given whoever owns the
+/// entry (not through a hard link: left); `owner-only` is an app path refusing group and other
+/// bits.
+///
+/// So app-safe never adds a bit to an app-private path of the app, never removes one from
+/// another path, nor from an entry the app does not own, nor through a hard link, but where the
+/// user's rule names an exact mode.
+pub fn want_mode(
+    modes: Modes,
+    old: u32,
+    mask: Option<u32>,
+    private: Option<Private>,
+    whose: Whose,
+    links: Links,
+) -> Option<u32> {
+    if modes == Modes::Kubelet {
+        return mask.map(|m| old | m);
     }
+    match private.map(|p| p.path) {
+        Some(AppPath::Rule(Rule::Keep)) => return mask.map(|_| old),
+        Some(AppPath::Rule(Rule::Mode(m))) if links == Links::One => return Some(m),
+        Some(AppPath::Rule(Rule::Mode(_))) => return mask.map(|_| old),
+        _ => {}
+    }
+    if !whose.is_app() {
+        return mask.map(|m| old | m);
+    }
+    match private.filter(|p| p.applies_to(whose.owner)) {
+        Some(p) if links == Links::One => Some(old & !p.path.refused()),
+        Some(_) => mask.map(|_| old),
+        None if old & GROUP_OTHER == 0 => mask.map(|_| old),
+        None => mask.map(|m| old | m),
+    }
+}
+
+/// Whether app-safe leaves an app-private path of the app as it is, although its app refuses
+/// its mode, because it has more than one link: what a pass warns of.
+pub fn held_back(private: Option<Private>, old: u32, whose: Whose, links: Links) -> Option<AppPath> {
+    let exact = |p: &Private| matches!(p.path, AppPath::Rule(Rule::Mode(_)));
+    let p = private.filter(|p| exact(p) || (whose.is_app() && p.applies_to(whose.owner)))?;
+    (links == Links::Many && !p.path.accepts(old)).then_some(p.path)
+}
+
+/// Whether a file's name looks like a private key's (`*.key`, `*.private`, `*_secret_key`,
+/// `id_*` but `*.pub`, `*key*.pem`): `inspect` lists those the group can read.
+pub fn looks_like_private_key(name: &[u8]) -> bool {
+    let lower = name.to_ascii_lowercase();
+    let n = lower.as_slice();
+    if n.ends_with(b".pub") {
+        return false;
+    }
+    n.ends_with(b".key")
+        || n.ends_with(b".private")
+        || n.ends_with(b"_secret_key")
+        || n.starts_with(b"id_")
+        || (n.ends_with(b".pem") && n.windows(3).any(|w| w == b"key"))
 }
 
 /// What an entry tells its directory about it (a bit set): a directory holding `PG_VERSION` is a
@@ -355,6 +543,7 @@ pub fn classify_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Rule;
 
     const APP: u32 = 2000;
 
@@ -370,13 +559,17 @@ mod tests {
         crate::spec::Spec::group(1).mode_mask(kind)
     }
 
+    const OURS: Whose = Whose { owner: APP, app: Some(APP) };
+    const ONE: Links = Links::One;
+
     #[test]
     fn kubelet_is_the_kubelets_formula_whatever_the_place() {
         for old in 0..=0o7777 {
             for private in [None, Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself })] {
-                assert_eq!(want_mode(Modes::Kubelet, old, mask(Kind::Dir), private, APP), Some(old | 0o2770));
-                assert_eq!(want_mode(Modes::Kubelet, old, mask(Kind::File), private, APP), Some(old | 0o660));
-                assert_eq!(want_mode(Modes::Kubelet, old, None, private, APP), None, "--owner alone");
+                let want = |mask| want_mode(Modes::Kubelet, old, mask, private, OURS, ONE);
+                assert_eq!(want(mask(Kind::Dir)), Some(old | 0o2770));
+                assert_eq!(want(mask(Kind::File)), Some(old | 0o660));
+                assert_eq!(want(None), None, "--owner alone");
             }
         }
     }
@@ -388,7 +581,7 @@ mod tests {
             for kind in [Kind::File, Kind::Dir] {
                 let m = mask(kind);
                 // Not an app path: bits are only added, and only when some group/other bit is set.
-                let plain = want_mode(Modes::AppSafe, old, m, None, APP).unwrap();
+                let plain = want_mode(Modes::AppSafe, old, m, None, OURS, ONE).unwrap();
                 assert_eq!(plain & old, old, "{old:o}: nothing removed");
                 if old & 0o077 == 0 {
                     assert_eq!(plain, old, "{old:o}: no group/other bits, mode kept");
@@ -397,15 +590,20 @@ mod tests {
                 }
                 for path in AppPath::ALL {
                     let ours = Private { path, anchor: Anchor::Owner(APP) };
-                    let want = want_mode(Modes::AppSafe, old, m, Some(ours), APP).unwrap();
+                    let want = want_mode(Modes::AppSafe, old, m, Some(ours), OURS, ONE).unwrap();
                     assert_eq!(want, old & !path.refused(), "{path:?} {old:o}: only the refused bits go");
                     assert!(path.accepts(want), "{path:?} {old:o}: the app accepts the result");
-                    // Another uid's entry at an app path is left as it is.
-                    assert_eq!(want_mode(Modes::AppSafe, old, m, Some(ours), 3000), Some(old), "{path:?} {old:o}");
+                    // An entry the app does not own gets the kubelet's bits: nothing removed.
+                    for whose in [Whose { owner: 3000, app: Some(APP) }, Whose { owner: APP, app: None }] {
+                        let theirs = want_mode(Modes::AppSafe, old, m, Some(ours), whose, ONE);
+                        assert_eq!(theirs, Some(old | m.unwrap()), "{path:?} {old:o} {whose:?}");
+                    }
+                    // A hard link is left as it is.
+                    assert_eq!(want_mode(Modes::AppSafe, old, m, Some(ours), OURS, Links::Many), Some(old));
                     // The result is a fixed point.
-                    assert_eq!(want_mode(Modes::AppSafe, want, m, Some(ours), APP), Some(want));
+                    assert_eq!(want_mode(Modes::AppSafe, want, m, Some(ours), OURS, ONE), Some(want));
                 }
-                assert_eq!(want_mode(Modes::AppSafe, plain, m, None, APP), Some(plain), "{old:o}: fixed point");
+                assert_eq!(want_mode(Modes::AppSafe, plain, m, None, OURS, ONE), Some(plain), "{old:o}: fixed point");
             }
         }
     }
@@ -413,11 +611,65 @@ mod tests {
     #[test]
     fn app_safe_with_owner_alone_only_tightens() {
         let key = Private { path: AppPath::SshKey, anchor: Anchor::Itself };
-        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(key), APP), Some(0o600));
-        assert_eq!(want_mode(Modes::AppSafe, 0o664, None, None, APP), None);
-        assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, APP), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(key), OURS, ONE), Some(0o600));
+        assert_eq!(want_mode(Modes::AppSafe, 0o664, None, None, OURS, ONE), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o600, None, None, OURS, ONE), None);
         let theirs = Private { anchor: Anchor::Owner(1), ..key };
-        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), APP), None);
+        assert_eq!(want_mode(Modes::AppSafe, 0o660, None, Some(theirs), OURS, ONE), None);
+    }
+
+    #[test]
+    fn private_keys_are_known_by_their_names() {
+        for key in [
+            "tls.key",
+            "server.KEY",
+            "wg0.private",
+            "node_secret_key",
+            "id_ed25519",
+            "id_rsa",
+            "privkey.pem",
+            "tls-key.pem",
+        ] {
+            assert!(looks_like_private_key(key.as_bytes()), "{key}");
+        }
+        for not in ["id_ed25519.pub", "tls.crt", "cert.pem", "keys", "monkey.txt", "key.pub"] {
+            assert!(!looks_like_private_key(not.as_bytes()), "{not}");
+        }
+    }
+
+    #[test]
+    fn the_users_rules() {
+        let rule = |r| Some(Private { path: AppPath::Rule(r), anchor: Anchor::Itself });
+        let theirs = Whose { owner: 3000, app: Some(APP) };
+        let m = mask(Kind::File);
+        for old in 0..=0o7777u32 {
+            // owner-only: the app's entry loses its group and other bits; another's is the kubelet's.
+            assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::OwnerOnly), OURS, ONE), Some(old & !0o077));
+            assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::OwnerOnly), theirs, ONE), Some(old | 0o660));
+            // An exact mode, whoever owns it, but not through a hard link.
+            for whose in [OURS, theirs, Whose { owner: APP, app: None }] {
+                assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::Mode(0o755)), whose, ONE), Some(0o755));
+                assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::Keep), whose, ONE), Some(old));
+            }
+            assert_eq!(want_mode(Modes::AppSafe, old, m, rule(Rule::Mode(0o755)), OURS, Links::Many), Some(old));
+        }
+        assert_eq!(
+            held_back(rule(Rule::Mode(0o755)), 0o777, theirs, Links::Many),
+            Some(AppPath::Rule(Rule::Mode(0o755)))
+        );
+        assert!(AppPath::Rule(Rule::Mode(0o2755)).accepts(0o2755) && !AppPath::Rule(Rule::Mode(0o2755)).accepts(0o755));
+        assert_eq!(AppPath::Rule(Rule::Mode(0o755)).to_string(), "your rule 0755");
+    }
+
+    #[test]
+    fn a_hard_linked_app_path_is_held_back_and_said() {
+        let cookie = Some(Private { path: AppPath::ErlangCookie, anchor: Anchor::Itself });
+        assert_eq!(held_back(cookie, 0o660, OURS, Links::Many), Some(AppPath::ErlangCookie));
+        assert_eq!(held_back(cookie, 0o600, OURS, Links::Many), None, "accepted as it is");
+        assert_eq!(held_back(cookie, 0o660, OURS, ONE), None, "tightened");
+        assert_eq!(held_back(cookie, 0o660, Whose { owner: 3000, app: Some(APP) }, Links::Many), None, "not the app's");
+        assert_eq!(Links::of(Kind::Dir, 5), ONE);
+        assert_eq!(Links::of(Kind::File, 2), Links::Many);
     }
 
     #[test]
@@ -427,7 +679,7 @@ mod tests {
             (AppPath::PostgresData, 0o2770, 0o2750),
             (AppPath::PostgresKey, 0o660, 0o600),
             (AppPath::SshHome, 0o2770, 0o2750),
-            (AppPath::SshDir, 0o2770, 0o2700),
+            (AppPath::SshDir, 0o2770, 0o2750),
             (AppPath::SshKey, 0o660, 0o600),
             (AppPath::SshShared, 0o660, 0o640),
             (AppPath::ErlangCookie, 0o660, 0o600),
@@ -437,7 +689,14 @@ mod tests {
         for (path, old, want) in cases {
             let p = Private { path, anchor: Anchor::Itself };
             assert_eq!(
-                want_mode(Modes::AppSafe, old, mask(if old > 0o777 { Kind::Dir } else { Kind::File }), Some(p), APP),
+                want_mode(
+                    Modes::AppSafe,
+                    old,
+                    mask(if old > 0o777 { Kind::Dir } else { Kind::File }),
+                    Some(p),
+                    OURS,
+                    ONE
+                ),
                 Some(want),
                 "{path:?}"
             );
@@ -523,6 +782,16 @@ mod tests {
         let s = Signs::PG_VERSION.with(Signs::SSH);
         assert!(s.has(Signs::PG_VERSION) && s.has(Signs::SSH) && !s.has(Signs::GNUPG));
         assert!(!s.has(Signs::NONE));
+    }
+
+    /// The reference's table names each row's check, as the code's table does.
+    #[test]
+    fn the_reference_names_each_apps_check() {
+        let reference = include_str!("../docs/reference.md");
+        for row in TABLE {
+            assert!(reference.contains(&format!("`{}`", row.check)), "{:?}: {}", row.path, row.check);
+            assert_eq!(row.path.refused(), row.refused);
+        }
     }
 
     #[test]

@@ -100,6 +100,21 @@ pub struct SpecArgs {
     /// ssh, Erlang/RabbitMQ, GnuPG, etcd). Also for the --volume specs that set no modes=.
     #[arg(long, value_name = "MODE", value_enum, env = "VOLPREP_MODES", ignore_case = true)]
     pub modes: Option<ModesArg>,
+
+    /// The uid the app runs as (the pod's runAsUser). With --modes app-safe, only the entries it
+    /// owns (after --owner) keep private modes or are tightened; the others get the kubelet's
+    /// bits. Default: the --owner uid; without either, app-safe is the kubelet's rule.
+    #[arg(long, value_name = "UID", env = "VOLPREP_APP_UID", value_parser = spec::parse_id,
+          allow_hyphen_values = true)]
+    pub app_uid: Option<u32>,
+
+    /// A rule for one path, relative to the volume ('.' is its root), with --modes app-safe:
+    /// 'owner-only' (an entry the app owns loses its group and other bits), an exact octal mode
+    /// ('0755', whoever owns it), or 'keep' (its mode is left alone). Repeatable; VOLPREP_RULES
+    /// takes several, separated by ';'. A --volume without rule= takes these.
+    #[arg(long = "rule", value_name = "PATH=RULE", env = "VOLPREP_RULES", value_delimiter = ';',
+          value_parser = spec::PathRule::parse)]
+    pub rules: Vec<spec::PathRule>,
 }
 
 /// `--modes`: the mode policy.
@@ -108,14 +123,16 @@ pub enum ModesArg {
     /// The default. Files get g+rw and directories g+rwx and setgid (old_mode | 0660, dirs
     /// | 2770), like the kubelet's fsGroup pass; with --owner alone, modes are untouched.
     Kubelet,
-    /// An entry with no group or other bits keeps its mode (its group still changes); the others
-    /// get the kubelet's bits. Known app-private paths lose the bits their app refuses, and gain
-    /// none: a PostgreSQL data directory (holding PG_VERSION and global/) drops group write and other bits,
-    /// its server.key, .pgpass, .erlang.cookie, .ssh/, private keys in it, a GnuPG homedir and
-    /// its private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group and other bits, and
-    /// .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop group and other write.
-    /// Bits are removed only on entries owned (after --owner) by the uid that owns the app's
-    /// path, never on another uid's; what was tightened is logged and reported.
+    /// Only for entries the app owns (--app-uid, else --owner's uid; after --owner): one with no
+    /// group or other bits keeps its mode (its group still changes), and known app-private paths
+    /// whose signs the app owns lose the bits their app refuses, and gain none: a PostgreSQL
+    /// data directory (holding PG_VERSION and global/) drops group write and other bits, its
+    /// server.key, .pgpass, .erlang.cookie, private keys in .ssh/, a GnuPG homedir and its
+    /// private-keys-v1.d/, etcd's data directory and member/ (with its wal/ and snap/) drop group
+    /// and other bits, and .ssh/, .ssh/authorized_keys, .ssh/config and the home above .ssh/ drop
+    /// group and other write. A file with more than one link is left as it is (and said). Every
+    /// other entry (another uid's, or all when the app's uid is not known) gets the kubelet's
+    /// bits; what was tightened is logged and reported.
     AppSafe,
 }
 
@@ -259,6 +276,8 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             ("path", Some(v)) if !v.is_empty() => path = Some(PathBuf::from(v)),
             ("fs-group", Some(v)) => spec.fs_group = Some(spec::parse_id(v)?),
             ("owner", Some(v)) => spec.owner = Some(spec::parse_owner(v)?),
+            ("app-uid", Some(v)) => spec.app_uid = Some(spec::parse_id(v)?),
+            ("rule", Some(v)) => spec.rules.push(spec::PathRule::parse(v)?),
             ("read-only", None) => spec.read_only = true,
             ("read-only", Some(v)) => spec.read_only = parse_bool(v)?,
             ("modes", Some(v)) => {
@@ -269,13 +288,14 @@ pub fn parse_volume(s: &str) -> Result<(PathBuf, SpecArgs), String> {
             }
             _ => {
                 return Err(format!(
-                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE"
+                    "'{item}' is not one of path=PATH, fs-group=GID, owner=UID[:GID], read-only, modes=MODE, app-uid=UID, rule=PATH=RULE"
                 ));
             }
         }
     }
     let path = path.ok_or_else(|| format!("'{s}' names no path"))?;
-    spec.to_spec()?;
+    // Without modes= it takes --modes (checked with it by `targets`).
+    SpecArgs { modes: spec.modes.or(Some(ModesArg::AppSafe)), ..spec.clone() }.to_spec()?;
     Ok((path, spec))
 }
 
@@ -398,7 +418,9 @@ impl SpecArgs {
     pub fn spec(&self) -> Spec {
         let owner = self.owner.map_or_else(Spec::default, |(uid, gid)| Spec::owner(uid, gid));
         let modes = self.modes.map_or(Modes::Kubelet, Modes::from);
-        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, ..owner }
+        let mut rules = self.rules.clone();
+        rules.sort();
+        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, app_uid: self.app_uid, rules, ..owner }
     }
 
     /// The spec, or a usage error when it asks for nothing.
@@ -413,6 +435,10 @@ impl SpecArgs {
         if spec.read_only && spec.fs_group.is_none() {
             return Err("--read-only changes the fsGroup mode policy: it needs --fs-group".into());
         }
+        if !spec.rules.is_empty() && spec.modes != Modes::AppSafe {
+            return Err("--rule is a rule of --modes app-safe: give --modes app-safe (or modes=app-safe)".into());
+        }
+        spec::rules_in_order(spec.rules.clone())?;
         Ok(spec)
     }
 }
@@ -436,8 +462,10 @@ impl PassArgs {
             &self.volumes
         };
         for (p, s) in volumes {
-            // --modes is a policy: a --volume without modes= takes it.
-            let s = SpecArgs { modes: s.modes.or(self.spec.modes), ..s.clone() };
+            // --modes is a policy: a --volume without modes= takes it (app-uid= and rule= too).
+            let rules = if s.rules.is_empty() { self.spec.rules.clone() } else { s.rules.clone() };
+            let (modes, app_uid) = (s.modes.or(self.spec.modes), s.app_uid.or(self.spec.app_uid));
+            let s = SpecArgs { modes, app_uid, rules, ..s.clone() };
             out.push((p.clone(), s.to_spec()?));
         }
         if out.is_empty() && self.sticky.is_empty() {
@@ -658,6 +686,54 @@ mod tests {
         assert_eq!(parse_volume("/v,owner=1,modes=app-safe").unwrap().1.spec().modes, Modes::AppSafe);
         assert!(parse_volume("/v,fs-group=1,modes=safe").unwrap_err().contains("kubelet or app-safe"));
         assert_eq!(parse(&["apply", "--fs-group", "1", "--modes", "strict", "/v"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn the_app_uid_and_rules_come_from_the_flags_or_the_volume() {
+        let specs = |args: &[&str]| {
+            let Command::Apply(a) = parse(args).unwrap().command else { panic!() };
+            a.targets().map(|t| t.into_iter().map(|(_, s)| s).collect::<Vec<_>>())
+        };
+        let safe = ["apply", "--fs-group", "1", "--modes", "app-safe"];
+        let s = specs(&[&safe[..], &["--app-uid", "7", "--rule", "k=owner-only", "--rule", ".=0750", "/v"]].concat())
+            .unwrap();
+        assert_eq!(s[0].app_uid, Some(7));
+        assert_eq!(
+            s[0].rules.iter().map(spec::PathRule::text).collect::<Vec<_>>(),
+            [".=0750", "k=owner-only"],
+            "sorted"
+        );
+        let v = specs(
+            &[
+                &["apply", "--modes", "app-safe"][..],
+                &[
+                    "--app-uid",
+                    "7",
+                    "--rule",
+                    "k=keep",
+                    "--volume",
+                    "/a,fs-group=1",
+                    "--volume",
+                    "/b,fs-group=1,app-uid=8,rule=x/y=0600",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!(
+            (v[0].app_uid, v[1].app_uid),
+            (Some(7), Some(8)),
+            "a --volume takes --app-uid unless it says app-uid="
+        );
+        assert_eq!(v[0].rules[0].text(), "k=keep");
+        assert_eq!(v[1].rules.iter().map(spec::PathRule::text).collect::<Vec<_>>(), ["x/y=0600"]);
+        let e = specs(&["apply", "--fs-group", "1", "--rule", "k=keep", "/v"]).unwrap_err();
+        assert!(e.contains("--modes app-safe"), "{e}");
+        let e = specs(&[&safe[..], &["--rule", "k=keep", "--rule", "./k=0700", "/v"]].concat()).unwrap_err();
+        assert!(e.contains("two rules for 'k'"), "{e}");
+        assert!(parse(&["apply", "--fs-group", "1", "--app-uid", "-1", "/v"]).is_err());
+        assert!(parse_volume("/v,fs-group=1,app-uid=x").is_err());
+        assert!(parse_volume("/v,fs-group=1,rule=../x=keep").unwrap_err().contains(".."));
     }
 
     #[test]

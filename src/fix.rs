@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use rustix::io::Errno;
 
-use crate::apps::{self, Private};
+use crate::apps::{self, Links, Private, Whose};
 use crate::error::Op;
 use crate::options::Privilege;
 use crate::spec::Spec;
@@ -76,8 +76,9 @@ pub fn decide_at(meta: &Meta, spec: &Spec, private: Option<Private>) -> Change {
         None
     } else {
         let old = meta.perm();
-        let owner = uid.unwrap_or(meta.uid);
-        apps::want_mode(spec.modes, old, spec.mode_mask(kind), private, owner).and_then(|want| {
+        let whose = Whose { owner: uid.unwrap_or(meta.uid), app: spec.app() };
+        let links = Links::of(kind, meta.nlink);
+        apps::want_mode(spec.modes, old, spec.mode_mask(kind), private, whose, links).and_then(|want| {
             let special_cleared = chown && kind != Kind::Dir && old & (libc::S_ISUID | libc::S_ISGID) != 0;
             (want != old || special_cleared).then_some(want)
         })
@@ -386,7 +387,24 @@ fn fix_inode(pin: BorrowedFd<'_>, now: &Meta, task: Task<'_>) -> Result<Fixed, F
     if needs_readback(how.readback, &change, now, task.setgid) {
         read_back(pin, &change, now)?;
     }
-    Ok(Fixed { change, old_perm: now.perm() })
+    Ok(Fixed { change: unlinked(pin, now, change, task)?, old_perm: now.perm() })
+}
+
+/// An app path with several names is left as it is; but a chown on overlayfs copies the inode
+/// up into one of its own (the link is broken). Then app-safe decides again from the inode as it
+/// is now, as the next pass would: returns the change made in all.
+fn unlinked(pin: BorrowedFd<'_>, now: &Meta, change: Change, task: Task<'_>) -> Result<Change, Failure> {
+    if now.nlink < 2 || task.private.is_none() || !change.owner() {
+        return Ok(change);
+    }
+    let after = sys::stat_fd(pin).map_err(|e| Failure { done: change, ..Failure::new(Op::Stat, e) })?;
+    let mode = task.decide(&after).mode;
+    if after.nlink > 1 || mode.is_none() {
+        return Ok(change);
+    }
+    let more = Change { mode, ..Change::default() };
+    apply(pin, &more).map_err(|f| Failure { done: change, ..f })?;
+    Ok(Change { mode, ..change })
 }
 
 /// Whether a change that reported success must be read back: when asked (`Readback::Yes`), or
@@ -637,8 +655,9 @@ mod tests {
         assert!(!SetgidRule::default().keeps(1, 0, 0), "nothing known: always read back");
     }
 
+    /// App-safe for an app of uid 5 (the entries' owner in most tests).
     fn app_safe(g: u32) -> Spec {
-        Spec { modes: crate::spec::Modes::AppSafe, ..Spec::group(g) }
+        Spec { modes: crate::spec::Modes::AppSafe, app_uid: Some(5), ..Spec::group(g) }
     }
 
     #[test]
@@ -655,20 +674,44 @@ mod tests {
     }
 
     #[test]
+    fn app_safe_gives_the_kubelets_bits_to_what_the_app_does_not_own() {
+        // Another uid's private directory (root's 0700 volume root): the app reaches it only
+        // through the group.
+        assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 0, 0), &app_safe(2000)).mode, Some(0o2770));
+        assert_eq!(decide(&meta(libc::S_IFREG, 0o600, 3000, 0), &app_safe(2000)).mode, Some(0o660));
+        // The app's uid not known: the kubelet's rule for every entry.
+        let unknown = Spec { app_uid: None, ..app_safe(2000) };
+        assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 5, 5), &unknown).mode, Some(0o2770));
+        // --owner names the app when --app-uid does not.
+        let owner = Spec { owner_uid: Some(5), ..unknown.clone() };
+        assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 3000, 5), &owner).mode, None);
+        // --app-uid wins over --owner: after --owner 7 the entry is not the app's.
+        let other = Spec { owner_uid: Some(7), ..app_safe(2000) };
+        assert_eq!(decide(&meta(libc::S_IFDIR, 0o700, 5, 5), &other).mode, Some(0o2770));
+    }
+
+    #[test]
     fn app_safe_tightens_an_app_path_of_its_owner_only() {
         use crate::apps::{Anchor, AppPath};
         let data = Some(Private { path: AppPath::PostgresData, anchor: Anchor::Itself });
+        let app = |g| Spec { app_uid: Some(2000), ..app_safe(g) };
         // A data directory an earlier kubelet walked with another group (K).
-        let c = decide_at(&meta(libc::S_IFDIR, 0o2770, 2000, 4000), &app_safe(2000), data);
+        let c = decide_at(&meta(libc::S_IFDIR, 0o2770, 2000, 4000), &app(2000), data);
         assert_eq!(c, Change { uid: None, gid: Some(2000), mode: Some(0o2750) });
+        // Another uid's data directory: the kubelet's bits, nothing removed.
+        let c = decide_at(&meta(libc::S_IFDIR, 0o2750, 2001, 4000), &app(2000), data);
+        assert_eq!(c.mode, Some(0o2770));
         // Restored as another uid (R), with --owner: the owner is the app's after the change.
         let key = Some(Private { path: AppPath::PostgresKey, anchor: Anchor::Owner(2000) });
-        let owner = Spec { owner_uid: Some(2000), ..app_safe(2000) };
+        let owner = Spec { owner_uid: Some(2000), ..app(2000) };
         let c = decide_at(&meta(libc::S_IFREG, 0o660, 3000, 3000), &owner, key);
         assert_eq!(c, Change { uid: Some(2000), gid: Some(2000), mode: Some(0o600) });
-        // Without --owner, the key of uid 3000 in a data directory of uid 2000 is left as it is.
-        let c = decide_at(&meta(libc::S_IFREG, 0o660, 3000, 3000), &app_safe(2000), key);
-        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: None });
+        // Without --owner, the key of uid 3000 in a data directory of uid 2000 is not the app's.
+        let c = decide_at(&meta(libc::S_IFREG, 0o640, 3000, 3000), &app(2000), key);
+        assert_eq!(c, Change { uid: None, gid: Some(2000), mode: Some(0o660) });
+        // A hard link: left as it is, never tightened through another name.
+        let linked = Meta { nlink: 2, ..meta(libc::S_IFREG, 0o660, 2000, 2000) };
+        assert_eq!(decide_at(&linked, &app(2000), key), Change::default());
         // The kubelet's rule ignores the place.
         assert_eq!(decide_at(&meta(libc::S_IFDIR, 0o2750, 2000, 2000), &fs(2000), data).mode, Some(0o2770));
     }
@@ -676,13 +719,19 @@ mod tests {
     #[test]
     fn app_safe_decisions_are_fixed_points() {
         use crate::apps::{Anchor, AppPath};
+        use crate::spec::Rule;
         let places = [None, Some(Private { path: AppPath::SshHome, anchor: Anchor::Owner(42) })];
-        let places = places.into_iter().chain(AppPath::ALL.map(|path| Some(Private { path, anchor: Anchor::Itself })));
+        let rules = [Rule::OwnerOnly, Rule::Keep, Rule::Mode(0o2750)].map(AppPath::Rule);
+        let places = places
+            .into_iter()
+            .chain(AppPath::ALL.into_iter().chain(rules).map(|path| Some(Private { path, anchor: Anchor::Itself })));
         for private in places {
             for kind in [libc::S_IFREG, libc::S_IFDIR, libc::S_IFLNK] {
                 for perm in 0..=0o7777 {
                     for spec in [
                         app_safe(7),
+                        Spec { app_uid: Some(9), ..app_safe(7) },
+                        Spec { app_uid: None, ..app_safe(7) },
                         Spec { owner_uid: Some(42), ..app_safe(7) },
                         Spec { modes: crate::spec::Modes::AppSafe, ..Spec::owner(42, Some(7)) },
                     ] {

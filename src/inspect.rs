@@ -21,7 +21,7 @@ use crate::error::{Error, ExitCode, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
 use crate::options::resolve_threads;
-use crate::pass::Places;
+use crate::pass::{Places, Proof};
 use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList};
 use crate::spec::{EXEC_MASK, Ownership, RO_MASK, RW_MASK, Spec};
@@ -32,7 +32,7 @@ use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 use owners::Owners;
 
 pub use apps::AppPathView;
-pub use render::{AclGroup, Finding, Inspection, Kinds, LinkOut, OwnerView};
+pub use render::{AclGroup, Finding, Inspection, KeyView, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
 pub const MAX_EXAMPLES: usize = 20;
@@ -226,8 +226,13 @@ struct Inspector<'a> {
     links_out: Examples<LinkOut>,
     /// App-private paths (PostgreSQL's data directory, `.ssh` ...), whatever the mode policy.
     places: Places,
+    /// The app-private paths `apply` acts on (its app's, proven by ownership): what `decide`
+    /// previews with. None unless app-safe.
+    acts: Option<Places>,
     app_paths: Examples<AppPathView>,
     acl_group: Examples<AclGroup>,
+    keys: Examples<KeyView>,
+    cannot_open: Examples<EscapedPath>,
     errors: Mutex<ErrorList>,
 }
 
@@ -245,10 +250,47 @@ impl<'a> Inspector<'a> {
             mounts: Examples::new(),
             hardlinked: Examples::new(),
             links_out: Examples::new(),
-            places: Places::new(apply_spec.and_then(Spec::uid)),
+            places: Places::new(apply_spec.and_then(Spec::uid), Proof::Names)
+                .with_rules(apply_spec.map_or(&[][..], |s| &s.rules)),
+            acts: apply_spec.and_then(Places::of),
             app_paths: Examples::new(),
             acl_group: Examples::new(),
+            keys: Examples::new(),
+            cannot_open: Examples::new(),
             errors: Mutex::default(),
+        }
+    }
+
+    /// A regular file named like a private key that the group can read after the policy (the
+    /// spec's change, else the kubelet's rule): listed with the rule that fixes it.
+    fn check_key(&self, meta: &Meta, name: &CStr, acted: Option<Private>, rel: impl Fn() -> PathBuf) {
+        if meta.kind() != Kind::File || !crate::apps::looks_like_private_key(name.to_bytes()) {
+            return;
+        }
+        let after = match self.apply_spec {
+            Some(spec) => fix::Fixed::decided(meta, spec, acted).change.mode.unwrap_or(meta.perm()),
+            None => meta.perm() | self.policy.mode_mask(Kind::File).unwrap_or(0),
+        };
+        if after & 0o044 == 0 {
+            return;
+        }
+        let owner = self.apply_spec.and_then(Spec::uid).unwrap_or(meta.uid);
+        let not_app = self.apply_spec.and_then(Spec::app).filter(|&app| app != owner);
+        self.keys.add(|| {
+            let path = EscapedPath::relative(&rel());
+            let mut fix = format!("--modes app-safe --rule {path}=owner-only");
+            if let Some(app) = not_app {
+                fix += &format!(" (uid {owner} owns it, not the app's uid {app}: give it to the app first)");
+            }
+            KeyView { path, mode: format!("{:04o}", meta.perm()), mode_after: format!("{after:04o}"), fix }
+        });
+    }
+
+    /// Notes an entry's sign for both kinds of places.
+    fn note(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
+        self.places.note(parent, name, meta);
+        if let Some(p) = &self.acts {
+            p.note(parent, name, meta);
         }
     }
 
@@ -321,6 +363,12 @@ impl<'a> Inspector<'a> {
         if !change.is_none() {
             self.would_change.add(|| EscapedPath::relative(&rel()));
         }
+        let app = apps::App { uid: spec.app(), group: spec.fs_group };
+        let (owner, gid) = (change.uid.unwrap_or(meta.uid), change.gid.unwrap_or(meta.gid));
+        let perm = change.mode.unwrap_or(meta.perm());
+        if app.uid.is_some() && meta.kind() != Kind::Symlink && !app.opens(meta.kind() == Kind::Dir, perm, owner, gid) {
+            self.cannot_open.add(|| EscapedPath::relative(&rel()));
+        }
     }
 
     fn finish(self, path: &Path, root: &Meta, threads: usize, started: Instant) -> Inspection {
@@ -364,6 +412,8 @@ impl<'a> Inspector<'a> {
             symlinks_outside: self.links_out.finish(),
             app_paths: self.app_paths.finish(),
             acl_group_entry_lacking_bits: self.acl_group.finish(),
+            group_readable_private_keys: self.keys.finish(),
+            app_cannot_open: self.cannot_open.finish(),
             errors: c.errors,
             error_list: crate::sync::into_inner(self.errors).into_vec(),
             fs_group,
@@ -386,10 +436,12 @@ impl Visitor for Inspector<'_> {
         } else if matches!(meta.kind(), Kind::File | Kind::Dir) {
             self.check_acl(meta, sys::acl_at(parent.fd(), name), || walk::rel_child(parent, name));
         }
-        self.places.note(parent, name, meta.kind());
+        self.note(parent, name, meta);
         let private = self.places.of_entry(parent, name, meta.kind());
+        let acted = self.acts.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
         self.app_path(meta, private, || walk::rel_child(parent, name));
-        self.decide(meta, private, || walk::rel_child(parent, name));
+        self.decide(meta, acted, || walk::rel_child(parent, name));
+        self.check_key(meta, name, acted, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
         false
     }
@@ -400,17 +452,21 @@ impl Visitor for Inspector<'_> {
         self.check_mode(&dir.meta, || dir.rel_path());
         self.check_acl(&dir.meta, sys::acl_fd(dir.fd()), || dir.rel_path());
         let private = self.places.of_dir(dir);
+        let acted = self.acts.as_ref().and_then(|p| p.of_dir(dir));
         self.app_path(&dir.meta, private, || dir.rel_path());
-        self.decide(&dir.meta, private, || dir.rel_path());
+        self.decide(&dir.meta, acted, || dir.rel_path());
     }
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
-        self.places.note(parent, name, meta.kind());
+        self.note(parent, name, meta);
         self.mounts.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
     }
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, _ino: u64, _ord: Option<u32>) -> Descend {
-        self.places.note(parent, name, Kind::Dir);
+        self.places.note_dir(parent, name);
+        if let Some(p) = &self.acts {
+            p.note_dir(parent, name);
+        }
         Descend::Read
     }
 

@@ -9,7 +9,7 @@ mod places;
 mod tally;
 
 pub use config::{FixerConfig, may_change};
-pub use places::{Places, root_place};
+pub use places::{Places, Proof, root_place};
 use tally::Contents;
 
 use std::ffi::CStr;
@@ -284,7 +284,7 @@ impl<'a> Fixer<'a> {
     /// whether `apply` had a change to make (the walk then pins the next entries first).
     fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
         if let Some(p) = &self.places {
-            p.note(parent, name, meta.kind());
+            p.note(parent, name, meta);
         }
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return false;
@@ -294,6 +294,9 @@ impl<'a> Fixer<'a> {
             parent.add_entries(1);
         }
         let private = self.places.as_ref().and_then(|p| p.of_entry(parent, name, meta.kind()));
+        if let Some(p) = &self.places {
+            p.warn_held_back(private, meta, || walk::full_path(self.root, &walk::rel_child(parent, name)));
+        }
         if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, private, self.privilege) {
             self.left(parent, Some(name), meta, change, Contents::Read);
             return false;
@@ -306,10 +309,22 @@ impl<'a> Fixer<'a> {
             (Mode::Apply, _) => self.fix_one(parent, name, meta, private, pin),
         };
         self.tightened(private, &outcome, || walk::rel_child(parent, name));
+        self.note_again(parent, name, meta, &outcome);
         // A failed change was a change to make all the same: its neighbours likely need one too.
         let changed = self.mode == Mode::Apply && outcome.as_ref().map_or(true, |f| !f.change.is_none());
         self.record(At::Entry(*parent, name), outcome);
         changed
+    }
+
+    /// A sign with several names proves nothing; but its chown may have copied it up into an
+    /// inode of its own (overlayfs): noted again as it is now, for its directory's decision.
+    fn note_again(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, outcome: &Result<Fixed, Failure>) {
+        let Some(p) = &self.places else { return };
+        if meta.nlink > 1 && outcome.as_ref().is_ok_and(|f| f.change.owner()) {
+            if let Ok(now) = sys::stat_at(parent.fd(), name) {
+                p.note(parent, name, &now);
+            }
+        }
     }
 
     /// Fixes one non-directory entry (reading it back while the probe wants it).
@@ -367,7 +382,7 @@ impl Visitor for Fixer<'_> {
 
     fn mount_skipped(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) {
         if let Some(p) = &self.places {
-            p.note(parent, name, meta.kind());
+            p.note(parent, name, meta);
         }
         if self.mount_point(parent, name) {
             let path = self.path_of(parent, Some(name));
@@ -389,7 +404,7 @@ impl Visitor for Fixer<'_> {
 
     fn enter(&self, parent: &Dir<'_>, name: &CStr, ino: u64, ord: Option<u32>) -> Descend {
         if let Some(p) = &self.places {
-            p.note(parent, name, Kind::Dir);
+            p.note_dir(parent, name);
         }
         let depth = parent.depth + 1;
         if self.shard.is_some_and(|s| depth == s.depth && !s.owns(depth, || walk::rel_child(parent, name))) {

@@ -73,6 +73,88 @@ pub struct Spec {
     pub read_only: bool,
     /// `--modes`: the kubelet's mode rule, or app-safe.
     pub modes: Modes,
+    /// `--app-uid`: the uid the app runs as (app-safe keeps private modes only on its entries).
+    pub app_uid: Option<u32>,
+    /// `--rule PATH=RULE`: the user's rules for paths of apps volprep does not know (app-safe),
+    /// sorted by path, one per path.
+    pub rules: Vec<PathRule>,
+}
+
+/// A user's rule for the mode of one entry (`--rule PATH=RULE`, with `--modes app-safe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Rule {
+    /// `owner-only`: an entry the app owns loses every group and other bit (directories 0700,
+    /// files 0600, from the usual modes); another uid's gets the kubelet's bits.
+    OwnerOnly,
+    /// An exact mode (`0755`, `2750`: permission and special bits), whoever owns the entry.
+    Mode(u32),
+    /// `keep`: the mode is left as it is; the group (and owner) still change.
+    Keep,
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rule::OwnerOnly => f.write_str("owner-only"),
+            Rule::Mode(m) => write!(f, "{m:04o}"),
+            Rule::Keep => f.write_str("keep"),
+        }
+    }
+}
+
+impl std::str::FromStr for Rule {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Rule, String> {
+        match s.trim() {
+            "owner-only" => Ok(Rule::OwnerOnly),
+            "keep" => Ok(Rule::Keep),
+            m if (3..=4).contains(&m.len()) && m.bytes().all(|b| (b'0'..=b'7').contains(&b)) => {
+                Ok(Rule::Mode(u32::from_str_radix(m, 8).map_err(|e| e.to_string())?))
+            }
+            other => Err(format!("'{other}' is not a rule: owner-only, keep, or an octal mode like 0755")),
+        }
+    }
+}
+
+/// A rule for the entry at `path`, relative to the volume root (empty: the root itself).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PathRule {
+    pub path: std::path::PathBuf,
+    pub rule: Rule,
+}
+
+impl PathRule {
+    /// Parses `PATH=RULE`: PATH relative to the volume (`.` is its root), without `..`.
+    pub fn parse(s: &str) -> Result<PathRule, String> {
+        use std::path::Component;
+        let (path, rule) = s.rsplit_once('=').ok_or_else(|| format!("'{s}' is not PATH=RULE"))?;
+        let rule = rule.parse()?;
+        let mut clean = std::path::PathBuf::new();
+        for c in std::path::Path::new(path.trim()).components() {
+            match c {
+                Component::Normal(n) => clean.push(n),
+                Component::CurDir => {}
+                _ => return Err(format!("rule path '{path}': relative to the volume, without '..'")),
+            }
+        }
+        Ok(PathRule { path: clean, rule })
+    }
+
+    /// `PATH=RULE`, the root as `.`.
+    pub fn text(&self) -> String {
+        let p = self.path.to_string_lossy();
+        format!("{}={}", if p.is_empty() { "." } else { &p }, self.rule)
+    }
+}
+
+/// Sorts `rules` by path and refuses two for one path.
+pub fn rules_in_order(mut rules: Vec<PathRule>) -> Result<Vec<PathRule>, String> {
+    rules.sort();
+    if let Some(w) = rules.windows(2).find(|w| w[0].path == w[1].path) {
+        return Err(format!("two rules for '{}': {} and {}", w[0].path.display(), w[0].rule, w[1].rule));
+    }
+    Ok(rules)
 }
 
 impl Spec {
@@ -94,6 +176,13 @@ impl Spec {
     /// The owner every entry must have, if any.
     pub fn uid(&self) -> Option<u32> {
         self.owner_uid
+    }
+
+    /// The uid the app runs as, if known: `--app-uid`, else the `--owner` uid (the app's, as
+    /// the restored volume needs it). App-safe keeps private modes and tightens app paths only
+    /// on entries this uid owns; without it, it gives every entry the kubelet's bits.
+    pub fn app(&self) -> Option<u32> {
+        self.app_uid.or(self.owner_uid)
     }
 
     /// Which of an entry's owner and group this spec sets: what a summary says it changed.
@@ -122,14 +211,15 @@ impl Spec {
     /// The canonical text the digest is computed from. Any field that changes the
     /// desired state appears here; the format version prefix changes if the rules do. The
     /// kubelet's mode rule adds nothing (markers written before `--modes` existed stay valid);
-    /// app-safe adds ` modes=app-safe`.
+    /// app-safe adds ` modes=app-safe app-uid=UID` (`-` when the app's uid is not known), as
+    /// what it keeps private depends on whose the entries are.
     pub fn canonical(&self) -> String {
         fn opt(v: Option<u32>) -> String {
             v.map_or_else(|| "-".to_string(), |v| v.to_string())
         }
         let modes = match self.modes {
             Modes::Kubelet => String::new(),
-            m => format!(" modes={m}"),
+            m => format!(" modes={m} app-uid={}{}", opt(self.app()), self.rules_words(" rules=")),
         };
         format!(
             "volprep-spec/1 gid={} uid={} file_mask={} dir_mask={}{modes}",
@@ -140,10 +230,20 @@ impl Spec {
         )
     }
 
+    /// `PREFIX` and the rules as `PATH=RULE` separated by `;` (nothing without rules), paths
+    /// escaped.
+    fn rules_words(&self, prefix: &str) -> String {
+        if self.rules.is_empty() {
+            return String::new();
+        }
+        let words: Vec<String> = self.rules.iter().map(|r| escape_bytes(r.text().as_bytes())).collect();
+        format!("{prefix}{}", words.join(";"))
+    }
+
     /// The spec as `apply` flags (`--fs-group=2000 --owner=1001:2000 --read-only`): what a log
     /// line tells an operator to run.
     pub fn to_args(&self) -> Vec<String> {
-        let Spec { fs_group, owner_uid, owner_gid, read_only, modes } = self;
+        let Spec { fs_group, owner_uid, owner_gid, read_only, modes, app_uid, rules } = self;
         let mut args = Vec::new();
         if let Some(g) = fs_group {
             args.push(format!("--fs-group={g}"));
@@ -159,6 +259,10 @@ impl Spec {
         if *modes != Modes::Kubelet {
             args.push(format!("--modes={modes}"));
         }
+        if let (Modes::AppSafe, Some(u)) = (modes, app_uid) {
+            args.push(format!("--app-uid={u}"));
+        }
+        args.extend(rules.iter().map(|r| format!("--rule={}", r.text())));
         args
     }
 
@@ -197,6 +301,10 @@ impl fmt::Display for Spec {
         if self.modes != Modes::Kubelet {
             parts.push(format!("modes={}", self.modes));
         }
+        if let (Modes::AppSafe, Some(u)) = (self.modes, self.app_uid) {
+            parts.push(format!("app-uid={u}"));
+        }
+        parts.extend(self.rules.iter().map(|r| format!("rule={}", escape_bytes(r.text().as_bytes()))));
         f.write_str(&parts.join(" "))
     }
 }
@@ -222,7 +330,7 @@ impl Ownership {
             match word.split_once('=') {
                 Some(("fs-group", _)) => group = true,
                 Some(("owner", id)) => owner = Some(id.contains(':')),
-                Some(("modes", _)) => {}
+                Some(("modes" | "app-uid" | "rule", _)) => {}
                 None if matches!(word, "read-only" | "cross-devices") => {}
                 _ => return None,
             }
@@ -363,13 +471,47 @@ mod tests {
         let safe = Spec { modes: Modes::AppSafe, ..Spec::group(2000) };
         // Pinned: the kubelet's rule keeps the digest of every marker written before --modes.
         assert_eq!(kubelet.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770");
-        assert_eq!(safe.canonical(), "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770 modes=app-safe");
+        assert_eq!(
+            safe.canonical(),
+            "volprep-spec/1 gid=2000 uid=- file_mask=660 dir_mask=2770 modes=app-safe app-uid=-"
+        );
         assert_ne!(kubelet.digest(), safe.digest(), "switching the policy walks again");
+        // The app's uid decides what app-safe keeps private: it is in the digest too, from
+        // --app-uid or else --owner; the kubelet's rule ignores it.
+        let app = Spec { app_uid: Some(2000), ..safe.clone() };
+        assert!(app.canonical().ends_with(" modes=app-safe app-uid=2000"), "{}", app.canonical());
+        assert_ne!(app.digest(), safe.digest());
+        assert_ne!(app.digest(), Spec { app_uid: Some(2001), ..safe.clone() }.digest());
+        let by_owner = Spec { owner_uid: Some(2000), ..safe.clone() };
+        assert!(by_owner.canonical().ends_with(" app-uid=2000"), "--owner names the app");
+        assert_eq!(Spec { app_uid: Some(2000), ..kubelet.clone() }.digest(), kubelet.digest());
+        assert_eq!(app.to_string(), "fs-group=2000 modes=app-safe app-uid=2000");
         assert_ne!(safe.coverage_digest(true), kubelet.coverage_digest(true));
         let owner_safe = Spec { modes: Modes::AppSafe, ..Spec::owner(5, Some(5)) };
         assert_ne!(owner_safe.digest(), Spec::owner(5, Some(5)).digest());
         assert_eq!(safe.to_string(), "fs-group=2000 modes=app-safe");
         assert_eq!(kubelet.to_string(), "fs-group=2000");
+    }
+
+    #[test]
+    fn rules_parse_and_are_in_the_digest() {
+        let r = |s: &str| PathRule::parse(s);
+        assert_eq!(r("conf/tls.key=owner-only").unwrap().rule, Rule::OwnerOnly);
+        assert_eq!(r("./chroot/=0755").unwrap(), PathRule { path: "chroot".into(), rule: Rule::Mode(0o755) });
+        assert_eq!(r(".=keep").unwrap(), PathRule { path: "".into(), rule: Rule::Keep });
+        assert_eq!(r("a=b=2750").unwrap(), PathRule { path: "a=b".into(), rule: Rule::Mode(0o2750) });
+        assert_eq!(r(".=keep").unwrap().text(), ".=keep");
+        for bad in ["x", "x=0999", "x=77", "x=17777", "x=private", "/etc=0600", "a/../b=keep"] {
+            assert!(r(bad).is_err(), "{bad}");
+        }
+        let two = vec![r("a=keep").unwrap(), r("./a=0700").unwrap()];
+        assert!(rules_in_order(two).unwrap_err().contains("two rules for 'a'"));
+        let safe = Spec { modes: Modes::AppSafe, app_uid: Some(7), ..Spec::group(2000) };
+        let ruled = Spec { rules: vec![r("k=owner-only").unwrap()], ..safe.clone() };
+        assert!(ruled.canonical().ends_with(" app-uid=7 rules=k=owner-only"), "{}", ruled.canonical());
+        assert_ne!(ruled.digest(), safe.digest());
+        assert_eq!(ruled.to_string(), "fs-group=2000 modes=app-safe app-uid=7 rule=k=owner-only");
+        assert_eq!(ruled.to_args().last().unwrap(), "--rule=k=owner-only");
     }
 
     #[test]
@@ -407,6 +549,7 @@ mod tests {
                 Ownership::OwnerAndGroup,
             ),
             (Spec { modes: Modes::AppSafe, ..Spec::group(2000) }, Ownership::Group),
+            (Spec { modes: Modes::AppSafe, app_uid: Some(7), ..Spec::group(2000) }, Ownership::Group),
         ];
         for (spec, want) in specs {
             assert_eq!(spec.ownership(), want, "{spec}");
@@ -428,6 +571,7 @@ mod tests {
             Spec::owner(1001, Some(2000)),
             Spec { owner_uid: Some(1), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
             Spec { modes: Modes::AppSafe, ..Spec::group(2000) },
+            Spec { modes: Modes::AppSafe, app_uid: Some(7), ..Spec::group(2000) },
         ] {
             let words: Vec<String> = spec.to_string().split(' ').map(|w| format!("--{w}")).collect();
             assert_eq!(spec.to_args(), words, "{spec}");

@@ -800,19 +800,21 @@ fn inject_with_modes_app_safe_tightens_a_widened_data_directory() {
     std::fs::create_dir_all(vol.join("pgdata/global")).unwrap();
     std::fs::write(vol.join("pgdata/PG_VERSION"), "15\n").unwrap();
     chmod(&vol.join("pgdata"), 0o2770);
-    let gid = rustix::process::getegid().as_raw();
+    // The app's uid is the pod's runAsUser; here, this process's (who owns the volume).
+    assert!(args.iter().any(|a| a.ends_with(",app-uid=999")), "{args:?}");
+    let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
     let run_args: Vec<String> = args
         .iter()
         .skip(1)
         .filter(|a| !a.starts_with("--termination-log") && !a.starts_with("--log-format"))
         .map(|a| {
             let a = a.replace("/volumes/data", vol.to_str().unwrap());
-            a.replace("fs-group=999", &format!("fs-group={gid}"))
+            a.replace("fs-group=999", &format!("fs-group={gid}")).replace("app-uid=999", &format!("app-uid={uid}"))
         })
         .collect();
     let check = common::run(common::volprep().arg("check").args(&run_args).args(["--report", "-"])).expect_code(3);
     let v = check.volume();
-    assert_eq!(v["spec"], format!("fs-group={gid} modes=app-safe"), "{}", check.describe());
+    assert_eq!(v["spec"], format!("fs-group={gid} modes=app-safe app-uid={uid}"), "{}", check.describe());
     assert_eq!(v["tightened"], 1, "{}", check.describe());
     assert_eq!(v["tightened_list"][0]["app"], "PostgreSQL data directory");
     assert_eq!(

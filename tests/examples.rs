@@ -143,6 +143,8 @@ volumePermissions:
   owner: "1001:1001"
   readOnly: true
   modes: app-safe
+  appUid: 999
+  rules: [certs/tls.key=owner-only, sftp=0755]
   sticky: []
   threads: 16
   load: adaptive
@@ -161,6 +163,9 @@ volumePermissions:
             "--owner=1001:1001",
             "--read-only",
             "--modes=app-safe",
+            "--app-uid=999",
+            "--rule=certs/tls.key=owner-only",
+            "--rule=sftp=0755",
             "--threads=16",
             "--load=adaptive",
             "--max-ops=2000",
@@ -507,6 +512,7 @@ fn demo_chart_rejects_bad_volume_permissions() {
             "at '/modes': value must be one of 'kubelet', 'app-safe'",
         ),
         ("unprivileged-owner", "volumePermissions:\n  mode: unprivileged\n  owner: 1000\n", "owner needs mode root"),
+        ("rules-without-app-safe", "volumePermissions:\n  rules: [sftp=0755]\n", "rules are rules of modes app-safe"),
         ("root-allow-foreign", "volumePermissions:\n  allowForeign: true\n", "allowForeign is for mode unprivileged"),
         (
             "unprivileged-sticky",

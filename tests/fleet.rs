@@ -449,6 +449,8 @@ volumePermissions:
       name: cache-permissions
       readOnly: true
       modes: app-safe
+      appUid: 70
+      rules: [keys/tls.key=owner-only]
 "#
     );
     let charts = MigrateChart::new(helm);
@@ -476,6 +478,8 @@ volumePermissions:
             "--fs-group=3000",
             "--read-only",
             "--modes=app-safe",
+            "--app-uid=70",
+            "--rule=keys/tls.key=owner-only",
             "--termination-log=/dev/termination-log",
             "--max-errors=5",
             "/mnt/shared.cache"

@@ -119,6 +119,9 @@ enum Base {
     Overlay,
 }
 
+/// The app's uid of the app-safe rounds: one of the trees' owners, and `--owner`'s.
+const APP_UID: u32 = 1000;
+
 /// The spec of a round: `--fs-group 2000`, maybe with an owner, read-only, a sticky temp dir.
 #[derive(Clone, Copy, Debug, Default)]
 struct RoundSpec {
@@ -126,8 +129,9 @@ struct RoundSpec {
     read_only: bool,
     /// `--sticky VOL/tmp` on every `apply` (unsharded rounds).
     sticky: bool,
-    /// `--modes app-safe` (the trees' names are `eN`: no app-private path, so the rule is
-    /// "an entry with no group or other bits keeps its mode").
+    /// `--modes app-safe --app-uid 1000` (the trees' names are `eN`: no app-private path, so the
+    /// rule is "an entry of uid 1000 with no group or other bits keeps its mode; every other
+    /// entry gets the kubelet's bits").
     app_safe: bool,
 }
 
@@ -151,7 +155,7 @@ impl RoundSpec {
             a.push("--read-only".into());
         }
         if self.app_safe {
-            a.extend(["--modes".to_string(), "app-safe".to_string()]);
+            a.extend(["--modes".to_string(), "app-safe".to_string(), "--app-uid".to_string(), APP_UID.to_string()]);
         }
         a
     }
@@ -173,10 +177,19 @@ impl RoundSpec {
         n.join("+")
     }
 
-    /// Whether an entry is as this spec wants it.
-    fn conforms(&self, m: &Meta) -> bool {
-        let private = self.app_safe && m.kind != Kind::Symlink && m.mode & 0o077 == 0;
-        let mode = if private { m.gid == GID } else { conforms(m, GID, self.read_only) };
+    /// Whether the entry at `path` is as this spec wants it. App-safe: an entry the app does not
+    /// own (after --owner) has the kubelet's bits, exactly (nothing removed, the group keeps its
+    /// access, whatever names were planted or linked); the app's own has the group, and the
+    /// kubelet's bits, a private mode kept, or a tightening where an app path may be (a name of
+    /// the table, a file in `.ssh/`, a directory). `check` exiting 0 is the exact oracle.
+    fn conforms(&self, path: &[u8], m: &Meta) -> bool {
+        let app = self.owner.unwrap_or(m.uid) == APP_UID;
+        let kubelet = conforms(m, GID, self.read_only);
+        let mode = if self.app_safe && app && m.kind != Kind::Symlink {
+            m.gid == GID && (kubelet || m.mode & 0o077 == 0 || m.kind == Kind::Dir || at_app_name(path))
+        } else {
+            kubelet
+        };
         mode && self.owner.is_none_or(|u| m.uid == u)
     }
 }
@@ -221,6 +234,8 @@ struct Stats {
     done_checked: u64,
     wrong_done: u64,
     outside_changed: u64,
+    /// Rounds with a file of outside the volume hard-linked into it under an app path's name.
+    linked_from_outside: u64,
     never_done: u64,
     unexpected_exits: u64,
     failures: Vec<String>,
@@ -341,7 +356,7 @@ fn key(k: impl std::fmt::Debug) -> String {
 fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     format!(
-        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION}, each kill kind {MIN_EACH_KILL}, each base and spec {MIN_EACH_ROUND_KIND} | {:.1}s",
+        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} linked_from_outside={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION}, each kill kind {MIN_EACH_KILL}, each base and spec {MIN_EACH_ROUND_KIND} | {:.1}s",
         s.rounds,
         list(&s.bases),
         s.clone_rounds,
@@ -353,6 +368,7 @@ fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
         s.done_checked,
         s.wrong_done,
         s.outside_changed,
+        s.linked_from_outside,
         s.never_done,
         s.unexpected_exits,
         elapsed.as_secs_f64()
@@ -476,6 +492,8 @@ impl Round {
             self.log(format!("set-up: {}", made.unwrap_or_default()));
         }
         let outside_before = snapshot(&self.outside);
+        let linked = self.link_from_outside();
+        stats.linked_from_outside += u64::from(linked.is_some());
         if !self.with_clones && self.rng.below(3) == 0 {
             self.sharding = Some(Sharding { n: 2 + self.rng.below(3) as u32, depth: 1 + self.rng.below(2) as u32 });
         }
@@ -517,6 +535,20 @@ impl Round {
         if !done {
             stats.never_done += 1;
             self.fail(stats, "never done: runs without kills or changes did not complete the volume".into());
+        }
+        if let Some((path, mode)) = linked {
+            let now =
+                std::fs::symlink_metadata(&path).map_or(mode, |m| std::os::unix::fs::MetadataExt::mode(&m) & 0o7777);
+            if now & mode != mode {
+                stats.outside_changed += 1;
+                self.fail(
+                    stats,
+                    format!(
+                        "a bit removed through a hard link, outside the volume: {} {mode:04o} -> {now:04o}",
+                        path.display()
+                    ),
+                );
+            }
         }
         let outside_after = snapshot(&self.outside);
         let diff = snap::diff(&outside_before, &outside_after, |m| m.attrs_ctime());
@@ -570,7 +602,7 @@ impl Round {
         let stand_in = |m: &Meta| self.base == Base::Btrfs && m.kind == Kind::Dir && m.ino == 2;
         let mut wrong: Vec<String> = snap
             .iter()
-            .filter(|(_, m)| !self.spec.conforms(m) && !stand_in(m))
+            .filter(|(k, m)| !self.spec.conforms(k, m) && !stand_in(m))
             .map(|(k, m)| format!("  {} {:?} {}:{} {:04o}", snap::show(k), m.kind, m.uid, m.gid, m.mode))
             .collect();
         if self.spec.sticky {
@@ -591,6 +623,31 @@ impl Round {
             );
             self.fail(stats, msg);
         }
+    }
+
+    /// Now and then (1 in 4, from a stream of its own), a file outside the volume (another
+    /// subPath's, of the app's uid or another's) hard-linked into it under an app path's name:
+    /// its path and mode. Whatever the pass, no bit of it may be removed through the link (the
+    /// kubelet's rule and `--owner` change it, as they do every name of an inode: documented).
+    fn link_from_outside(&mut self) -> Option<(PathBuf, u32)> {
+        let mut rng = self.rng.fork(0x6c69_6e6b_6564);
+        if rng.below(4) != 0 {
+            return None;
+        }
+        let dir = self.dir.join("other-subpath");
+        std::fs::create_dir_all(&dir).ok()?;
+        let file = dir.join("shared.db");
+        std::fs::write(&file, b"x").ok()?;
+        let (uid, gid) = [(0, 0), (APP_UID, APP_UID), (3000, 3000)][rng.below(3)];
+        let mode = [0o660, 0o640, 0o600, 0o664][rng.below(4)];
+        std::os::unix::fs::lchown(&file, Some(uid), Some(gid)).ok()?;
+        chmod(&file, mode);
+        let name = [".erlang.cookie", "server.key", "pubring.kbx"][rng.below(3)];
+        let at = self.vol.join(name);
+        (!at.exists() && std::fs::hard_link(&file, &at).is_ok()).then(|| {
+            self.log(format!("set-up: {name} hard-linked from outside ({uid}:{gid} {mode:04o})"));
+            (file, mode)
+        })
     }
 
     fn fail(&mut self, stats: &mut Stats, what: String) {
@@ -1005,8 +1062,42 @@ fn list_tree(vol: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     (dirs, files)
 }
 
+/// Names of app-private paths and their signs (`apps::TABLE`), for directories and files.
+const APP_DIR_NAMES: &[&str] = &[".ssh", "global", "private-keys-v1.d", "member", "wal", "snap"];
+const APP_FILE_NAMES: &[&str] =
+    &["PG_VERSION", ".erlang.cookie", "pubring.kbx", "server.key", ".pgpass", "id_rsa", "authorized_keys"];
+
+/// Whether `path` may be an app path's by its name: a name of the table, or a file in `.ssh/`.
+fn at_app_name(path: &[u8]) -> bool {
+    let mut parts = path.rsplit(|&c| c == b'/');
+    let name = parts.next().unwrap_or_default();
+    let parent = parts.next().unwrap_or_default();
+    APP_FILE_NAMES.iter().chain(APP_DIR_NAMES).any(|n| n.as_bytes() == name) || parent == b".ssh"
+}
+
+/// An entry's name: `eN`, or now and then (1 in 6) a name of an app path of the table, unless
+/// `parent` has it already; whoever the entry's owner (the app, or another uid planting it).
+fn entry_name(
+    rng: &mut Rng,
+    i: usize,
+    names: &[&str],
+    taken: &mut std::collections::HashSet<Vec<u8>>,
+    parent: &[u8],
+) -> Vec<u8> {
+    let join = |name: &[u8]| if parent.is_empty() { name.to_vec() } else { [parent, b"/", name].concat() };
+    if rng.below(6) == 0 {
+        let path = join(names[rng.below(names.len())].as_bytes());
+        if taken.insert(path.clone()) {
+            return path;
+        }
+    }
+    join(format!("e{i}").as_bytes())
+}
+
 /// A random tree of 30–400 entries: directories up to 5 deep, files, setgid directories,
-/// setuid/setgid files, hardlinks, symlinks to the sentinel outside, dangling and relative.
+/// setuid/setgid files, hardlinks, symlinks to the sentinel outside, dangling and relative;
+/// some named as app paths (`.ssh`, `PG_VERSION`, `.erlang.cookie` ...), of the app's uid
+/// (1000) or another's, hard links among them.
 fn random_tree(rng: &mut Rng, outside: &Path) -> Tree {
     const OWNERS: &[(u32, u32)] = &[(0, 0), (1000, 1000), (1000, 2000), (0, 2000), (65534, 0)];
     const DIR_MODES: &[u32] = &[0o755, 0o700, 0o2775, 0o2770, 0o750, 0o1777];
@@ -1018,13 +1109,17 @@ fn random_tree(rng: &mut Rng, outside: &Path) -> Tree {
     let mut dirs: Vec<Vec<u8>> = vec![Vec::new()];
     let mut files: Vec<Vec<u8>> = Vec::new();
     let outside = outside.as_os_str().as_bytes();
+    let mut taken = std::collections::HashSet::new();
+    // App names draw from a stream of their own: the trees' shapes are those of the seed before.
+    let mut names_rng = rng.fork(0x6170_702d_7361_6665);
     for i in 0..n {
         let parent = dirs[rng.below(dirs.len())].clone();
-        let name = format!("e{i}").into_bytes();
-        let path = if parent.is_empty() { name } else { [&parent[..], b"/", &name[..]].concat() };
-        let depth = path.iter().filter(|&&c| c == b'/').count();
         let (uid, gid) = OWNERS[rng.below(OWNERS.len())];
-        match rng.below(100) {
+        let roll = rng.below(100);
+        let names = if roll < 25 { APP_DIR_NAMES } else { APP_FILE_NAMES };
+        let path = entry_name(&mut names_rng, i, names, &mut taken, &parent);
+        let depth = path.iter().filter(|&&c| c == b'/').count();
+        match roll {
             0..=24 if depth < 5 => {
                 t.dir(&path, uid, gid, DIR_MODES[rng.below(DIR_MODES.len())]);
                 dirs.push(path);

@@ -383,6 +383,12 @@ fn with_app_safe(default: &[String]) -> Vec<String> {
     default.iter().map(|a| if a.starts_with("--volume=") { format!("{a},modes=app-safe") } else { a.clone() }).collect()
 }
 
+/// `args` without the `,app-uid=UID` of each `--volume` (the runAsUser of the workload's
+/// containers, which app-safe adds: see the unit test `app_safe_takes_the_uid_of_the_containers_mounting_the_volume`).
+fn no_app_uid(args: Vec<String>) -> Vec<String> {
+    args.into_iter().map(|a| a.split(",app-uid=").next().unwrap().to_string()).collect()
+}
+
 /// `--modes` (VOLPREP_INJECT_MODES, the `modes` key of a config file or `--set`) puts the mode
 /// policy on every `--volume` of every injected workload, and into `--emit patches`; the
 /// kubelet's rule (the default) adds nothing: the output is the default's, byte for byte.
@@ -406,7 +412,7 @@ fn modes_option_env_and_config_key() {
     let (before, after) = (docs(&default), docs(&safe));
     for (kind, name) in [("StatefulSet", "rel-postgres"), ("Deployment", "rel-web"), ("CronJob", "rel-backup")] {
         let obj = by_name(&after, kind, name);
-        assert_eq!(init_args(obj), with_app_safe(&init_args(by_name(&before, kind, name))), "{name}");
+        assert_eq!(no_app_uid(init_args(obj)), with_app_safe(&init_args(by_name(&before, kind, name))), "{name}");
         check_volprep_pod(pod_spec_of(obj), name);
     }
     let changed = doc_texts(&default).iter().zip(doc_texts(&safe)).filter(|(d, s)| *d != s).count();
@@ -439,18 +445,18 @@ fn modes_annotation_overrides_the_option() {
     let web = |all: &[Value]| init_args(by_name(all, "Deployment", "rel-web"));
     // The annotation alone: that workload only.
     let out = docs(&ok(&inject(&[], &modes_on_template(&input, "postgres", "app-safe"), &[])));
-    assert_eq!(pg(&out), with_app_safe(&pg(&default)));
+    assert_eq!(no_app_uid(pg(&out)), with_app_safe(&pg(&default)));
     assert_eq!(web(&out), web(&default));
     // Against the option: the annotated workload keeps the kubelet's rule, the others follow it.
     let kubelet = modes_on_template(&input, "postgres", "kubelet");
     let out = docs(&ok(&inject(&["--modes", "app-safe"], &kubelet, &[])));
     assert_eq!(pg(&out), pg(&default));
-    assert_eq!(web(&out), with_app_safe(&web(&default)));
+    assert_eq!(no_app_uid(web(&out)), with_app_safe(&web(&default)));
     // On the workload; its pod template's wins.
     let sts = "kind: StatefulSet\nmetadata:\n  name: rel-postgres\n";
     assert!(input.contains(sts));
     let on_workload = input.replacen(sts, &format!("{sts}  annotations:\n    volprep.io/modes: app-safe\n"), 1);
-    assert_eq!(pg(&docs(&ok(&inject(&[], &on_workload, &[])))), with_app_safe(&pg(&default)));
+    assert_eq!(no_app_uid(pg(&docs(&ok(&inject(&[], &on_workload, &[]))))), with_app_safe(&pg(&default)));
     let both = modes_on_template(&on_workload, "postgres", "kubelet");
     assert_eq!(pg(&docs(&ok(&inject(&[], &both, &[])))), pg(&default));
 }
@@ -469,7 +475,7 @@ fn invalid_modes_annotation_is_refused_with_the_reason() {
     assert_eq!(web["metadata"]["annotations"]["volprep.io/inject-refused"].as_str(), Some(why));
     assert!(stderr(&out).contains(&format!("Deployment/rel-web: left unchanged: {why}")), "{}", stderr(&out));
     assert!(stderr(&out).contains("3 refused"), "{}", stderr(&out));
-    assert!(init_args(by_name(&all, "StatefulSet", "rel-postgres")).iter().any(|a| a.ends_with(",modes=app-safe")));
+    assert!(init_args(by_name(&all, "StatefulSet", "rel-postgres")).iter().any(|a| a.contains(",modes=app-safe")));
     let bare = ok(&inject(&["--set", "annotateRefusals=false"], &input, &[]));
     let web_doc = |t: &str| {
         doc_texts(t).into_iter().find(|d| d.contains("kind: Deployment\nmetadata:\n  name: rel-web\n")).unwrap()
@@ -558,14 +564,23 @@ fn mode_and_group(p: &Path) -> (u32, u32) {
 /// user (with its own group; the change of group: the test below).
 #[test]
 fn injected_app_safe_args_are_accepted_by_apply() {
-    let (uid, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+    let (me, gid) = (rustix::process::geteuid().as_raw(), rustix::process::getegid().as_raw());
+    // The app runs as this user; as root, the pod runs the app as uid 2000, who owns its data
+    // (a pod running as root gives app-safe no app's uid: the kubelet's rule).
+    let uid = if me == 0 { 2000 } else { me };
     for (annotation, dir_mode, key_mode) in [(Some("app-safe"), 0o700, 0o600), (None, 0o2770, 0o660)] {
         let injected = ok(&inject(&[], &postgres_statefulset(uid, gid, annotation), &[]));
-        assert_eq!(injected.contains(",modes=app-safe"), annotation.is_some(), "{injected}");
+        assert_eq!(injected.contains(&format!(",modes=app-safe,app-uid={uid}")), annotation.is_some(), "{injected}");
         let root = tempfile::tempdir().unwrap();
         let pgdata = postgres_volume(root.path());
+        if me == 0 {
+            for e in walkdir(&root.path().join("data")) {
+                std::os::unix::fs::lchown(&e, Some(uid), None).unwrap();
+            }
+        }
         let run = apply_injected(&injected, root.path());
-        let spec = format!("fs-group={gid}{}", if annotation.is_some() { " modes=app-safe" } else { "" });
+        let safe = format!(" modes=app-safe app-uid={uid}");
+        let spec = format!("fs-group={gid}{}", if annotation.is_some() { safe.as_str() } else { "" });
         assert!(run.stderr.contains(&format!("\"spec\":\"{spec}\"")), "{}", run.describe());
         for d in ["", "global", "base/1"] {
             assert_eq!(mode_and_group(&pgdata.join(d)), (dir_mode, gid), "{annotation:?} {d:?}\n{}", run.describe());
@@ -588,7 +603,7 @@ fn injected_app_safe_args_change_the_group_and_keep_private_modes() {
         std::os::unix::fs::lchown(&e, Some(999), Some(70)).unwrap();
     }
     let run = apply_injected(&injected, fs.path());
-    assert!(run.stderr.contains("\"spec\":\"fs-group=2000 modes=app-safe\""), "{}", run.describe());
+    assert!(run.stderr.contains("\"spec\":\"fs-group=2000 modes=app-safe app-uid=999\""), "{}", run.describe());
     for d in ["", "global", "base", "base/1"] {
         assert_eq!(mode_and_group(&pgdata.join(d)), (0o700, 2000), "{d:?}\n{}", run.describe());
     }
@@ -1432,4 +1447,19 @@ fn helm3_and_helm4_plugins_coexist_in_one_data_home() {
     let v4 = run_ok(&mut cmd);
     assert_eq!(docs(&v3), docs(&v4), "Helm 3 and Helm 4 render the same injected manifests");
     assert_eq!(v4.matches("name: volprep\n").count(), 3, "{v4}");
+}
+
+/// A PostgreSQL StatefulSet injected with the kubelet's rule is said in the summary and in the
+/// workload's annotation, naming the setting that keeps it working; with app-safe, nothing.
+#[test]
+fn a_postgresql_statefulset_under_the_kubelets_rule_is_flagged() {
+    let sts = postgres_statefulset(999, 2000, None);
+    let out = inject(&[], &sts, &[]);
+    let text = ok(&out);
+    assert!(text.contains("volprep.io/app-modes:"), "{text}");
+    let err = stderr(&out);
+    assert!(err.contains("StatefulSet/pg: runs postgres:17 (PostgreSQL) under the kubelet's rule"), "{err}");
+    assert!(err.contains("1 injected with the kubelet's rule run an app that insists on private modes"), "{err}");
+    let safe = inject(&["--modes", "app-safe"], &sts, &[]);
+    assert!(!ok(&safe).contains("volprep.io/app-modes") && !stderr(&safe).contains("insists"), "{}", stderr(&safe));
 }

@@ -300,7 +300,7 @@ fn human_table_is_aligned_and_without_fs_group_has_no_kubelet_part() {
     assert!(!text.contains("kubelet"), "{text}");
     let rows: Vec<&str> =
         text.lines().skip_while(|l| !l.starts_with("FINDING")).take_while(|l| !l.is_empty()).collect();
-    assert_eq!(rows.len(), 9, "{text}");
+    assert_eq!(rows.len(), 11, "{text}");
     // COUNT is right-aligned: every row's count ends in the same column.
     let end = rows[0].find("COUNT").unwrap() + "COUNT".len();
     for row in &rows[1..] {

@@ -73,7 +73,13 @@ pub struct Event {
     pub at: String,
     pub what: String,
     pub outcome: Outcome,
+    /// Injected: the apps of the table it runs under the kubelet's rule (said, and annotated).
+    pub apps: Vec<String>,
 }
+
+/// The annotation on an injected workload that runs an app insisting on private modes under the
+/// kubelet's rule: which, and the setting that keeps it working.
+pub const APP_MODES_ANNOTATION: &str = "volprep.io/app-modes";
 
 /// A rewritten stream, the patches that make the same change, and what happened to each object.
 #[derive(Debug, Default)]
@@ -351,6 +357,7 @@ pub fn visit(doc: &mut Node, at: &str, cfg: &Config, events: &mut Vec<Event>) ->
         return changed;
     }
     let what = describe(doc);
+    let mut apps = Vec::new();
     let (outcome, changed) = match select::decide(doc, cfg) {
         select::Decision::Skip(why) => (Outcome::Skipped(why), false),
         select::Decision::Unsupported(why) => (Outcome::Unsupported(why), false),
@@ -365,11 +372,25 @@ pub fn visit(doc: &mut Node, at: &str, cfg: &Config, events: &mut Vec<Event>) ->
             if let Some(a) = doc.at_mut(&["metadata", "annotations"]) {
                 a.remove(REFUSED_ANNOTATION);
             }
+            if !plan.apps.is_empty() {
+                doc.map_at("metadata")
+                    .map_at("annotations")
+                    .set(APP_MODES_ANNOTATION, Node::str(&app_modes_text(&plan.apps)));
+            }
+            apps = plan.apps;
             (Outcome::Injected, true)
         }
     };
-    events.push(Event { at: at.to_string(), what, outcome });
+    events.push(Event { at: at.to_string(), what, outcome, apps });
     changed
+}
+
+/// What inject says of a workload running `apps` under the kubelet's rule.
+fn app_modes_text(apps: &[String]) -> String {
+    format!(
+        "{} under the kubelet's rule, which it may refuse: set volprep.io/modes: app-safe (inject: --modes app-safe), with runAsUser set",
+        apps.join(", ")
+    )
 }
 
 /// Sets the refusal annotation on the workload (not its pod template: no rollout); true when
@@ -542,6 +563,8 @@ fn run_with(opts: &Options, reasons: &mut Vec<String>) -> Result<ExitCode, Error
 #[derive(Debug, Default)]
 struct Tally {
     injected: usize,
+    /// Injected workloads running an app of the table under the kubelet's rule.
+    apps: usize,
     refused: usize,
     unsupported: usize,
     skipped: usize,
@@ -550,11 +573,17 @@ struct Tally {
 impl Tally {
     /// One line for the whole run: at warning level when a workload was refused or not read.
     fn summary(&self) {
-        let line = format!(
+        let mut line = format!(
             "volprep inject: {} injected, {} refused (left to the kubelet, annotated {REFUSED_ANNOTATION}), {} not read (merge keys), {} without anything to prepare",
             self.injected, self.refused, self.unsupported, self.skipped
         );
-        if self.refused + self.unsupported > 0 {
+        if self.apps > 0 {
+            line += &format!(
+                "; {} injected with the kubelet's rule run an app that insists on private modes (annotated {APP_MODES_ANNOTATION}): give them app-safe",
+                self.apps
+            );
+        }
+        if self.refused + self.unsupported + self.apps > 0 {
             tracing::warn!("{line}");
         } else {
             tracing::info!("{line}");
@@ -581,6 +610,10 @@ fn log_events(events: &[Event], strict: bool) -> Tally {
             Outcome::Injected => {
                 t.injected += 1;
                 tracing::info!("{}: {}: volprep injected", e.at, e.what);
+                if !e.apps.is_empty() {
+                    t.apps += 1;
+                    tracing::warn!("{}: {}: runs {}", e.at, e.what, app_modes_text(&e.apps));
+                }
             }
             Outcome::Skipped(why) => {
                 t.skipped += 1;

@@ -56,14 +56,22 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
         a.push(format!("--termination-log={}", cfg.apply.termination_log));
     }
     a.extend(cfg.apply.extra_args.iter().cloned());
+    let implied = implied_modes(&cfg.apply.extra_args);
     let modes = match plan.modes {
-        Some(m) if Some(m) != implied_modes(&cfg.apply.extra_args) => format!(",modes={m}"),
+        Some(m) if Some(m) != implied => format!(",modes={m}"),
         _ => String::new(),
     };
+    let app_safe = plan.modes.or(implied) == Some(Modes::AppSafe);
     for v in &plan.volumes {
         let at = format!("{MOUNT_DIR}/{}", v.name);
+        let app_uid = match v.app_uid {
+            Some(uid) if app_safe => format!(",app-uid={uid}"),
+            _ => String::new(),
+        };
+        let rules: String =
+            plan.rules.iter().filter(|(name, _)| *name == v.name).map(|(_, r)| format!(",rule={}", r.text())).collect();
         a.push(match v.prep {
-            Prep::Walk => format!("--volume={at},fs-group={}{modes}", plan.fs_group),
+            Prep::Walk => format!("--volume={at},fs-group={}{modes}{app_uid}{rules}", plan.fs_group),
             Prep::Sticky => format!("--sticky={at}"),
         });
     }
@@ -72,7 +80,7 @@ pub fn args(plan: &Plan, cfg: &Config) -> Vec<String> {
 
 /// The mode policy `volprep apply` gives a `--volume` without `modes=`: the last `--modes`
 /// among `extra` args, else the kubelet's rule; None when that `--modes` names no policy.
-fn implied_modes(extra: &[String]) -> Option<Modes> {
+pub fn implied_modes(extra: &[String]) -> Option<Modes> {
     let mut implied = Some(Modes::Kubelet);
     let mut it = extra.iter();
     while let Some(arg) = it.next() {

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::config::{Config, Mode, Select};
 use super::node::Node;
 use super::volumes::{self, Class, Mount, containers, mounts_of, runs_as_root, user_of};
-use crate::spec::Modes;
+use crate::spec::{Modes, PathRule};
 
 /// The annotation that opts a workload out (`"false"`) or, with `--opt-in`, in (`"true"`).
 pub const ANNOTATION: &str = "volprep.io/inject";
@@ -14,6 +14,11 @@ pub const ANNOTATION: &str = "volprep.io/inject";
 /// The annotation that chooses a workload's mode policy (`kubelet` or `app-safe`), over the
 /// `modes` key.
 pub const MODES_ANNOTATION: &str = "volprep.io/modes";
+
+/// The annotation that gives rules for paths of the volumes (`VOLUME/PATH=RULE`, separated by
+/// spaces, `;` or newlines): each goes on that volume's `--volume` as `rule=PATH=RULE`, with
+/// app-safe.
+pub const RULES_ANNOTATION: &str = "volprep.io/rules";
 
 /// What to do with one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +43,47 @@ pub struct Plan {
     /// The mode policy of its `--volume`s: the annotation's, else the `modes` key's; None when
     /// neither chose one.
     pub modes: Option<Modes>,
+    /// The user's rules (`volprep.io/rules`), by volume name.
+    pub rules: Vec<(String, PathRule)>,
+    /// The apps of the table its containers run (by image) under the kubelet's rule: what
+    /// inject says of it (`postgres:17 (PostgreSQL)`).
+    pub apps: Vec<String>,
+}
+
+/// Images of apps that insist on private modes (by the image's name, its last path part
+/// without tag), and the app.
+const APP_IMAGES: [(&str, &str); 7] = [
+    ("postgres", "PostgreSQL"),
+    ("postgresql", "PostgreSQL"),
+    ("postgis", "PostgreSQL"),
+    ("rabbitmq", "RabbitMQ (Erlang cookie)"),
+    ("etcd", "etcd"),
+    ("openssh-server", "OpenSSH"),
+    ("gitea", "OpenSSH"),
+];
+
+/// The apps of [`APP_IMAGES`] the containers mounting a walked volume run, unless the volumes
+/// get app-safe: `IMAGE (APP)` each.
+fn apps_under_kubelet(pod: &Node, volumes: &[Volume], modes: Option<Modes>, cfg: &Config) -> Vec<String> {
+    let implied = super::rewrite::implied_modes(&cfg.apply.extra_args);
+    if modes.or(implied) == Some(Modes::AppSafe) {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for v in volumes.iter().filter(|v| v.prep == Prep::Walk) {
+        for m in mounts_of(pod, &v.name) {
+            let image = m.container.get("image").and_then(Node::as_str).unwrap_or("");
+            let name = image.split('@').next().unwrap_or("").rsplit('/').next().unwrap_or("");
+            let name = name.split(':').next().unwrap_or("");
+            if let Some((_, app)) = APP_IMAGES.iter().find(|(n, _)| *n == name) {
+                let said = format!("{image} ({app})");
+                if !out.contains(&said) {
+                    out.push(said);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// A volume the init container mounts at /volumes/NAME.
@@ -45,6 +91,29 @@ pub struct Plan {
 pub struct Volume {
     pub name: String,
     pub prep: Prep,
+    /// The uid the containers mounting it run as (`runAsUser`), when they all set the same
+    /// non-root one: the app's uid `--modes app-safe` needs (`app-uid=`).
+    pub app_uid: Option<u64>,
+}
+
+/// The rules of `volprep.io/rules` (on the pod template or the object, the template's winning):
+/// `VOLUME/PATH=RULE` (`VOLUME=RULE`: its root). Err: the refusal.
+fn rules_of(obj: &Node, path: &[&str]) -> Result<Vec<(String, PathRule)>, String> {
+    let Some(v) = annotation(obj, path, RULES_ANNOTATION, Some) else { return Ok(Vec::new()) };
+    let text = v.as_str().unwrap_or_default();
+    let bad = |e: String| format!("annotation {RULES_ANNOTATION}: {e}");
+    let mut out = Vec::new();
+    for word in text.split([' ', ';', '\n', '\t']).filter(|w| !w.is_empty()) {
+        let (volume, rule) = match word.split_once('/') {
+            Some((v, rest)) if !v.contains('=') => (v, rest.to_string()),
+            _ => {
+                let (v, r) = word.split_once('=').ok_or_else(|| bad(format!("'{word}' is not VOLUME/PATH=RULE")))?;
+                (v, format!(".={r}"))
+            }
+        };
+        out.push((volume.to_string(), PathRule::parse(&rule).map_err(bad)?));
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,10 +211,7 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         },
         _ => None,
     };
-    let modes = modes_of(obj, path, cfg).unwrap_or_else(|e| {
-        refusals.push(e);
-        None
-    });
+    let (modes, rules) = policy_of(obj, path, cfg, &review.volumes, &mut refusals);
     if !refusals.is_empty() {
         return Decision::Refuse(refusals);
     }
@@ -158,7 +224,48 @@ pub fn decide(obj: &Node, cfg: &Config) -> Decision {
         }
         return not_here("no volume the kubelet's fsGroup pass walks is mounted by a container");
     }
-    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes })
+    let apps = apps_under_kubelet(pod, &review.volumes, modes, cfg);
+    Decision::Inject(Plan { fs_group, volumes: review.volumes, run_as, modes, rules, apps })
+}
+
+/// The mode policy and the rules of a workload's volumes; what is wrong with them joins
+/// `refusals`.
+fn policy_of(
+    obj: &Node,
+    path: &[&str],
+    cfg: &Config,
+    volumes: &[Volume],
+    refusals: &mut Vec<String>,
+) -> (Option<Modes>, Vec<(String, PathRule)>) {
+    let mut modes = modes_of(obj, path, cfg).unwrap_or_else(|e| {
+        refusals.push(e);
+        None
+    });
+    let rules = rules_of(obj, path).unwrap_or_else(|e| {
+        refusals.push(e);
+        Vec::new()
+    });
+    refusals.extend(rules_refusal(&rules, volumes, &mut modes));
+    (modes, rules)
+}
+
+/// Why the rules cannot go on the volumes, if they cannot: one names a volume inject does not
+/// walk, or the workload chose the kubelet's rule. Rules choose app-safe when nothing else did.
+fn rules_refusal(rules: &[(String, PathRule)], volumes: &[Volume], modes: &mut Option<Modes>) -> Option<String> {
+    if rules.is_empty() {
+        return None;
+    }
+    let walked = |name: &str| volumes.iter().any(|v| v.name == name && v.prep == Prep::Walk);
+    if let Some((name, _)) = rules.iter().find(|(name, _)| !walked(name)) {
+        return Some(format!("annotation {RULES_ANNOTATION}: {name} is no volume volprep walks here"));
+    }
+    if *modes == Some(Modes::Kubelet) {
+        return Some(format!(
+            "annotation {RULES_ANNOTATION}: rules are rules of app-safe, and the workload chose the kubelet's rule"
+        ));
+    }
+    *modes = Some(Modes::AppSafe);
+    None
 }
 
 /// A kind inject does not rewrite: a refusal when it carries a pod template that sets fsGroup
@@ -233,7 +340,7 @@ fn review_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Review {
                 if prep == Prep::Walk {
                     r.refusals.extend(different_users(pod, &name, &mounts));
                 }
-                r.volumes.push(Volume { name, prep });
+                r.volumes.push(Volume { name, prep, app_uid: app_uid_of(pod, &mounts) });
             }
             Class::AtomicWriter if !losers.is_empty() => {
                 let v = pod.get("volumes").map(Node::as_seq).unwrap_or(&[]).iter();
@@ -276,6 +383,20 @@ fn different_users(pod: &Node, name: &str, mounts: &[Mount]) -> Option<String> {
             list.join(", ")
         )
     })
+}
+
+/// The uid every container mounting a volume runs as (its `runAsUser`, else the pod's), when
+/// they all set the same one and it is not root's; else none (app-safe then gives every entry
+/// the kubelet's bits).
+fn app_uid_of(pod: &Node, mounts: &[Mount]) -> Option<u64> {
+    let uid = |c: &Node| {
+        c.at(&["securityContext", "runAsUser"])
+            .or_else(|| pod.at(&["securityContext", "runAsUser"]))
+            .and_then(Node::as_u64)
+    };
+    let mut uids = mounts.iter().map(|m| uid(m.container));
+    let first = uids.next()??;
+    (first != 0 && uids.all(|u| u == Some(first))).then_some(first)
 }
 
 /// A mount at one of the temp dir paths, or at the container's $TMPDIR.

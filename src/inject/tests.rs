@@ -346,12 +346,12 @@ fn modes_key_puts_the_policy_on_every_volume() {
     assert_eq!(out.events[0].outcome, Outcome::Injected);
     assert_eq!(
         init_args(&out)[3..],
-        ["--sticky=/volumes/tmp", "--volume=/volumes/data,fs-group=1001,modes=app-safe"],
+        ["--sticky=/volumes/tmp", "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001"],
         "a --volume gets modes=, a --sticky has no spec"
     );
     let patches: Vec<&str> = out.patches.iter().filter_map(|p| p.get("patch").and_then(Node::as_str)).collect();
     assert!(
-        patches.iter().any(|p| p.contains("--volume=/volumes/data,fs-group=1001,modes=app-safe")),
+        patches.iter().any(|p| p.contains("--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001")),
         "--emit patches carries it: {patches:?}"
     );
     assert_eq!(
@@ -359,7 +359,7 @@ fn modes_key_puts_the_policy_on_every_volume() {
         [
             "--log-format=json",
             "--termination-log=/dev/termination-log",
-            "--volume=/volumes/data,fs-group=1001,modes=app-safe"
+            "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001"
         ],
         "written as apply spells it, in mode unprivileged too"
     );
@@ -368,7 +368,7 @@ fn modes_key_puts_the_policy_on_every_volume() {
 #[test]
 fn modes_annotation_overrides_the_key_the_templates_winning() {
     let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
-    let safe = "--volume=/volumes/data,fs-group=1001,modes=app-safe";
+    let safe = "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001";
     let plain = "--volume=/volumes/data,fs-group=1001";
     assert_eq!(walked(&run(&modes_on_workload("app-safe"))), safe);
     assert_eq!(walked(&run(&modes_on_workload("\"app-safe\""))), safe);
@@ -380,12 +380,84 @@ fn modes_annotation_overrides_the_key_the_templates_winning() {
     assert_eq!(walked(&run(&both)), safe);
     // A `--modes` among extraArgs is what a --volume without modes= gets: inject says modes=
     // whenever its choice differs from it, and only then.
-    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes=app-safe]"])), plain);
-    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes, app-safe]", "modes=app-safe"])), plain);
+    // The app's uid (the runAsUser of the containers mounting the volume) goes with app-safe.
+    let uid_only = "--volume=/volumes/data,fs-group=1001,app-uid=1001";
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes=app-safe]"])), uid_only);
+    assert_eq!(walked(&run_with(STS, &["extraArgs=[--modes, app-safe]", "modes=app-safe"])), uid_only);
     assert_eq!(
         walked(&run_with(&modes_on_workload("kubelet"), &["extraArgs=[--modes=app-safe]"])),
         "--volume=/volumes/data,fs-group=1001,modes=kubelet"
     );
+}
+
+#[test]
+fn app_safe_takes_the_uid_of_the_containers_mounting_the_volume() {
+    let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
+    let base = "--volume=/volumes/data,fs-group=1001,modes=app-safe";
+    // No runAsUser anywhere (the image's user), or root's: no app uid, app-safe is the
+    // kubelet's rule.
+    let unset = STS.replace("        runAsUser: 1001\n", "");
+    assert!(!unset.contains("runAsUser"), "{unset}");
+    assert_eq!(walked(&run_with(&unset, &["modes=app-safe"])), base);
+    let root = STS.replace("runAsUser: 1001", "runAsUser: 0");
+    assert_eq!(walked(&run_with(&root, &["modes=app-safe"])), base);
+    assert_eq!(walked(&run_with(STS, &["modes=app-safe"])), format!("{base},app-uid=1001"));
+}
+
+#[test]
+fn the_rules_annotation_puts_each_rule_on_its_volume() {
+    let walked = |out: &super::Output| init_args(out).last().cloned().unwrap();
+    let on = |value: &str| {
+        STS.replacen("  name: db\n", &format!("  name: db\n  annotations:\n    volprep.io/rules: \"{value}\"\n"), 1)
+    };
+    // Rules choose app-safe, with the app's uid.
+    assert_eq!(
+        walked(&run(&on("data/certs/tls.key=owner-only; data=0750"))),
+        "--volume=/volumes/data,fs-group=1001,modes=app-safe,app-uid=1001,rule=certs/tls.key=owner-only,rule=.=0750"
+    );
+    for (value, why) in [
+        ("tmp/x=keep", "tmp is no volume volprep walks here"),
+        ("data/x=private", "'private' is not a rule"),
+        ("data/../x=keep", "without '..'"),
+    ] {
+        let out = run(&on(value));
+        let Outcome::Refused(reasons) = &out.events[0].outcome else { panic!("{value}: {:?}", out.events[0]) };
+        assert!(reasons.iter().any(|r| r.contains(why)), "{value}: {reasons:?}");
+    }
+    let kubelet = on("data/x=keep").replacen("  annotations:\n", "  annotations:\n    volprep.io/modes: kubelet\n", 1);
+    let out = run(&kubelet);
+    let Outcome::Refused(reasons) = &out.events[0].outcome else { panic!("{:?}", out.events[0]) };
+    assert!(reasons.iter().any(|r| r.contains("rules are rules of app-safe")), "{reasons:?}");
+}
+
+#[test]
+fn an_app_image_under_the_kubelets_rule_is_said_and_annotated() {
+    let annotation = |out: &super::Output| {
+        doc(&out.text)
+            .at(&["metadata", "annotations", super::APP_MODES_ANNOTATION])
+            .and_then(Node::as_str)
+            .map(str::to_string)
+    };
+    // A PostgreSQL StatefulSet injected with the kubelet's rule.
+    let out = run(STS);
+    assert_eq!(out.events[0].apps, ["postgres:17 (PostgreSQL)"]);
+    let said = annotation(&out).expect("annotated");
+    assert!(said.contains("postgres:17 (PostgreSQL)") && said.contains("volprep.io/modes: app-safe"), "{said}");
+    // Not on the pod template: nothing rolls out for it.
+    assert!(doc(&out.text).at(&["spec", "template", "metadata", "annotations", super::APP_MODES_ANNOTATION]).is_none());
+    // With app-safe, however chosen, nothing is said.
+    for out in [
+        run_with(STS, &["modes=app-safe"]),
+        run_with(STS, &["extraArgs=[--modes=app-safe]"]),
+        run(&modes_on_workload("app-safe")),
+    ] {
+        assert!(out.events[0].apps.is_empty() && annotation(&out).is_none(), "{:?}", out.events[0]);
+    }
+    // Another image: nothing.
+    let other = run(&STS.replace("postgres:17", "registry.example.com/team/api:1.2"));
+    assert!(other.events[0].apps.is_empty() && annotation(&other).is_none());
+    let bitnami = run(&STS.replace("postgres:17", "docker.io/bitnami/postgresql:16@sha256:ab"));
+    assert_eq!(bitnami.events[0].apps, ["docker.io/bitnami/postgresql:16@sha256:ab (PostgreSQL)"]);
 }
 
 #[test]

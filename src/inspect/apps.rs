@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::apps::{self, AppPath, Private, Stance};
+use crate::apps::{self, AppPath, Links, Private, Stance, Whose};
 use crate::escape::EscapedPath;
 use crate::spec::{Modes, Spec};
 use crate::sys::Meta;
@@ -25,6 +25,10 @@ pub struct AppPathView {
     pub kubelet: Outcome,
     /// After `volprep apply --modes app-safe` (with the spec's owner, if any).
     pub app_safe: Outcome,
+    /// The app's uid `app_safe` is judged for when none was given (`--app-uid`, `--owner`):
+    /// the entry's owner, as `--app-uid` would have to say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub assumed_app_uid: Option<u32>,
     /// After `volprep apply` with the spec `inspect` was given (`--owner`, `--fs-group`,
     /// `--modes`), when it was given one.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -35,8 +39,8 @@ pub struct AppPathView {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Outcome {
     pub mode: String,
-    /// `accepts`, `refuses`, `warns`, or `exposes` (it does not look, and the group can read
-    /// what it keeps private).
+    /// `accepts`, `refuses`, `warns`, `exposes` (it does not look, and the group can read
+    /// what it keeps private), or `cannot open` (the app's uid, with the group, cannot open it).
     pub app: &'static str,
     /// The app's message, when it refuses or warns.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -44,9 +48,16 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    /// What `path`'s app does with permission bits `perm`.
-    fn of(path: AppPath, perm: u32) -> Outcome {
+    /// What `path`'s app does with permission bits `perm`, when it can open the entry at all.
+    fn of(path: AppPath, perm: u32, opens: bool) -> Outcome {
         let mode = format!("{perm:04o}");
+        if !opens {
+            return Outcome {
+                mode,
+                app: "cannot open",
+                message: Some("the app's uid cannot open it: not its owner, and its group lacks the bits"),
+            };
+        }
         if path.accepts(perm) {
             return Outcome { mode, app: "accepts", message: None };
         }
@@ -67,29 +78,69 @@ impl Outcome {
     }
 }
 
+/// Who the app is, for reach: its uid and the group it is given (the fsGroup); `None`: not
+/// known (every entry counts as reachable).
+#[derive(Debug, Clone, Copy)]
+pub struct App {
+    pub uid: Option<u32>,
+    pub group: Option<u32>,
+}
+
+impl App {
+    /// Whether the app opens an entry (`dir`: lists and enters it; else reads it) owned by
+    /// `owner`:`gid` with permission bits `perm`, as the kernel decides (root: always).
+    pub fn opens(self, dir: bool, perm: u32, owner: u32, gid: u32) -> bool {
+        let Some(uid) = self.uid else { return true };
+        let need = if dir { 0o5 } else { 0o4 };
+        let bits = if uid == 0 {
+            return true;
+        } else if uid == owner {
+            perm >> 6
+        } else if self.group == Some(gid) {
+            perm >> 3
+        } else {
+            perm
+        };
+        bits & need == need
+    }
+}
+
 impl AppPathView {
     /// The view of the entry `meta` at `private`, relative path `path`. `mask`: the kubelet's
     /// bits for it (`policy`'s); `spec`: what `inspect` was asked about, if anything.
     pub fn of(path: EscapedPath, meta: &Meta, private: Private, policy: &Spec, spec: Option<&Spec>) -> AppPathView {
         let perm = meta.perm();
+        let dir = meta.kind() == crate::sys::Kind::Dir;
         let mask = policy.mode_mask(meta.kind());
-        let after = |s: &Spec, modes: Modes| {
-            let owner = s.uid().unwrap_or(meta.uid);
-            apps::want_mode(modes, perm, s.mode_mask(meta.kind()).or(mask), Some(private), owner).unwrap_or(perm)
-        };
+        let links = Links::of(meta.kind(), meta.nlink);
         let safe_spec = spec.unwrap_or(policy);
+        let given = safe_spec.app();
+        let owner_of = |s: &Spec| s.uid().unwrap_or(meta.uid);
+        // The app's group: the pod's fsGroup (a supplementary group of the app).
+        let app = App { uid: given.or(Some(owner_of(safe_spec))), group: safe_spec.fs_group.or(policy.fs_group) };
+        let outcome = |s: &Spec, mode: u32| {
+            let opens = app.opens(dir, mode, owner_of(s), s.gid().unwrap_or(meta.gid));
+            Outcome::of(private.path, mode, opens)
+        };
+        let safe = {
+            let whose = Whose { owner: owner_of(safe_spec), app: given.or(Some(owner_of(safe_spec))) };
+            let m = safe_spec.mode_mask(meta.kind()).or(mask);
+            apps::want_mode(Modes::AppSafe, perm, m, Some(private), whose, links).unwrap_or(perm)
+        };
+        let kubelet = Spec { owner_uid: None, ..policy.clone() };
         AppPathView {
             path,
             app: private.path.to_string(),
             uid: meta.uid,
             mode: format!("{perm:04o}"),
             wants: private.path.wants().to_string(),
-            kubelet: Outcome::of(private.path, mask.map_or(perm, |m| perm | m)),
-            app_safe: Outcome::of(private.path, after(safe_spec, Modes::AppSafe)),
+            kubelet: outcome(&kubelet, mask.map_or(perm, |m| perm | m)),
+            app_safe: outcome(safe_spec, safe),
+            assumed_app_uid: given.is_none().then(|| owner_of(safe_spec)),
             with_spec: spec.map(|s| {
-                let owner = s.uid().unwrap_or(meta.uid);
-                let mode = apps::want_mode(s.modes, perm, s.mode_mask(meta.kind()), Some(private), owner);
-                Outcome::of(private.path, mode.unwrap_or(perm))
+                let whose = Whose { owner: owner_of(s), app: s.app() };
+                let mode = apps::want_mode(s.modes, perm, s.mode_mask(meta.kind()), Some(private), whose, links);
+                outcome(s, mode.unwrap_or(perm))
             }),
         }
     }
@@ -121,13 +172,42 @@ mod tests {
 
     #[test]
     fn a_private_directory_is_fine_until_the_kubelet_widens_it() {
-        let policy = Spec::group(2000);
+        let unknown = Spec::group(2000);
+        let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &unknown, None);
+        assert_eq!(v.app_safe.short(), "0700 (accepts)", "the app's uid not known: judged for the owner's");
+        assert_eq!(v.assumed_app_uid, Some(2000), "which --app-uid must say");
+        let policy = Spec { app_uid: Some(2000), ..Spec::group(2000) };
         let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &policy, None);
         assert_eq!(v.mode, "0700");
         assert_eq!(v.kubelet.short(), "2770 (refuses)");
         assert_eq!(v.app_safe.short(), "0700 (accepts)");
         assert!(v.with_spec.is_none());
-        let safe = Spec { modes: Modes::AppSafe, ..Spec::group(2000) };
+        let safe = Spec { modes: Modes::AppSafe, ..policy };
+        let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &safe, Some(&safe));
+        assert_eq!(v.with_spec.unwrap().short(), "0700 (accepts)");
+        assert_eq!(v.assumed_app_uid, None);
+    }
+
+    /// Never "(accepts)" of a path the app cannot open: restored as uid 3000, the app (2000)
+    /// is locked out of a 0700 directory whatever its mode bits say.
+    #[test]
+    fn a_path_the_app_cannot_open_is_said_so() {
+        let restored = dir(0o700, 3000);
+        let owner_alone = Spec { app_uid: Some(2000), modes: Modes::AppSafe, ..Spec::owner(3000, Some(3000)) };
+        let v = AppPathView::of(
+            EscapedPath::relative("pgdata".as_ref()),
+            &restored,
+            PG,
+            &Spec::group(0),
+            Some(&owner_alone),
+        );
+        assert_eq!(v.with_spec.unwrap().short(), "0700 (cannot open)");
+        assert!(v.app_safe.short().ends_with("(cannot open)"), "{:?}", v.app_safe);
+        // With the fsGroup the app gets in through the group (and PostgreSQL then refuses 2770).
+        let safe = Spec { modes: Modes::AppSafe, app_uid: Some(2000), ..Spec::group(2000) };
+        let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &restored, PG, &safe, Some(&safe));
+        assert_eq!(v.with_spec.unwrap().short(), "2770 (refuses)");
+        // The app's own: accepted.
         let v = AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o700, 2000), PG, &safe, Some(&safe));
         assert_eq!(v.with_spec.unwrap().short(), "0700 (accepts)");
     }

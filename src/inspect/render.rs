@@ -41,6 +41,12 @@ pub struct Inspection {
     /// Entries with a POSIX ACL whose `group::` lacks the group bits of the masks above: the
     /// group gets them in the ACL mask only, and keeps `group::`'s (the kubelet does the same).
     pub acl_group_entry_lacking_bits: Finding<AclGroup>,
+    /// Files named like private keys (`*.key`, `id_*` ...) the group can read after the mode
+    /// policy (the spec's, else the kubelet's rule): a confidentiality finding.
+    pub group_readable_private_keys: Finding<KeyView>,
+    /// With the app's uid (`--app-uid`, or `--owner`'s) and a spec: entries the app could not
+    /// open after `apply` (a directory it cannot list and enter, a file it cannot read).
+    pub app_cannot_open: Finding<EscapedPath>,
     pub errors: u64,
     pub error_list: Vec<EntryError>,
     /// Present with `--fs-group`.
@@ -101,6 +107,18 @@ pub struct AclGroup {
     pub group_obj: String,
     /// `mask::`.
     pub mask: String,
+}
+
+/// A file named like a private key that the group can read, and the rule that keeps it the
+/// app's alone.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct KeyView {
+    pub path: EscapedPath,
+    /// Its mode now, and after the mode policy.
+    pub mode: String,
+    pub mode_after: String,
+    /// The flag that fixes it: `--rule PATH=owner-only` (with `--modes app-safe`).
+    pub fix: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -225,6 +243,10 @@ fn findings_table(r: &Inspection) -> String {
         &r.acl_group_entry_lacking_bits,
         |a| format!("{} (group::{}, mask::{})", a.path, a.group_obj, a.mask),
     );
+    t.finding("entries the app could not open after apply", &r.app_cannot_open, path);
+    t.finding("private keys (by name) the group can read", &r.group_readable_private_keys, |k| {
+        format!("{} {} -> {} ({})", k.path, k.mode, k.mode_after, k.fix)
+    });
     let errs: Vec<_> = r.error_list.iter().map(|e| format!("{}: {} failed: {}", e.path, e.op, e.error)).collect();
     t.row(vec!["errors".into(), r.errors.to_string(), shown(&errs, r.errors)]);
     t.render()
@@ -243,12 +265,19 @@ fn app_paths_table(r: &Inspection) -> String {
     let align: &'static [Align] = if spec { &[Left; 6] } else { &[Left; 5] };
     let mut t = Table::new(&head, align);
     for a in &r.app_paths.examples {
+        let setting = a
+            .assumed_app_uid
+            .map_or_else(|| "--modes app-safe".to_string(), |u| format!("--modes app-safe --app-uid {u}"));
         let keeps = if a.kubelet.accepted() {
             "any (the kubelet's rule too)".to_string()
         } else if a.app_safe.accepted() {
-            format!("--modes app-safe: {}", a.app_safe.mode)
+            format!("{setting}: {}", a.app_safe.mode)
         } else {
-            format!("--modes app-safe leaves {} (owned by uid {}, not by its app path's owner)", a.app_safe.mode, a.uid)
+            format!(
+                "{setting} leaves {} (owned by uid {}, not the app's: --owner the app's uid first)",
+                a.app_safe.short(),
+                a.uid
+            )
         };
         let mut row = vec![a.path.to_string(), a.app.clone(), a.mode.clone(), a.kubelet.short(), keeps];
         if let Some(w) = &a.with_spec {

@@ -169,7 +169,7 @@ impl Fixer<'_> {
             (false, false) => "they would be",
         };
         warn!(path = %Escaped(self.root.as_os_str()), hardlinked = n,
-              "{what} more than one link: {verb} changed as the kubelet does, which changes the same inode under its other names, maybe outside the volume");
+              "{what} more than one link: {verb} changed as the kubelet does (group and added bits only, never a bit removed), which changes the same inode under its other names, maybe outside the volume");
     }
 
     /// Counts and lists an error on a path that is not a walked entry (marker, restore).

@@ -482,6 +482,8 @@ pub fn setting_args(row: &Row, case: Case, setting: Setting, tmpdir: &Path) -> V
     if case == Case::Restored {
         args.extend(["--owner".to_string(), APP.to_string()]);
     }
+    // The app's uid, as the chart (from the pod's runAsUser) and inject give it.
+    args.extend(["--app-uid".to_string(), APP.to_string()]);
     let tmp = tmpdir.to_string_lossy();
     args.extend(row.setting.split_whitespace().map(|w| if w == "TMPDIR" { tmp.to_string() } else { w.to_string() }));
     args
@@ -555,7 +557,56 @@ pub fn matrix(app: &App<'_>) {
             }
         }
     }
+    failures.extend(shared_with_a_peer(app, &row, &lab, n + 1));
     assert!(failures.is_empty(), "{}: the app matrix differs from the README:\n{}", row.app, failures.join("\n"));
+}
+
+/// The uid of a second member of the app's group (`.ci/apps.sh` makes it).
+const PEER_UID: u32 = 2001;
+
+/// The README's setting on a walked volume that a second uid of the group shares: the peer keeps
+/// a private directory and file there (0700, 0600) and plants names of app paths (`pubring.kbx`,
+/// `PG_VERSION`, `.erlang.cookie`) in the volume's root. The app must still work, and reach the
+/// peer's files through the group (app-safe gives another uid's entries the kubelet's bits,
+/// and a name another uid planted proves nothing). The failure, if any.
+fn shared_with_a_peer(app: &App<'_>, row: &Row, lab: &Lab, n: usize) -> Option<String> {
+    let vol = lab.stage(Case::Walked, &format!("shared-{n}"));
+    let peer = vol.join("peer-data");
+    std::fs::create_dir(&peer).unwrap();
+    std::fs::write(peer.join("notes"), "peer").unwrap();
+    for (p, mode) in [(peer.join("notes"), 0o600), (peer.clone(), 0o700)] {
+        chown(&p, PEER_UID, PEER_UID);
+        chmod(&p, mode);
+    }
+    for name in ["pubring.kbx", "PG_VERSION", ".erlang.cookie"] {
+        let p = vol.join(name);
+        if !p.exists() {
+            std::fs::write(&p, "").unwrap();
+            chown(&p, PEER_UID, APP);
+            chmod(&p, 0o660);
+        }
+    }
+    let args = setting_args(row, Case::Walked, Setting::Documented, &vol.join(app.tmpdir));
+    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+    let report = volprep_on(&vol, &args_ref);
+    let probe = (app.check)(lab, &vol, n);
+    let peer_read = said(as_app(lab, "cat").arg(peer.join("notes")));
+    let flags = args.join(" ").replace(vol.to_str().unwrap(), "VOL");
+    let line = format!(
+        "{} | walked, shared with uid {PEER_UID} | {flags} | {} | {:?} | peer's file read by the app: {} | tightened {}",
+        row.app,
+        probe.steps(),
+        probe.outcome(),
+        if peer_read.ok { "✔" } else { "✗" },
+        report["tightened"]
+    );
+    summary(&line);
+    (probe.outcome() != Outcome::Works || !peer_read.ok).then(|| {
+        format!(
+            "{line}\n  the app must work and read the peer's file\n  volprep report: {report}\n{}{}",
+            probe.transcript, peer_read.text
+        )
+    })
 }
 
 /// Prints a line of the matrix, and appends it to `$VOLPREP_APPS_SUMMARY` when set.

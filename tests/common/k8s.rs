@@ -49,6 +49,8 @@ pub const APPLY_FLAGS: &[&str] = &[
     "--owner",
     "--read-only",
     "--modes",
+    "--app-uid",
+    "--rule",
     "--sticky",
     "--threads",
     "--load",

@@ -174,6 +174,14 @@ impl Rng {
         Rng(seed)
     }
 
+    /// Another stream, from this one's state and `salt`, without drawing from this one: what a
+    /// new kind of draw uses so that the existing draws (and the cases they found) stay as they
+    /// were.
+    #[allow(dead_code)]
+    pub fn fork(&self, salt: u64) -> Rng {
+        Rng(self.0 ^ salt)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

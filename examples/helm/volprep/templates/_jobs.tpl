@@ -11,7 +11,7 @@ volumes at once (after a storage migration, say). Takes the chart's root context
     jobs:
       - pvc: data-gitea-0       # mounted at /volumes/data-gitea-0
       - pvc: uploads
-        owner: "1001:2000"      # per Job: pvc (required), name, fsGroup, owner, readOnly, modes, args
+        owner: "1001:2000"      # per Job: pvc (required), name, fsGroup, owner, readOnly, modes, appUid, rules, args
     job:
       backoffLimit: 3
 
@@ -29,7 +29,7 @@ A PVC listed twice fails the render: two Jobs on one volume would only wait on e
 {{- $root := . -}}
 {{- $base := .Values.volumePermissions | default dict -}}
 {{- $v := include "volprep.values" (dict "values" $base "context" $root) | fromYaml -}}
-{{- $known := list "args" "fsGroup" "modes" "name" "owner" "pvc" "readOnly" -}}
+{{- $known := list "appUid" "args" "fsGroup" "modes" "name" "owner" "pvc" "readOnly" "rules" -}}
 {{- $pvcs := list -}}
 {{- $names := list -}}
 {{- range $i, $job := $v.jobs }}
@@ -68,7 +68,7 @@ A PVC listed twice fails the render: two Jobs on one volume would only wait on e
 {{- end -}}
 {{- /* This Job's values: the shared ones, its own spec, its PVC as the only path. */ -}}
 {{- $jv := omit (deepCopy $base) "jobs" -}}
-{{- range $k := list "fsGroup" "modes" "owner" "readOnly" -}}
+{{- range $k := list "appUid" "fsGroup" "modes" "owner" "readOnly" "rules" -}}
 {{- if hasKey $job $k -}}{{- $_ := set $jv $k (get $job $k) -}}{{- end -}}
 {{- end -}}
 {{- range $k, $kind := dict "fsGroup" "GID" "owner" "UID or UID:GID" -}}

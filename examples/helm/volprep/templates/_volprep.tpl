@@ -35,6 +35,8 @@ fsGroup: null
 owner: null
 readOnly: false
 modes: kubelet
+appUid: null
+rules: []
 sticky: []
 paths: []
 volumeMounts: []
@@ -185,6 +187,16 @@ a string: (dict "key" "fsGroup" "value" $v.fsGroup "kind" "GID"), where kind is 
 {{- end -}}
 {{- if eq (toString $v.modes) "app-safe" -}}
 {{- $args = append $args "--modes=app-safe" -}}
+{{- if include "volprep.isSet" $v.appUid -}}
+{{- $args = append $args (printf "--app-uid=%s" (include "volprep.id" (dict "key" "appUid" "value" $v.appUid "kind" "UID"))) -}}
+{{- else if include "volprep.isSet" $v.runAsUser -}}
+{{- $args = append $args (printf "--app-uid=%s" (include "volprep.id" (dict "key" "runAsUser" "value" $v.runAsUser "kind" "UID"))) -}}
+{{- end -}}
+{{- range $v.rules -}}
+{{- $args = append $args (printf "--rule=%s" .) -}}
+{{- end -}}
+{{- else if $v.rules -}}
+{{- fail "volumePermissions.rules are rules of modes app-safe: set modes: app-safe" -}}
 {{- end -}}
 {{- range $v.sticky -}}
 {{- $args = append $args (printf "--sticky=%s" .) -}}
