@@ -186,7 +186,7 @@ fn left_big(chunk: &split::Chunk, at: &str, source: &Path, out: &mut Output) -> 
         )]),
         _ => return Ok(false),
     };
-    out.events.push(Event { at: at.to_string(), what, outcome });
+    out.events.push(Event { at: at.to_string(), what, outcome, apps: Vec::new() });
     out.text.push_str(chunk.text);
     Ok(true)
 }
