@@ -112,11 +112,12 @@ pub fn run(
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
     let claimed = (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
+    let mounts = lifecycle::MountWatch::start(root);
     let walked = match part {
         OwnPart::Walked => run.walk(&fixer, pool.start()?, root_meta)?,
         OwnPart::NotWalked => None,
     };
-    let settled = run.settle(&fixer, walked, claimed.as_deref(), root_meta, pool, part)?;
+    let settled = run.settle(&fixer, walked, claimed.as_deref(), &mounts, root_meta, pool, part)?;
     drop(run);
     pass.reason = reason;
     Ok(pass.report(fixer, settled.stop, Action::Walked, before, Some(settled.after)))
@@ -331,6 +332,7 @@ impl Run<'_, '_> {
         fixer: &Fixer<'_>,
         walked: Option<Stop>,
         claimed: Option<&str>,
+        mounts: &lifecycle::MountWatch,
         root_meta: sys::Meta,
         pool: &Pool,
         part: OwnPart,
@@ -338,11 +340,11 @@ impl Run<'_, '_> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer, walked);
         let mut stop = walked;
-        let after = match self.locked(|root| self.finish(root, fixer, walked, claimed))? {
+        let after = match self.locked(|root| self.finish(root, fixer, walked, claimed, mounts))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
                 stop = self.recheck(fixer, &shards, root_meta, pool.start()?, part)?.or(walked);
-                self.locked(|root| self.seal(root, fixer, stop))?
+                self.locked(|root| self.seal(root, fixer, stop, mounts))?
             }
         };
         if let Some(r) = fixer.resume() {
@@ -388,6 +390,7 @@ impl Run<'_, '_> {
         fixer: &Fixer<'_>,
         walked: Option<Stop>,
         anchors: Option<&str>,
+        mounts: &lifecycle::MountWatch,
     ) -> Result<Outcome, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
@@ -406,12 +409,16 @@ impl Run<'_, '_> {
         if done {
             shards.entries = shards.entries.saturating_add(fixer.counters().entries.get());
         }
-        let mounts = fixer.mount_points();
-        if done && anchors.is_some() && mounts > 0 {
+        let met = fixer.mount_points();
+        let moved = if done && anchors.is_some() { mounts.end(root, fixer).err() } else { None };
+        if done && anchors.is_some() && met > 0 {
             info!(path = %self.pass.shown, shard = %self.name(),
-                  "this shard's part holds {mounts} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
+                  "this shard's part holds {met} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
+        } else if let Some(why) = &moved {
+            info!(path = %self.pass.shown, shard = %self.name(),
+                  "{why}: this shard claims nothing, and the run that completes the volume walks its part again");
         }
-        if !done || anchors.is_none() || mounts > 0 {
+        if !done || anchors.is_none() || met > 0 || moved.is_some() {
             // Not done, or nothing to claim (a finishing run, anchors that could not be listed,
             // or mount points in the part: what they hide was not walked).
             if done {
@@ -453,7 +460,13 @@ impl Run<'_, '_> {
     /// Under the root lock, once the other shards' claims were checked: fixes the root and marks
     /// the volume done, if every shard is still done and this run left nothing unfinished (no
     /// signal, `stop`, cut its walk or its check short).
-    fn seal(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>, stop: Option<Stop>) -> Result<MarkerState, Error> {
+    fn seal(
+        &self,
+        root: BorrowedFd<'_>,
+        fixer: &Fixer<'_>,
+        stop: Option<Stop>,
+        mounts: &lifecycle::MountWatch,
+    ) -> Result<MarkerState, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
             Ok(m) => m,
@@ -463,6 +476,13 @@ impl Run<'_, '_> {
         if !complete || !clean(fixer, stop) {
             return Ok(MarkerState::InProgress);
         }
+        let recorded = match mounts.end(root, fixer) {
+            Ok(recorded) => recorded,
+            Err(why) => {
+                warn!(path = %self.pass.shown, "{why}: what a mount hid while this run checked the parts was not walked, so the volume is not marked done; the next run of any shard checks them again");
+                return Ok(MarkerState::InProgress);
+            }
+        };
         let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
         if !fixer.fix_root(root, &root_meta) {
             return Ok(MarkerState::InProgress);
@@ -473,7 +493,7 @@ impl Run<'_, '_> {
         if let Some(s) = m.shards.as_mut() {
             s.drop_claims();
         }
-        m.mounts = lifecycle::mounts_to_record(root, fixer);
+        m.mounts = recorded;
         m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
         // No shard's checkpoint is needed any more.
         for i in marker::shard_indices(f.count) {
