@@ -511,3 +511,49 @@ fn the_check_of_the_other_parts_stops_on_a_storage_that_refuses_or_ignores_owner
         assert_eq!((m.gid(), m.mode() & 0o7777), (0, 0o644), "nothing changed");
     }
 }
+
+/// `--verify full` trusts no claim: the run that completes the volume reads every other part
+/// again whole, and fixes there what drifted without any directory changing (files put back to
+/// root's group and a private mode after their shard finished).
+#[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
+fn verify_full_on_the_completing_shard_reads_every_part_again() {
+    privileged(&["mkfs.ext4"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for a in 0..16 {
+        t.dir(format!("a{a}"), 0, 0, 0o755);
+        for f in 0..4 {
+            t.file(format!("a{a}/f{f}"), 0, 0, 0o644);
+        }
+    }
+    t.build(&vol);
+    let shard = |i: u32, extra: &[&str]| {
+        run(volprep()
+            .args(["apply", "--fs-group", "2000", "--report", "-", "--shard-depth", "1"])
+            .args(extra)
+            .arg(format!("--shard={i}/{N}"))
+            .arg(&vol))
+        .expect_code(0)
+    };
+    for i in 0..N - 1 {
+        shard(i, &[]);
+    }
+    // Drift in the finished parts: the files' group and mode, no directory touched.
+    let mut drifted = 0;
+    for a in (0..16).map(|a| format!("a{a}")).filter(|a| part_of(a, N) != N - 1) {
+        for f in 0..4 {
+            let p = vol.join(format!("{a}/f{f}"));
+            std::os::unix::fs::lchown(&p, Some(0), Some(0)).unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+            drifted += 1;
+        }
+    }
+    assert!(drifted >= 8, "the finished parts hold files: {drifted}");
+    let last = shard(N - 1, &["--verify", "full"]);
+    assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
+    assert_conforms(&vol, &format!("{drifted} files drifted in the finished parts\n{}", last.describe()));
+    assert!(last.stderr.contains("no claim of the other shards is trusted"), "{}", last.describe());
+}
