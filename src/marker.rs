@@ -65,6 +65,53 @@ pub fn no_room(e: Errno) -> bool {
     matches!(e, Errno::NOSPC | Errno::TOOBIG | Errno::RANGE | Errno::DQUOT)
 }
 
+/// The extended attributes of the root that volprep did not write (any name but `user.volprep`
+/// and `user.volprep.*`): what takes the room its marker, shard record and checkpoints need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Foreign {
+    /// How many there are.
+    pub count: usize,
+    /// Their names' and values' bytes (the filesystem adds a little per attribute).
+    pub bytes: usize,
+    /// The first few names, escaped.
+    pub first: Vec<String>,
+}
+
+impl Foreign {
+    /// The root's attributes that volprep did not write; none when they cannot be listed.
+    pub fn read(root: BorrowedFd<'_>) -> Foreign {
+        let ours = MARKER_XATTR.to_bytes();
+        let mut f = Foreign::default();
+        for name in sys::list_xattrs(root).unwrap_or_default() {
+            let n = name.to_bytes();
+            if n == ours || n.strip_prefix(ours).is_some_and(|rest| rest.starts_with(b".")) {
+                continue;
+            }
+            let value = sys::get_xattr(root, &name).ok().flatten().map_or(0, |v| v.len());
+            f.count += 1;
+            f.bytes += n.len() + value;
+            if f.first.len() < 3 {
+                f.first.push(escape_bytes(n));
+            }
+        }
+        f
+    }
+
+    /// Says how much of the root's attribute space they take and what to do, or nothing when
+    /// there are none.
+    pub fn describe(&self) -> Option<String> {
+        (self.count > 0).then(|| {
+            let more = if self.count > self.first.len() { ", ..." } else { "" };
+            format!(
+                "{} extended attribute(s) that volprep did not write take {} bytes of the root's attribute space ({}{more}): remove those the app does not need (`setfattr -x NAME ROOT`) to give the marker room",
+                self.count,
+                self.bytes,
+                self.first.join(", ")
+            )
+        })
+    }
+}
+
 /// The state a pass leaves on the root. Short keys keep it small.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Marker {
@@ -552,6 +599,17 @@ mod tests {
                 d => panic!("{why}: {d:?}"),
             }
         }
+    }
+
+    #[test]
+    fn foreign_attributes_are_named_with_their_bytes_and_what_to_do() {
+        assert_eq!(Foreign::default().describe(), None);
+        let f = Foreign { count: 172, bytes: 3784, first: vec!["user.a".into(), "user.b".into(), "user.c".into()] };
+        let text = f.describe().unwrap();
+        assert!(text.starts_with("172 extended attribute(s) that volprep did not write take 3784 bytes"), "{text}");
+        assert!(text.contains("(user.a, user.b, user.c, ...)") && text.contains("setfattr -x NAME ROOT"), "{text}");
+        let one = Foreign { count: 1, bytes: 9, first: vec!["user.a".into()] };
+        assert!(one.describe().unwrap().contains("(user.a)"));
     }
 
     #[test]

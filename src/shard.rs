@@ -44,6 +44,9 @@ enum Step {
     },
     /// Every shard is done but the volume is not: a finishing run was killed.
     Finish,
+    /// The root's attributes have no room for this shard's registration, taken by attributes
+    /// volprep did not write (why): this run walks its part unrecorded (see [`Run::unrecorded`]).
+    Unrecorded(String),
 }
 
 /// Whether this run walks its shard's part, or only finishes a volume whose shards are all done
@@ -98,6 +101,13 @@ pub fn run(
             return Ok(pass.skipped(before));
         }
         Step::Finish => (None, "every shard is done; finishing the volume".to_string()),
+        Step::Unrecorded(why) => {
+            info!(path = %pass.shown, shard = %run.name(), decision = "walk", reason = %why, "walk {}", pass.shown);
+            drop(run);
+            let (fixer, stop) = unrecorded(&pass, root, pool)?;
+            pass.reason = why;
+            return Ok(pass.report(fixer, stop, Action::Walked, before, Some(before)));
+        }
         Step::Walk { why, round } => (Some(round), why),
         Step::Wait(_) => unreachable!("handled by turn"),
     };
@@ -230,6 +240,15 @@ impl Run<'_, '_> {
             }
         }
         let bytes = m.encode().len();
+        let foreign = marker::Foreign::read(root);
+        if foreign.bytes >= bytes {
+            let why = foreign.describe().unwrap_or_default();
+            warn!(path = %self.pass.shown, "shard {}/{}: no room on the root for the shard record ({bytes} bytes): {why}; this shard walks its part without a record (the volume is not marked done, and every start walks its part again, until there is room)", f.index, f.count);
+            return Ok(Step::Unrecorded(format!(
+                "shard {}/{} of spec {}, unrecorded: the root's extended attributes are full ({why})",
+                f.index, f.count, self.pass.spec
+            )));
+        }
         Err(Error::ShardRoundTooBig {
             path: path.to_path_buf(),
             shards: f.count,
@@ -528,6 +547,23 @@ impl Run<'_, '_> {
     fn locked<T>(&self, f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Error>) -> Result<T, Error> {
         with_lock(self.root, self.path(), self.pass.opts.lock_timeout, f)
     }
+}
+
+/// Walks this shard's part without registering in the round (no room on the root: see
+/// [`Step::Unrecorded`]): nothing is resumed or recorded, and the root is fixed once the part
+/// is, as no run can learn that every shard is done. Every entry conforms once every shard
+/// has run; the volume is not marked done, so every start walks again.
+fn unrecorded<'a>(pass: &Pass<'a>, root: BorrowedFd<'_>, pool: &Pool) -> Result<(Fixer<'a>, Option<Stop>), Error> {
+    let fixer = pass.fixer(&ResumePlan::None, None);
+    let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(pass.path, Op::Stat, e))?;
+    let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(pass.path, Op::Open, e))?;
+    let then = "this shard's part is walked again at its next start";
+    let stop = pass.walk(&fixer, pool.start()?, walk_fd, root_meta, then);
+    if clean(&fixer, stop) {
+        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(pass.path, Op::Stat, e))?;
+        fixer.fix_root(root, &root_meta);
+    }
+    Ok((fixer, stop))
 }
 
 /// Whether a heartbeat at `beat` is fresh at `now`: younger than [`STALE_AFTER`], and not from

@@ -172,11 +172,18 @@ fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &RunId, root_meta: &
         Err(e) => {
             let removed = marker::remove(root).is_ok();
             warn!(path = %shown,
-                  "cannot write the marker: {}; walking without it (no resume; the next start walks again)",
-                  crate::error::errno_text(e.raw_os_error()));
+                  "cannot write the marker: {}{}; walking without it (no resume; the next start walks again)",
+                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
             if removed { Begun::Removed } else { Begun::Failed }
         }
     }
+}
+
+/// When a marker write found no room (`e`): what takes the root's attribute space that
+/// volprep did not write, and what to do (` (...)`), else nothing.
+fn foreign_room(root: BorrowedFd<'_>, e: Errno) -> String {
+    let what = marker::no_room(e).then(|| marker::Foreign::read(root).describe()).flatten();
+    what.map(|w| format!(" ({w})")).unwrap_or_default()
 }
 
 /// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
@@ -253,8 +260,8 @@ fn settle_marker(
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %pass.shown,
-                  "{what}, but cannot write the marker: {}; the next start walks again",
-                  crate::error::errno_text(e.raw_os_error()));
+                  "{what}, but cannot write the marker: {}{}; the next start walks again",
+                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
             MarkerState::InProgress
         }
     }

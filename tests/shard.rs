@@ -557,3 +557,62 @@ fn verify_full_on_the_completing_shard_reads_every_part_again() {
     assert_conforms(&vol, &format!("{drifted} files drifted in the finished parts\n{}", last.describe()));
     assert!(last.stderr.contains("no claim of the other shards is trusted"), "{}", last.describe());
 }
+
+/// Fills the extended attribute space of `path` with small `user.*` attributes, as a group
+/// member of an app-writable root can; returns how many it took.
+fn fill_xattrs(path: &Path) -> usize {
+    use std::os::unix::ffi::OsStrExt as _;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    for i in 0.. {
+        let name = std::ffi::CString::new(format!("user.tenant{i:04}")).unwrap();
+        let value = b"0123456789";
+        // SAFETY: NUL-terminated path and name, a value of its length.
+        let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "setxattr {name:?}: {e}");
+            return i;
+        }
+    }
+    unreachable!()
+}
+
+/// A root whose attribute space is taken by attributes volprep did not write: no round of
+/// shards can be recorded. Each shard says so (how many bytes, which attributes, what to do),
+/// walks its part unrecorded and exits 0; once every shard has run, every entry conforms. The
+/// unsharded pass names them too.
+#[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
+fn a_root_full_of_foreign_attributes_degrades_shards_to_unrecorded_walks() {
+    privileged(&["mkfs.ext4"]);
+    let fs = LoopFs::new_ext4_blocks(64, "4096");
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for a in 0..8 {
+        t.dir(format!("a{a}"), 0, 0, 0o755);
+        for f in 0..4 {
+            t.file(format!("a{a}/f{f}"), 0, 0, 0o644);
+        }
+    }
+    t.build(&vol);
+    let filled = fill_xattrs(&vol);
+    assert!(filled > 100, "the root took {filled} attributes");
+    for round in 0..2 {
+        for i in 0..2 {
+            let r = two_shards(&vol, i, 1);
+            assert_eq!(r.code, 0, "round {round}, shard {i}/2 of a root full of foreign attributes\n{}", r.describe());
+            assert!(
+                r.stderr.contains(&format!("{filled} extended attribute(s) that volprep did not write take"))
+                    && r.stderr.contains("setfattr -x"),
+                "the shard names what fills the root and what to do\n{}",
+                r.describe()
+            );
+            assert!(!r.stderr.contains("use fewer shards"), "{}", r.describe());
+        }
+        assert_conforms(&vol, "every shard ran unrecorded");
+        assert_ne!(xattr::xattr_json(&vol, xattr::MARKER).map(|m| m["state"].clone()), Some("done".into()));
+    }
+    let whole = apply_fs_group(&vol, GID, &[]);
+    assert!(whole.stderr.contains("that volprep did not write take"), "{}", whole.describe());
+}
