@@ -103,7 +103,7 @@ impl Foreign {
         (self.count > 0).then(|| {
             let more = if self.count > self.first.len() { ", ..." } else { "" };
             format!(
-                "{} extended attribute(s) that volprep did not write take {} bytes of the root's attribute space ({}{more}): remove those the app does not need (`setfattr -x NAME ROOT`) to give the marker room",
+                "{} extended attribute(s) that volprep did not write hold {} bytes of names and values in the root's attribute space ({}{more}): remove those the app does not need (`setfattr -x NAME ROOT`) to give the marker room",
                 self.count,
                 self.bytes,
                 self.first.join(", ")
@@ -606,7 +606,7 @@ mod tests {
         assert_eq!(Foreign::default().describe(), None);
         let f = Foreign { count: 172, bytes: 3784, first: vec!["user.a".into(), "user.b".into(), "user.c".into()] };
         let text = f.describe().unwrap();
-        assert!(text.starts_with("172 extended attribute(s) that volprep did not write take 3784 bytes"), "{text}");
+        assert!(text.starts_with("172 extended attribute(s) that volprep did not write hold 3784 bytes"), "{text}");
         assert!(text.contains("(user.a, user.b, user.c, ...)") && text.contains("setfattr -x NAME ROOT"), "{text}");
         let one = Foreign { count: 1, bytes: 9, first: vec!["user.a".into()] };
         assert!(one.describe().unwrap().contains("(user.a)"));
@@ -617,22 +617,22 @@ mod tests {
         let (a, b) = (b"a/m".to_vec(), b"x/y/h".to_vec());
         let some = |v: &[&Vec<u8>]| Some(v.iter().map(|p| (*p).clone()).collect::<Vec<_>>());
         // The same mounts at both ends, each one met still there: nothing to say.
-        assert_eq!(mounts_changed(some(&[&a]).as_deref(), some(&[&a]).as_deref(), &[a.clone()]), None);
+        assert_eq!(mounts_changed(some(&[&a]).as_deref(), some(&[&a]).as_deref(), std::slice::from_ref(&a)), None);
         // Mounted during the pass and still there (met or not): the set changed all the same.
         assert!(mounts_changed(some(&[]).as_deref(), some(&[&a]).as_deref(), &[]).is_some());
         // Mounted at the start, gone at the end (met or not).
-        let why = mounts_changed(some(&[&a, &b]).as_deref(), some(&[&a]).as_deref(), &[b.clone()]).unwrap();
+        let why = mounts_changed(some(&[&a, &b]).as_deref(), some(&[&a]).as_deref(), std::slice::from_ref(&b)).unwrap();
         assert!(why.contains("unmounted: x/y/h") && !why.contains("a/m"), "{why}");
         let why = mounts_changed(some(&[&a]).as_deref(), some(&[&b]).as_deref(), &[]).unwrap();
         assert!(why.contains("mounted: x/y/h") && why.contains("unmounted: a/m"), "{why}");
         // Mounted after the start and gone before the end, met in between.
-        let why = mounts_changed(some(&[]).as_deref(), some(&[]).as_deref(), &[b.clone()]).unwrap();
+        let why = mounts_changed(some(&[]).as_deref(), some(&[]).as_deref(), std::slice::from_ref(&b)).unwrap();
         assert!(why.contains("met were unmounted") && why.contains("x/y/h"), "{why}");
         // Not listed at the start: what was met must still be there.
-        assert!(mounts_changed(None, some(&[]).as_deref(), &[b.clone()]).is_some());
-        assert_eq!(mounts_changed(None, some(&[&b]).as_deref(), &[b.clone()]), None);
+        assert!(mounts_changed(None, some(&[]).as_deref(), std::slice::from_ref(&b)).is_some());
+        assert_eq!(mounts_changed(None, some(&[&b]).as_deref(), std::slice::from_ref(&b)), None);
         // Not listed at the end: the marker records a digest nothing equals instead.
-        assert_eq!(mounts_changed(some(&[&a]).as_deref(), None, &[a.clone()]), None);
+        assert_eq!(mounts_changed(some(&[&a]).as_deref(), None, std::slice::from_ref(&a)), None);
     }
 
     #[test]

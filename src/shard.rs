@@ -64,6 +64,13 @@ struct Settled {
     stop: Option<Stop>,
 }
 
+/// What a run lists before it walks: the anchors of its part, whose digest it claims (`None`:
+/// no claim), and the mount points below the root, to tell at its end whether they changed.
+struct Listed {
+    anchors: Option<String>,
+    mounts: lifecycle::MountWatch,
+}
+
 /// What a shard leaves after recording its outcome.
 enum Outcome {
     /// The marker's state word: this run does not complete the volume.
@@ -121,13 +128,15 @@ pub fn run(
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
-    let claimed = (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
-    let mounts = lifecycle::MountWatch::start(root);
+    let listed = Listed {
+        anchors: (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten(),
+        mounts: lifecycle::MountWatch::start(root),
+    };
     let walked = match part {
         OwnPart::Walked => run.walk(&fixer, pool.start()?, root_meta)?,
         OwnPart::NotWalked => None,
     };
-    let settled = run.settle(&fixer, walked, claimed.as_deref(), &mounts, root_meta, pool, part)?;
+    let settled = run.settle(&fixer, walked, &listed, root_meta, pool, part)?;
     drop(run);
     pass.reason = reason;
     Ok(pass.report(fixer, settled.stop, Action::Walked, before, Some(settled.after)))
@@ -350,8 +359,7 @@ impl Run<'_, '_> {
         &self,
         fixer: &Fixer<'_>,
         walked: Option<Stop>,
-        claimed: Option<&str>,
-        mounts: &lifecycle::MountWatch,
+        listed: &Listed,
         root_meta: sys::Meta,
         pool: &Pool,
         part: OwnPart,
@@ -359,6 +367,7 @@ impl Run<'_, '_> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer, walked);
         let mut stop = walked;
+        let (claimed, mounts) = (listed.anchors.as_deref(), &listed.mounts);
         let after = match self.locked(|root| self.finish(root, fixer, walked, claimed, mounts))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
@@ -495,6 +504,12 @@ impl Run<'_, '_> {
         if !complete || !clean(fixer, stop) {
             return Ok(MarkerState::InProgress);
         }
+        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
+        if !fixer.fix_root(root, &root_meta) {
+            return Ok(MarkerState::InProgress);
+        }
+        // Listed last, just before the marker records them: a mount that goes after this is a
+        // change after the pass (the recorded digest then differs, and the next start walks).
         let recorded = match mounts.end(root, fixer) {
             Ok(recorded) => recorded,
             Err(why) => {
@@ -502,10 +517,6 @@ impl Run<'_, '_> {
                 return Ok(MarkerState::InProgress);
             }
         };
-        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
-        if !fixer.fix_root(root, &root_meta) {
-            return Ok(MarkerState::InProgress);
-        }
         m.state = State::Done;
         m.finished = Some(marker::now());
         // Sealed: the claims were checked and are needed no more (room for the rest).

@@ -615,8 +615,13 @@ impl Round {
         snapshot_with(&self.vol, if self.with_clones { Mounts::Enter } else { Mounts::Volume })
     }
 
+    /// Whether the marker claims the volume done now: `done`, and, when it recorded the mount
+    /// points below the root (`mounts`), the same ones are there. A mount gone after the pass
+    /// listed them (after its end, or in the instant between that list and the marker write)
+    /// makes the next start walk: that marker claims nothing.
     fn marker_done(&self) -> bool {
-        xattr_json(&self.vol, MARKER).is_some_and(|m| m["state"] == "done")
+        xattr_json(&self.vol, MARKER)
+            .is_some_and(|m| m["state"] == "done" && m["mounts"].as_str().is_none_or(|d| d == mounts_digest(&self.vol)))
     }
 
     /// The property: `done` means `check` exits 0 and every entry conforms (and a sticky temp
@@ -740,43 +745,8 @@ impl Round {
             what += &format!(" {}", self.gate.args().join(" "));
         }
         let interrupt = if kill { self.interrupt() } else { Interrupt::None };
-        if let Interrupt::At(at, how) = interrupt {
-            common::kill::hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}"));
-            what += &format!(" [{} point {at}:{how}]", if how == "stop" { "hold" } else { "kill" });
-        }
-        if let Interrupt::TermAfter(ms) = interrupt {
-            what += &format!(" [SIGTERM after {ms} ms, in the gate]");
-        }
-        if matches!(interrupt, Interrupt::At(_, "stop")) {
-            // Half the held runs start with a mount in place, for the hold to take it away: what
-            // it hid was never walked, and no `done` may claim it.
-            if self.nested.is_empty() && self.rng.below(2) == 0 {
-                let (dirs, _) = self.list_tree();
-                if let Some(m) = self.mount_tmpfs(&dirs) {
-                    bump(&mut stats.mutations, Mutation::MountTmpfs);
-                    self.log(format!("mutation MountTmpfs (before a held run): {m}"));
-                }
-            }
-        }
-        cmd.arg(&self.vol);
         bump(&mut stats.reruns, kind);
-        let (end, stderr) = match interrupt {
-            Interrupt::At(_, "stop") => self.held_run(cmd, stats),
-            Interrupt::TermAfter(ms) => run_ending_term(cmd, ms),
-            _ => run_ending(cmd),
-        };
-        let end = match (interrupt, end) {
-            // SIGTERM before the handler was set: the default action, as a pod's would be.
-            (Interrupt::TermAfter(_), End::Exit(-15)) => End::Sigterm,
-            (_, end) => end,
-        };
-        match interrupt {
-            Interrupt::At(_, "stop") | Interrupt::None => {}
-            Interrupt::TermAfter(_) if end == End::Sigterm => {
-                *stats.kills.entry("sigterm_in_gate".into()).or_default() += 1;
-            }
-            _ => bump(&mut stats.kills, end),
-        }
+        let (end, stderr) = self.run_interrupted(cmd, interrupt, &mut what, stats);
         let state = xattr_json(&self.vol, MARKER).map_or("none".to_string(), |m| m["state"].to_string());
         self.log(format!("{what} -> {end:?}, marker {state}"));
         // A SIGKILL between a setuid file's chown and chmod: the bit is not restored from the
@@ -810,6 +780,54 @@ impl Round {
             };
             self.fail(stats, format!("UNEXPECTED END: {what} ended with {code}:\n{}", tail(&stderr, 8)));
         }
+    }
+
+    /// Runs `cmd` (the volume not yet named) as `interrupt` says, adding it to `what`; counts
+    /// the kill kinds. A held run may start with a mount in place (for the hold to take away).
+    fn run_interrupted(
+        &mut self,
+        mut cmd: Command,
+        interrupt: Interrupt,
+        what: &mut String,
+        stats: &mut Stats,
+    ) -> (End, String) {
+        if let Interrupt::At(at, how) = interrupt {
+            common::kill::hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}"));
+            *what += &format!(" [{} point {at}:{how}]", if how == "stop" { "hold" } else { "kill" });
+        }
+        if let Interrupt::TermAfter(ms) = interrupt {
+            *what += &format!(" [SIGTERM after {ms} ms, in the gate]");
+        }
+        if matches!(interrupt, Interrupt::At(_, "stop")) {
+            // Half the held runs start with a mount in place, for the hold to take it away: what
+            // it hid was never walked, and no `done` may claim it.
+            if self.nested.is_empty() && self.rng.below(2) == 0 {
+                let (dirs, _) = self.list_tree();
+                if let Some(m) = self.mount_tmpfs(&dirs) {
+                    bump(&mut stats.mutations, Mutation::MountTmpfs);
+                    self.log(format!("mutation MountTmpfs (before a held run): {m}"));
+                }
+            }
+        }
+        cmd.arg(&self.vol);
+        let (end, stderr) = match interrupt {
+            Interrupt::At(_, "stop") => self.held_run(cmd, stats),
+            Interrupt::TermAfter(ms) => run_ending_term(cmd, ms),
+            _ => run_ending(cmd),
+        };
+        let end = match (interrupt, end) {
+            // SIGTERM before the handler was set: the default action, as a pod's would be.
+            (Interrupt::TermAfter(_), End::Exit(-15)) => End::Sigterm,
+            (_, end) => end,
+        };
+        match interrupt {
+            Interrupt::At(_, "stop") | Interrupt::None => {}
+            Interrupt::TermAfter(_) if end == End::Sigterm => {
+                *stats.kills.entry("sigterm_in_gate".into()).or_default() += 1;
+            }
+            _ => bump(&mut stats.kills, end),
+        }
+        (end, stderr)
     }
 
     /// How a run with a kill point is interrupted: SIGKILL or SIGTERM at a random entry (as
@@ -1117,6 +1135,50 @@ impl Round {
 fn proc_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// The digest volprep records of the mount points below `vol` (as `/proc/self/mountinfo` lists
+/// them now): 16 hex digits of the SHA-256 of the sorted relative paths, each followed by NUL.
+fn mounts_digest(vol: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let root = std::fs::canonicalize(vol).unwrap();
+    let root = root.as_os_str().as_bytes();
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mut points: Vec<Vec<u8>> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_octal)
+        .filter_map(|p| Some(p.strip_prefix(root)?.strip_prefix(b"/")?.to_vec()))
+        .filter(|p| !p.is_empty())
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    let mut h = Sha256::new();
+    for p in points {
+        h.update(&p);
+        h.update([0]);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A mountinfo field with its `\NNN` octal escapes undone.
+fn unescape_octal(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c))) {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// How a run is interrupted.
