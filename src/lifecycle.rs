@@ -286,12 +286,30 @@ impl<'a> Pass<'a> {
     }
 }
 
-/// What a `done` marker records of the mount points below the root after a pass that met
-/// some (see [`Marker::mounts`](marker::Marker)): their digest now, or a word no digest equals
-/// when they cannot be listed (every start then walks); nothing after a pass that met none.
-pub fn mounts_to_record(root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Option<String> {
-    let met = fixer.mount_points() > 0;
-    met.then(|| mounts_now(root).unwrap_or_else(|| "unlisted".into()))
+/// The mount points below the root when a pass started (`None`: they could not be listed), to
+/// tell at its end whether it may mark the volume done over them ([`MountWatch::end`]).
+pub struct MountWatch(Option<Vec<Vec<u8>>>);
+
+impl MountWatch {
+    /// The mount points below `root` now, at the start of a pass.
+    pub fn start(root: BorrowedFd<'_>) -> MountWatch {
+        MountWatch(sys::mounts_below(root))
+    }
+
+    /// At the end of the pass whose `fixer` met what it met: what a `done` marker records of
+    /// the mount points below the root (see [`Marker::mounts`](marker::Marker)): nothing after
+    /// a pass that met none, their digest now, or a word no digest equals when they cannot be
+    /// listed (every start then walks). `Err` with the reason when they changed while the pass
+    /// ran ([`marker::mounts_changed`]): the pass may not mark the volume done.
+    pub fn end(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Result<Option<String>, String> {
+        let now = sys::mounts_below(root);
+        let met = fixer.met_mounts();
+        if let Some(why) = marker::mounts_changed(self.0.as_deref(), now.as_deref(), &met) {
+            return Err(why);
+        }
+        let digest = marker::mounts_digest(now.as_deref()).unwrap_or_else(|| "unlisted".into());
+        Ok((!met.is_empty()).then_some(digest))
+    }
 }
 
 /// The [`marker::mounts_digest`] of the mount points below the root now.

@@ -16,7 +16,6 @@ use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rustix::io::Errno;
@@ -48,9 +47,10 @@ pub struct Fixer<'a> {
     counters: Counters,
     errors: Mutex<ErrorList>,
     skipped_mounts: Mutex<Vec<PathBuf>>,
-    /// Mount points met (entered or not): what they hide was not walked, so no directory above
-    /// one is recorded finished, and a shard whose part holds one claims nothing.
-    mount_points: AtomicU64,
+    /// Mount points met (entered or not), relative to the root: what they hide was not walked,
+    /// so no directory above one is recorded finished, a shard whose part holds one claims
+    /// nothing, and a `done` marker is written only while every one is still mounted.
+    mount_points: Mutex<Vec<Vec<u8>>>,
     resume: Option<Resume<'a>>,
     shard: Option<ShardFilter>,
     verify_part: Option<Stamp>,
@@ -227,7 +227,8 @@ impl<'a> Fixer<'a> {
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
             return false;
         }
-        self.mount_points.fetch_add(1, Ordering::Relaxed);
+        let rel = walk::rel_child(parent, name);
+        crate::sync::lock(&self.mount_points).push(rel.as_os_str().as_bytes().to_vec());
         parent.taint();
         true
     }

@@ -44,6 +44,9 @@ enum Step {
     },
     /// Every shard is done but the volume is not: a finishing run was killed.
     Finish,
+    /// The root's attributes have no room for this shard's registration, taken by attributes
+    /// volprep did not write (why): this run walks its part unrecorded (see [`Run::unrecorded`]).
+    Unrecorded(String),
 }
 
 /// Whether this run walks its shard's part, or only finishes a volume whose shards are all done
@@ -59,6 +62,13 @@ enum OwnPart {
 struct Settled {
     after: MarkerState,
     stop: Option<Stop>,
+}
+
+/// What a run lists before it walks: the anchors of its part, whose digest it claims (`None`:
+/// no claim), and the mount points below the root, to tell at its end whether they changed.
+struct Listed {
+    anchors: Option<String>,
+    mounts: lifecycle::MountWatch,
 }
 
 /// What a shard leaves after recording its outcome.
@@ -98,6 +108,13 @@ pub fn run(
             return Ok(pass.skipped(before));
         }
         Step::Finish => (None, "every shard is done; finishing the volume".to_string()),
+        Step::Unrecorded(why) => {
+            info!(path = %pass.shown, shard = %run.name(), decision = "walk", reason = %why, "walk {}", pass.shown);
+            drop(run);
+            let (fixer, stop) = unrecorded(&pass, root, pool)?;
+            pass.reason = why;
+            return Ok(pass.report(fixer, stop, Action::Walked, before, Some(before)));
+        }
         Step::Walk { why, round } => (Some(round), why),
         Step::Wait(_) => unreachable!("handled by turn"),
     };
@@ -111,12 +128,15 @@ pub fn run(
     pass.take_over(root, &fixer, &plan);
     let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
     // The anchors this shard claims are the ones there before it walks.
-    let claimed = (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten();
+    let listed = Listed {
+        anchors: (part == OwnPart::Walked).then(|| own_anchors(root, &root_meta, opts, filter, &pass.shown)).flatten(),
+        mounts: lifecycle::MountWatch::start(root),
+    };
     let walked = match part {
         OwnPart::Walked => run.walk(&fixer, pool.start()?, root_meta)?,
         OwnPart::NotWalked => None,
     };
-    let settled = run.settle(&fixer, walked, claimed.as_deref(), root_meta, pool, part)?;
+    let settled = run.settle(&fixer, walked, &listed, root_meta, pool, part)?;
     drop(run);
     pass.reason = reason;
     Ok(pass.report(fixer, settled.stop, Action::Walked, before, Some(settled.after)))
@@ -229,6 +249,15 @@ impl Run<'_, '_> {
             }
         }
         let bytes = m.encode().len();
+        let foreign = marker::Foreign::read(root);
+        if foreign.bytes >= bytes {
+            let why = foreign.describe().unwrap_or_default();
+            warn!(path = %self.pass.shown, "shard {}/{}: no room on the root for the shard record ({bytes} bytes): {why}; this shard walks its part without a record (the volume is not marked done, and every start walks its part again, until there is room)", f.index, f.count);
+            return Ok(Step::Unrecorded(format!(
+                "shard {}/{} of spec {}, unrecorded: the root's extended attributes are full ({why})",
+                f.index, f.count, self.pass.spec
+            )));
+        }
         Err(Error::ShardRoundTooBig {
             path: path.to_path_buf(),
             shards: f.count,
@@ -330,7 +359,7 @@ impl Run<'_, '_> {
         &self,
         fixer: &Fixer<'_>,
         walked: Option<Stop>,
-        claimed: Option<&str>,
+        listed: &Listed,
         root_meta: sys::Meta,
         pool: &Pool,
         part: OwnPart,
@@ -338,11 +367,12 @@ impl Run<'_, '_> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer, walked);
         let mut stop = walked;
-        let after = match self.locked(|root| self.finish(root, fixer, walked, claimed))? {
+        let (claimed, mounts) = (listed.anchors.as_deref(), &listed.mounts);
+        let after = match self.locked(|root| self.finish(root, fixer, walked, claimed, mounts))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
                 stop = self.recheck(fixer, &shards, root_meta, pool.start()?, part)?.or(walked);
-                self.locked(|root| self.seal(root, fixer, stop))?
+                self.locked(|root| self.seal(root, fixer, stop, mounts))?
             }
         };
         if let Some(r) = fixer.resume() {
@@ -388,6 +418,7 @@ impl Run<'_, '_> {
         fixer: &Fixer<'_>,
         walked: Option<Stop>,
         anchors: Option<&str>,
+        mounts: &lifecycle::MountWatch,
     ) -> Result<Outcome, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
@@ -406,12 +437,16 @@ impl Run<'_, '_> {
         if done {
             shards.entries = shards.entries.saturating_add(fixer.counters().entries.get());
         }
-        let mounts = fixer.mount_points();
-        if done && anchors.is_some() && mounts > 0 {
+        let met = fixer.mount_points();
+        let moved = if done && anchors.is_some() { mounts.end(root, fixer).err() } else { None };
+        if done && anchors.is_some() && met > 0 {
             info!(path = %self.pass.shown, shard = %self.name(),
-                  "this shard's part holds {mounts} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
+                  "this shard's part holds {met} mount point(s): it claims nothing, and the run that completes the volume walks the part again (what a mount hides shows again once it is unmounted)");
+        } else if let Some(why) = &moved {
+            info!(path = %self.pass.shown, shard = %self.name(),
+                  "{why}: this shard claims nothing, and the run that completes the volume walks its part again");
         }
-        if !done || anchors.is_none() || mounts > 0 {
+        if !done || anchors.is_none() || met > 0 || moved.is_some() {
             // Not done, or nothing to claim (a finishing run, anchors that could not be listed,
             // or mount points in the part: what they hide was not walked).
             if done {
@@ -453,7 +488,13 @@ impl Run<'_, '_> {
     /// Under the root lock, once the other shards' claims were checked: fixes the root and marks
     /// the volume done, if every shard is still done and this run left nothing unfinished (no
     /// signal, `stop`, cut its walk or its check short).
-    fn seal(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>, stop: Option<Stop>) -> Result<MarkerState, Error> {
+    fn seal(
+        &self,
+        root: BorrowedFd<'_>,
+        fixer: &Fixer<'_>,
+        stop: Option<Stop>,
+        mounts: &lifecycle::MountWatch,
+    ) -> Result<MarkerState, Error> {
         let (f, path) = (self.f, self.path());
         let mut m = match self.ours(root)? {
             Ok(m) => m,
@@ -467,13 +508,22 @@ impl Run<'_, '_> {
         if !fixer.fix_root(root, &root_meta) {
             return Ok(MarkerState::InProgress);
         }
+        // Listed last, just before the marker records them: a mount that goes after this is a
+        // change after the pass (the recorded digest then differs, and the next start walks).
+        let recorded = match mounts.end(root, fixer) {
+            Ok(recorded) => recorded,
+            Err(why) => {
+                warn!(path = %self.pass.shown, "{why}: what a mount hid while this run checked the parts was not walked, so the volume is not marked done; the next run of any shard checks them again");
+                return Ok(MarkerState::InProgress);
+            }
+        };
         m.state = State::Done;
         m.finished = Some(marker::now());
         // Sealed: the claims were checked and are needed no more (room for the rest).
         if let Some(s) = m.shards.as_mut() {
             s.drop_claims();
         }
-        m.mounts = lifecycle::mounts_to_record(root, fixer);
+        m.mounts = recorded;
         m.entries = Some(m.shards.as_ref().map_or(0, |s| s.entries) + 1);
         // No shard's checkpoint is needed any more.
         for i in marker::shard_indices(f.count) {
@@ -508,6 +558,23 @@ impl Run<'_, '_> {
     fn locked<T>(&self, f: impl FnOnce(BorrowedFd<'_>) -> Result<T, Error>) -> Result<T, Error> {
         with_lock(self.root, self.path(), self.pass.opts.lock_timeout, f)
     }
+}
+
+/// Walks this shard's part without registering in the round (no room on the root: see
+/// [`Step::Unrecorded`]): nothing is resumed or recorded, and the root is fixed once the part
+/// is, as no run can learn that every shard is done. Every entry conforms once every shard
+/// has run; the volume is not marked done, so every start walks again.
+fn unrecorded<'a>(pass: &Pass<'a>, root: BorrowedFd<'_>, pool: &Pool) -> Result<(Fixer<'a>, Option<Stop>), Error> {
+    let fixer = pass.fixer(&ResumePlan::None, None);
+    let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(pass.path, Op::Stat, e))?;
+    let walk_fd = rustix::io::fcntl_dupfd_cloexec(root, 0).map_err(|e| Error::sys(pass.path, Op::Open, e))?;
+    let then = "this shard's part is walked again at its next start";
+    let stop = pass.walk(&fixer, pool.start()?, walk_fd, root_meta, then);
+    if clean(&fixer, stop) {
+        let root_meta = sys::stat_fd(root).map_err(|e| Error::sys(pass.path, Op::Stat, e))?;
+        fixer.fix_root(root, &root_meta);
+    }
+    Ok((fixer, stop))
 }
 
 /// Whether a heartbeat at `beat` is fresh at `now`: younger than [`STALE_AFTER`], and not from

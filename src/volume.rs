@@ -123,6 +123,7 @@ fn walk(
         _ => None,
     };
     pass.take_over(root_fd.as_fd(), &fixer, plan);
+    let mounts = root.map(lifecycle::MountWatch::start);
     let (action, then) = match pass.opts.mode {
         Mode::Check => (Action::Checked, "the counts cover what was checked"),
         Mode::Apply => (Action::Walked, "the next start resumes"),
@@ -131,9 +132,9 @@ fn walk(
     if let (Some(root), None) = (root, stop) {
         fixer.conclude(root);
     }
-    let after = match marked {
-        Some((root, run, Begun::Written)) => Some(settle_marker(root, pass, run, &fixer, stop)),
-        Some((_, _, Begun::Removed)) => Some(MarkerState::None),
+    let after = match (marked, &mounts) {
+        (Some((root, run, Begun::Written)), Some(mounts)) => Some(settle_marker(root, pass, run, &fixer, stop, mounts)),
+        (Some((_, _, Begun::Removed)), _) => Some(MarkerState::None),
         _ => None,
     };
     let report = pass.report(fixer, stop, action, before, after);
@@ -174,11 +175,18 @@ fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &RunId, root_meta: &
         Err(e) => {
             let removed = marker::remove(root).is_ok();
             warn!(path = %shown,
-                  "cannot write the marker: {}; walking without it (no resume; the next start walks again)",
-                  crate::error::errno_text(e.raw_os_error()));
+                  "cannot write the marker: {}{}; walking without it (no resume; the next start walks again)",
+                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
             if removed { Begun::Removed } else { Begun::Failed }
         }
     }
+}
+
+/// When a marker write found no room (`e`): what takes the root's attribute space that
+/// volprep did not write, and what to do (` (...)`), else nothing.
+fn foreign_room(root: BorrowedFd<'_>, e: Errno) -> String {
+    let what = marker::no_room(e).then(|| marker::Foreign::read(root).describe()).flatten();
+    what.map(|w| format!(" ({w})")).unwrap_or_default()
 }
 
 /// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
@@ -215,8 +223,9 @@ fn log_left(pass: &Pass<'_>, r: &VolumeReport) {
     );
 }
 
-/// After the walk: `done` (and the checkpoint removed) when no entry failed and no signal stopped
-/// the walk (`stop`); otherwise the marker stays `in-progress` and the checkpoint is written out for the
+/// After the walk: `done` (and the checkpoint removed) when no entry failed, no signal stopped
+/// the walk (`stop`) and the mount points below the root stayed put (`mounts`, taken at its
+/// start); otherwise the marker stays `in-progress` and the checkpoint is written out for the
 /// next run. An unprivileged pass that left other users' entries marks the marker with how many
 /// (`left`): the next run walks again, and only a privileged run can make it `done`. A marker
 /// that can't be written is a warning. Returns the state.
@@ -226,22 +235,21 @@ fn settle_marker(
     run: &RunId,
     fixer: &Fixer<'_>,
     stop: Option<Stop>,
+    mounts: &lifecycle::MountWatch,
 ) -> MarkerState {
     let errors = fixer.counters().errors.get();
-    if errors > 0 || stop.is_some() || fixer.probe().final_verdict().stops() {
-        if let Some(r) = fixer.resume() {
-            if let Err(e) = r.write() {
-                debug!("{}: cannot write the checkpoint: {e}", pass.shown);
-            }
-        }
-        return MarkerState::InProgress;
-    }
+    let clean = errors == 0 && stop.is_none() && !fixer.probe().final_verdict().stops();
+    let settled = if clean { mounts.end(root, fixer).map_err(Some) } else { Err(None) };
+    let mounts = match settled {
+        Ok(mounts) => mounts,
+        Err(why) => return unsettled(pass, fixer, why),
+    };
     let left = fixer.counters().foreign_owned.get();
     let m = Marker {
         finished: Some(marker::now()),
         entries: Some(fixer.counters().entries.get()),
         left: (left > 0).then_some(left),
-        mounts: lifecycle::mounts_to_record(root, fixer),
+        mounts,
         ..pass_marker(pass, if left > 0 { State::InProgress } else { State::Done }, run)
     };
     // The checkpoint goes first, so that the `done` marker never lacks room beside it (a small
@@ -255,11 +263,25 @@ fn settle_marker(
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %pass.shown,
-                  "{what}, but cannot write the marker: {}; the next start walks again",
-                  crate::error::errno_text(e.raw_os_error()));
+                  "{what}, but cannot write the marker: {}{}; the next start walks again",
+                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
             MarkerState::InProgress
         }
     }
+}
+
+/// A pass that may not mark the volume done: its checkpoint is written out for the next run,
+/// and, when the mount points below the root changed while it ran (`why`), it says so.
+fn unsettled(pass: &Pass<'_>, fixer: &Fixer<'_>, why: Option<String>) -> MarkerState {
+    if let Some(why) = why {
+        warn!(path = %pass.shown, "{why}: what a mount hid while the pass ran was not walked, so the volume is not marked done; the next start walks again (resuming this pass)");
+    }
+    if let Some(r) = fixer.resume() {
+        if let Err(e) = r.write() {
+            debug!("{}: cannot write the checkpoint: {e}", pass.shown);
+        }
+    }
+    MarkerState::InProgress
 }
 
 /// Takes the advisory lock on the root (`flock`), waiting up to `timeout` and saying who holds

@@ -1,5 +1,8 @@
 //! The mutation fuzzer: random trees, passes interrupted at random points (the binary's
-//! `VOLPREP_TEST_KILL_AFTER` hook, SIGKILL and SIGTERM), random changes between runs (renames
+//! `VOLPREP_TEST_KILL_AFTER` hook, SIGKILL and SIGTERM; SIGTERM sent while a `--max-ops`
+//! ceiling makes the walk wait), passes held at a random point while a tmpfs is mounted over a
+//! directory or a nested mount goes away, rounds with the load gate on (`--load adaptive`,
+//! `--max-ops`, both), random changes between runs (renames
 //! across and within parents, RENAME_EXCHANGE, mkdir+mv, file create/unlink, hardlink+unlink, a
 //! directory replaced by a symlink; nested mounts appearing and going away: a tmpfs, a bind
 //! mount of a directory or of a file; btrfs subvolumes created, snapshotted and deleted), reruns
@@ -79,6 +82,51 @@ pub enum Mutation {
     SubvolSnapshot,
     /// btrfs rounds: `btrfs subvolume delete`.
     SubvolDelete,
+    /// While a pass is held at a random point of its walk: a tmpfs mounted over a directory.
+    MountDuring,
+    /// While a pass is held at a random point of its walk: the latest nested mount unmounted.
+    UnmountDuring,
+}
+
+/// The mutations made while a pass runs (see [`Round::held_run`]).
+const DURING: &[Mutation] = &[Mutation::MountDuring, Mutation::UnmountDuring];
+
+/// The load gate of a round's runs: `--load adaptive`, `--max-ops`, both, or neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Gate {
+    #[default]
+    Off,
+    Adaptive,
+    MaxOps,
+    AdaptiveMaxOps,
+}
+
+/// The ceiling of `--max-ops` rounds: slow enough that the walk waits in the gate most of the
+/// time, fast enough for the rounds of a CI run.
+const MAX_OPS: &str = "6000";
+
+impl Gate {
+    fn random(rng: &mut Rng) -> Gate {
+        match rng.below(12) {
+            0 => Gate::Adaptive,
+            1 => Gate::MaxOps,
+            2 => Gate::AdaptiveMaxOps,
+            _ => Gate::Off,
+        }
+    }
+
+    fn args(self) -> Vec<&'static str> {
+        match self {
+            Gate::Off => vec![],
+            Gate::Adaptive => vec!["--load", "adaptive"],
+            Gate::MaxOps => vec!["--max-ops", MAX_OPS],
+            Gate::AdaptiveMaxOps => vec!["--load", "adaptive", "--max-ops", MAX_OPS],
+        }
+    }
+
+    fn ceiling(self) -> bool {
+        matches!(self, Gate::MaxOps | Gate::AdaptiveMaxOps)
+    }
 }
 
 const MUTATIONS: &[Mutation] = &[
@@ -105,6 +153,8 @@ const MIN_EACH_MUTATION: u64 = 8;
 /// The least of each kill kind (SIGKILL, SIGTERM at the kill point) and of runs that finished
 /// before it, per CI run.
 const MIN_EACH_KILL: u64 = 100;
+/// The least SIGTERMs sent while a `--max-ops` ceiling makes the walk wait, per CI run.
+const MIN_GATED_TERM: u64 = 15;
 /// The least rounds of each base (tmpfs, ext4, btrfs, overlay) and of each spec, per CI run.
 const MIN_EACH_ROUND_KIND: u64 = 15;
 
@@ -230,6 +280,7 @@ struct Stats {
     specs: BTreeMap<String, u64>,
     mutations: BTreeMap<String, u64>,
     kills: BTreeMap<String, u64>,
+    gates: BTreeMap<String, u64>,
     reruns: BTreeMap<String, u64>,
     done_checked: u64,
     wrong_done: u64,
@@ -331,11 +382,17 @@ fn too_few(s: &Stats) -> Vec<String> {
             short.push(format!("{kind}={n} (at least {min})"));
         }
     };
-    for k in MUTATIONS.iter().chain(BTRFS_MUTATIONS).chain([&Mutation::Remount, &Mutation::UnmountAfterDone]) {
+    for k in
+        MUTATIONS.iter().chain(BTRFS_MUTATIONS).chain(DURING).chain([&Mutation::Remount, &Mutation::UnmountAfterDone])
+    {
         need(&s.mutations, key(k), MIN_EACH_MUTATION);
     }
     for k in [End::Sigkill, End::Sigterm, End::Finished] {
         need(&s.kills, key(k), MIN_EACH_KILL);
+    }
+    need(&s.kills, "sigterm_in_gate".into(), MIN_GATED_TERM);
+    for g in [Gate::Adaptive, Gate::MaxOps, Gate::AdaptiveMaxOps] {
+        need(&s.gates, key(g), MIN_EACH_ROUND_KIND);
     }
     for b in [Base::Tmpfs, Base::Ext4, Base::Btrfs, Base::Overlay] {
         need(&s.bases, key(b), MIN_EACH_ROUND_KIND);
@@ -356,11 +413,12 @@ fn key(k: impl std::fmt::Debug) -> String {
 fn summary(seed: u64, s: &Stats, elapsed: Duration) -> String {
     let list = |m: &BTreeMap<String, u64>| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ");
     format!(
-        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} linked_from_outside={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION}, each kill kind {MIN_EACH_KILL}, each base and spec {MIN_EACH_ROUND_KIND} | {:.1}s",
+        "fuzz summary: seed={seed:#x} rounds={} ({}; with nested ext4 clones {}) | specs: {} | load gates: {} | mutations: {} (total {}) | kills: {} | runs: {} | done checked={} wrong_done={} outside_changed={} linked_from_outside={} never_done={} unexpected_exits={} | minimums per CI run: each mutation {MIN_EACH_MUTATION} (mountduring and unmountduring: while a pass is held), each kill kind {MIN_EACH_KILL}, sigterm_in_gate {MIN_GATED_TERM}, each base, spec and load gate {MIN_EACH_ROUND_KIND} | {:.1}s",
         s.rounds,
         list(&s.bases),
         s.clone_rounds,
         list(&s.specs),
+        list(&s.gates),
         list(&s.mutations),
         s.mutations.values().sum::<u64>(),
         list(&s.kills),
@@ -385,6 +443,8 @@ struct Round {
     outside: PathBuf,
     base: Base,
     spec: RoundSpec,
+    /// The load gate of every `apply` of the round.
+    gate: Gate,
     verbose: bool,
     sharding: Option<Sharding>,
     steps: Vec<String>,
@@ -417,6 +477,7 @@ impl Round {
             outside,
             base,
             spec: RoundSpec::default(),
+            gate: Gate::Off,
             verbose,
             sharding: None,
             steps: Vec::new(),
@@ -499,13 +560,16 @@ impl Round {
         }
         self.spec = RoundSpec::random(&mut self.rng, self.sharding.is_some());
         *stats.specs.entry(self.spec.name()).or_default() += 1;
+        self.gate = Gate::random(&mut self.rng);
+        bump(&mut stats.gates, self.gate);
         self.log(format!(
-            "{} on {:?}: {} entries, sharding {:?}, spec {:?}",
+            "{} on {:?}: {} entries, sharding {:?}, spec {:?}, load gate {:?}",
             self.vol.display(),
             self.base,
             tree.len(),
             self.sharding,
-            self.spec
+            self.spec,
+            self.gate
         ));
         let steps = 1 + self.rng.below(5);
         let mut done = false;
@@ -583,8 +647,13 @@ impl Round {
         snapshot_with(&self.vol, if self.with_clones { Mounts::Enter } else { Mounts::Volume })
     }
 
+    /// Whether the marker claims the volume done now: `done`, and, when it recorded the mount
+    /// points below the root (`mounts`), the same ones are there. A mount gone after the pass
+    /// listed them (after its end, or in the instant between that list and the marker write)
+    /// makes the next start walk: that marker claims nothing.
     fn marker_done(&self) -> bool {
-        xattr_json(&self.vol, MARKER).is_some_and(|m| m["state"] == "done")
+        xattr_json(&self.vol, MARKER)
+            .is_some_and(|m| m["state"] == "done" && m["mounts"].as_str().is_none_or(|d| d == mounts_digest(&self.vol)))
     }
 
     /// The property: `done` means `check` exits 0 and every entry conforms (and a sticky temp
@@ -605,11 +674,8 @@ impl Round {
             .filter(|(k, m)| !self.spec.conforms(k, m) && !stand_in(m))
             .map(|(k, m)| format!("  {} {:?} {}:{} {:04o}", snap::show(k), m.kind, m.uid, m.gid, m.mode))
             .collect();
-        if self.spec.sticky {
-            let tmp = snap.get(&b"tmp"[..]);
-            if tmp.is_none_or(|m| m.kind != Kind::Dir || m.mode & 0o1777 != 0o1777) {
-                wrong.push(format!("  tmp (--sticky) {tmp:?}"));
-            }
+        if let Some(bad) = self.sticky_wrong() {
+            wrong.push(bad);
         }
         if c.code != 0 || !wrong.is_empty() {
             stats.wrong_done += 1;
@@ -648,6 +714,26 @@ impl Round {
             self.log(format!("set-up: {name} hard-linked from outside ({uid}:{gid} {mode:04o})"));
             (file, mode)
         })
+    }
+
+    /// The `--sticky VOL/tmp` dir as `apply` left it, when it is wrong: read by its path, so
+    /// across a mount on `tmp` (volprep makes the mount's root 1777, as it is what the path
+    /// names); a symlink there is refused by volprep (documented, exit 1) and is not wrong.
+    fn sticky_wrong(&self) -> Option<String> {
+        if !self.spec.sticky {
+            return None;
+        }
+        let tmp = std::fs::symlink_metadata(self.vol.join("tmp")).ok();
+        let ok = tmp.as_ref().is_some_and(|m| {
+            use std::os::unix::fs::PermissionsExt as _;
+            m.file_type().is_symlink() || (m.is_dir() && m.permissions().mode() & 0o1777 == 0o1777)
+        });
+        (!ok).then(|| format!("  tmp (--sticky) {:?}", tmp.map(|m| (m.file_type(), m.permissions()))))
+    }
+
+    /// Whether `tmp` of the volume is a symlink now (a mutation made it one).
+    fn sticky_is_symlink(&self) -> bool {
+        self.spec.sticky && std::fs::symlink_metadata(self.vol.join("tmp")).is_ok_and(|m| m.file_type().is_symlink())
     }
 
     fn fail(&mut self, stats: &mut Stats, what: String) {
@@ -711,20 +797,13 @@ impl Round {
             what += " --force";
         }
         what += &format!(" -j {threads} --checkpoint-interval {interval}");
-        if kill {
-            // A shard counts only its part: about 1/N of the entries.
-            let entries = self.snapshot().len() as u64 * 2 / self.sharding.map_or(2, |s| s.n as u64);
-            let at = 1 + self.rng.below(entries.max(1) as usize) as u64;
-            let how = if self.rng.below(2) == 0 { "kill" } else { "term" };
-            common::kill::hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}"));
-            what += &format!(" [kill point {at}:{how} of ~{entries}]");
+        cmd.args(self.gate.args());
+        if self.gate != Gate::Off {
+            what += &format!(" {}", self.gate.args().join(" "));
         }
-        cmd.arg(&self.vol);
+        let interrupt = if kill { self.interrupt() } else { Interrupt::None };
         bump(&mut stats.reruns, kind);
-        let (end, stderr) = run_ending(cmd);
-        if kill {
-            bump(&mut stats.kills, end);
-        }
+        let (end, stderr) = self.run_interrupted(cmd, interrupt, &mut what, stats);
         let state = xattr_json(&self.vol, MARKER).map_or("none".to_string(), |m| m["state"].to_string());
         self.log(format!("{what} -> {end:?}, marker {state}"));
         // A SIGKILL between a setuid file's chown and chmod: the bit is not restored from the
@@ -737,10 +816,18 @@ impl Round {
         if self.verbose {
             say(&format!("    stderr (tail):\n{}", tail(&stderr, 8)));
         }
+        // `tmp` turned into a symlink: `--sticky` refuses it (exit 1, documented), the volume
+        // is still prepared.
+        let sticky_refused = end == End::Exit(1)
+            && self.sticky_is_symlink()
+            && stderr.contains("is a symlink; refusing to make its target a shared temp dir");
+        if sticky_refused {
+            *stats.reruns.entry("sticky_symlink_refused".into()).or_default() += 1;
+        }
         let unexpected = match end {
             End::Finished => false,
-            End::Sigkill | End::Sigterm => !kill,
-            End::Exit(_) => !cleared_bit,
+            End::Sigkill | End::Sigterm => !kill || matches!(interrupt, Interrupt::At(_, "stop")),
+            End::Exit(_) => !cleared_bit && !sticky_refused,
         };
         if unexpected || stderr.contains("internal error") {
             stats.unexpected_exits += 1;
@@ -750,6 +837,127 @@ impl Round {
             };
             self.fail(stats, format!("UNEXPECTED END: {what} ended with {code}:\n{}", tail(&stderr, 8)));
         }
+    }
+
+    /// Runs `cmd` (the volume not yet named) as `interrupt` says, adding it to `what`; counts
+    /// the kill kinds. A held run may start with a mount in place (for the hold to take away).
+    fn run_interrupted(
+        &mut self,
+        mut cmd: Command,
+        interrupt: Interrupt,
+        what: &mut String,
+        stats: &mut Stats,
+    ) -> (End, String) {
+        if let Interrupt::At(at, how) = interrupt {
+            common::kill::hook(&mut cmd, "VOLPREP_TEST_KILL_AFTER", &format!("{at}:{how}"));
+            *what += &format!(" [{} point {at}:{how}]", if how == "stop" { "hold" } else { "kill" });
+        }
+        if let Interrupt::TermAfter(ms) = interrupt {
+            *what += &format!(" [SIGTERM after {ms} ms, in the gate]");
+        }
+        if matches!(interrupt, Interrupt::At(_, "stop")) {
+            // Half the held runs start with a mount in place, for the hold to take it away: what
+            // it hid was never walked, and no `done` may claim it.
+            if self.nested.is_empty() && self.rng.below(2) == 0 {
+                let (dirs, _) = self.list_tree();
+                if let Some(m) = self.mount_tmpfs(&dirs) {
+                    bump(&mut stats.mutations, Mutation::MountTmpfs);
+                    self.log(format!("mutation MountTmpfs (before a held run): {m}"));
+                }
+            }
+        }
+        cmd.arg(&self.vol);
+        let (end, stderr) = match interrupt {
+            Interrupt::At(_, "stop") => self.held_run(cmd, stats),
+            Interrupt::TermAfter(ms) => run_ending_term(cmd, ms),
+            _ => run_ending(cmd),
+        };
+        let end = match (interrupt, end) {
+            // SIGTERM before the handler was set: the default action, as a pod's would be.
+            (Interrupt::TermAfter(_), End::Exit(-15)) => End::Sigterm,
+            (_, end) => end,
+        };
+        match interrupt {
+            Interrupt::At(_, "stop") | Interrupt::None => {}
+            Interrupt::TermAfter(_) if end == End::Sigterm => {
+                *stats.kills.entry("sigterm_in_gate".into()).or_default() += 1;
+            }
+            _ => bump(&mut stats.kills, end),
+        }
+        (end, stderr)
+    }
+
+    /// How a run with a kill point is interrupted: SIGKILL or SIGTERM at a random entry (as
+    /// many as before), held there while a mount changes (about one run in five, none in clone
+    /// rounds), or, in rounds with a `--max-ops` ceiling, a SIGTERM from outside at a random
+    /// time, while the gate makes the walk wait.
+    fn interrupt(&mut self) -> Interrupt {
+        if self.gate.ceiling() && self.rng.below(3) == 0 {
+            return Interrupt::TermAfter(20 + self.rng.below(120) as u64);
+        }
+        // A shard counts only its part: about 1/N of the entries.
+        let entries = self.snapshot().len() as u64 * 2 / self.sharding.map_or(2, |s| s.n as u64);
+        let at = 1 + self.rng.below(entries.max(1) as usize) as u64;
+        if !self.with_clones && self.rng.below(5) == 0 {
+            return Interrupt::At(at, "stop");
+        }
+        Interrupt::At(at, if self.rng.below(2) == 0 { "kill" } else { "term" })
+    }
+
+    /// Runs `cmd` (its hook set to stop it at its hold point), and when it stops there, mounts
+    /// a tmpfs over a directory or unmounts the latest nested mount, then lets it go on. A run
+    /// with fewer entries than its hold point just ends.
+    fn held_run(&mut self, mut cmd: Command, stats: &mut Stats) -> (End, String) {
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        let cmdline = format!("{cmd:?}");
+        let mut child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
+        let pid = child.0.id();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let stopped = loop {
+            if child.0.try_wait().unwrap().is_some() {
+                break false;
+            }
+            if proc_state(pid) == Some('T') {
+                break true;
+            }
+            assert!(Instant::now() < deadline, "never reached its hold point: {cmdline}");
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        if stopped {
+            let m = if !self.nested.is_empty() && self.rng.below(3) > 0 {
+                Mutation::UnmountDuring
+            } else {
+                Mutation::MountDuring
+            };
+            let (dirs, _) = self.list_tree();
+            let done = match m {
+                Mutation::UnmountDuring => self.unmount(),
+                _ => self.mount_tmpfs(&dirs),
+            };
+            if let Some(what) = done {
+                bump(&mut stats.mutations, m);
+                self.log(format!("mutation {m:?} (the pass held): {what}"));
+            }
+        }
+        // The hook fires once per walk: the run that completes a sharded volume walks other
+        // parts after its own, and stops again there. Each stop after the first is let go at once.
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let go_on = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if proc_state(pid) == Some('T') {
+                        // SAFETY: kill takes plain integers.
+                        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            })
+        };
+        let out = wait_within(child, Duration::from_secs(120), &cmdline);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        go_on.join().unwrap();
+        ending(out)
     }
 
     fn mutate(&mut self, stats: &mut Stats) {
@@ -775,7 +983,7 @@ impl Round {
             Mutation::BindDir => self.bind_dir(&dirs),
             Mutation::BindFile => self.bind_file(&files),
             Mutation::Unmount => self.unmount(),
-            Mutation::UnmountAfterDone => None,
+            Mutation::UnmountAfterDone | Mutation::MountDuring | Mutation::UnmountDuring => None,
             Mutation::SubvolCreate => self.subvol_create(&dirs),
             Mutation::SubvolSnapshot => self.subvol_snapshot(&dirs),
             Mutation::SubvolDelete => self.subvol_delete(),
@@ -980,12 +1188,91 @@ impl Round {
     }
 }
 
+/// The state letter of process `pid` (`T` stopped), if it is there.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// The digest volprep records of the mount points below `vol` (as `/proc/self/mountinfo` lists
+/// them now): 16 hex digits of the SHA-256 of the sorted relative paths, each followed by NUL.
+fn mounts_digest(vol: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let root = std::fs::canonicalize(vol).unwrap();
+    let root = root.as_os_str().as_bytes();
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mut points: Vec<Vec<u8>> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_octal)
+        .filter_map(|p| Some(p.strip_prefix(root)?.strip_prefix(b"/")?.to_vec()))
+        .filter(|p| !p.is_empty())
+        .collect();
+    points.sort_unstable();
+    points.dedup();
+    let mut h = Sha256::new();
+    for p in points {
+        h.update(&p);
+        h.update([0]);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// A mountinfo field with its `\NNN` octal escapes undone.
+fn unescape_octal(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c))) {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |v, c| v.wrapping_mul(8).wrapping_add(c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// How a run is interrupted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interrupt {
+    None,
+    /// The binary's hook at that many entries: `kill`, `term` or `stop` (held while a mount
+    /// changes, then continued).
+    At(u64, &'static str),
+    /// SIGTERM sent from outside after that many milliseconds (rounds with a `--max-ops`
+    /// ceiling: the walk is then waiting in the gate).
+    TermAfter(u64),
+}
+
 /// Runs a volprep pass to its end (at most two minutes) and says how it ended.
 fn run_ending(mut cmd: Command) -> (End, String) {
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
     let cmdline = format!("{cmd:?}");
     let child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
-    let out = wait_within(child, Duration::from_secs(120), &cmdline);
+    ending(wait_within(child, Duration::from_secs(120), &cmdline))
+}
+
+/// [`run_ending`] with a SIGTERM sent `ms` milliseconds after the start (if it still runs).
+fn run_ending_term(mut cmd: Command, ms: u64) -> (End, String) {
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    let cmdline = format!("{cmd:?}");
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
+    std::thread::sleep(Duration::from_millis(ms));
+    if child.0.try_wait().unwrap().is_none() {
+        // SAFETY: kill takes plain integers.
+        unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
+    }
+    ending(wait_within(child, Duration::from_secs(120), &cmdline))
+}
+
+/// How a finished pass ended, and its stderr.
+fn ending(out: std::process::Output) -> (End, String) {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let end = match (out.status.signal(), out.status.code()) {
         (Some(libc::SIGKILL), _) => End::Sigkill,

@@ -511,3 +511,108 @@ fn the_check_of_the_other_parts_stops_on_a_storage_that_refuses_or_ignores_owner
         assert_eq!((m.gid(), m.mode() & 0o7777), (0, 0o644), "nothing changed");
     }
 }
+
+/// `--verify full` trusts no claim: the run that completes the volume reads every other part
+/// again whole, and fixes there what drifted without any directory changing (files put back to
+/// root's group and a private mode after their shard finished).
+#[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
+fn verify_full_on_the_completing_shard_reads_every_part_again() {
+    privileged(&["mkfs.ext4"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for a in 0..16 {
+        t.dir(format!("a{a}"), 0, 0, 0o755);
+        for f in 0..4 {
+            t.file(format!("a{a}/f{f}"), 0, 0, 0o644);
+        }
+    }
+    t.build(&vol);
+    let shard = |i: u32, extra: &[&str]| {
+        run(volprep()
+            .args(["apply", "--fs-group", "2000", "--report", "-", "--shard-depth", "1"])
+            .args(extra)
+            .arg(format!("--shard={i}/{N}"))
+            .arg(&vol))
+        .expect_code(0)
+    };
+    for i in 0..N - 1 {
+        shard(i, &[]);
+    }
+    // Drift in the finished parts: the files' group and mode, no directory touched.
+    let mut drifted = 0;
+    for a in (0..16).map(|a| format!("a{a}")).filter(|a| part_of(a, N) != N - 1) {
+        for f in 0..4 {
+            let p = vol.join(format!("{a}/f{f}"));
+            std::os::unix::fs::lchown(&p, Some(0), Some(0)).unwrap();
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+            drifted += 1;
+        }
+    }
+    assert!(drifted >= 8, "the finished parts hold files: {drifted}");
+    let last = shard(N - 1, &["--verify", "full"]);
+    assert_eq!(last.volume()["marker_after"], "done", "{}", last.describe());
+    assert_conforms(&vol, &format!("{drifted} files drifted in the finished parts\n{}", last.describe()));
+    assert!(last.stderr.contains("no claim of the other shards is trusted"), "{}", last.describe());
+}
+
+/// Fills the extended attribute space of `path` with small `user.*` attributes, as a group
+/// member of an app-writable root can; returns how many it took.
+fn fill_xattrs(path: &Path) -> usize {
+    use std::os::unix::ffi::OsStrExt as _;
+    let p = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    for i in 0.. {
+        let name = std::ffi::CString::new(format!("user.t{i:03}")).unwrap();
+        let value = b"1";
+        // SAFETY: NUL-terminated path and name, a value of its length.
+        let rc = unsafe { libc::setxattr(p.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "setxattr {name:?}: {e}");
+            return i;
+        }
+    }
+    unreachable!()
+}
+
+/// A root whose attribute space is taken by attributes volprep did not write: no round of
+/// shards can be recorded. Each shard says so (how many bytes, which attributes, what to do),
+/// walks its part unrecorded and exits 0; once every shard has run, every entry conforms. The
+/// unsharded pass names them too.
+#[test]
+#[ignore = "needs root, loop devices and mkfs.ext4"]
+fn a_root_full_of_foreign_attributes_degrades_shards_to_unrecorded_walks() {
+    privileged(&["mkfs.ext4"]);
+    let fs = LoopFs::new_ext4_blocks(64, "4096");
+    let vol = fs.path().join("vol");
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for a in 0..8 {
+        t.dir(format!("a{a}"), 0, 0, 0o755);
+        for f in 0..4 {
+            t.file(format!("a{a}/f{f}"), 0, 0, 0o644);
+        }
+    }
+    t.build(&vol);
+    let filled = fill_xattrs(&vol);
+    assert!(filled > 150, "the root took {filled} attributes");
+    for round in 0..2 {
+        for i in 0..2 {
+            let r = two_shards(&vol, i, 1);
+            assert_eq!(r.code, 0, "round {round}, shard {i}/2 of a root full of foreign attributes\n{}", r.describe());
+            assert!(
+                r.stderr.contains(&format!("{filled} extended attribute(s) that volprep did not write hold"))
+                    && r.stderr.contains("setfattr -x"),
+                "the shard names what fills the root and what to do\n{}",
+                r.describe()
+            );
+            assert!(!r.stderr.contains("use fewer shards"), "{}", r.describe());
+        }
+        assert_conforms(&vol, "every shard ran unrecorded");
+        assert_ne!(xattr::xattr_json(&vol, xattr::MARKER).map(|m| m["state"].clone()), Some("done".into()));
+    }
+    let whole = apply_fs_group(&vol, GID, &[]);
+    assert!(whole.stderr.contains("that volprep did not write hold"), "{}", whole.describe());
+}

@@ -3,7 +3,6 @@
 //! and whether this process may make every change it attempts.
 
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use super::{Fixer, Places};
@@ -51,7 +50,7 @@ impl<'a> Fixer<'a> {
             counters: Counters::default(),
             errors: Mutex::default(),
             skipped_mounts: Mutex::new(Vec::new()),
-            mount_points: AtomicU64::new(0),
+            mount_points: Mutex::new(Vec::new()),
             resume,
             shard,
             verify_part,

@@ -3,7 +3,6 @@
 
 use std::ffi::CStr;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rustix::io::Errno;
@@ -29,7 +28,15 @@ impl Fixer<'_> {
 
     /// How many mount points the pass met (see [`Visitor::mount_skipped`]).
     pub fn mount_points(&self) -> u64 {
-        self.mount_points.load(Ordering::Relaxed)
+        crate::sync::lock(&self.mount_points).len() as u64
+    }
+
+    /// The mount points the pass met, relative to the root (sorted, each once).
+    pub fn met_mounts(&self) -> Vec<Vec<u8>> {
+        let mut met = crate::sync::lock(&self.mount_points).clone();
+        met.sort_unstable();
+        met.dedup();
+        met
     }
 
     /// Adds what `from` (a walk of another shard's part) changed, failed and listed to this
@@ -54,7 +61,7 @@ impl Fixer<'_> {
         }
         crate::sync::lock(&self.errors).append(crate::sync::into_inner(from.errors));
         crate::sync::lock(&self.skipped_mounts).extend(crate::sync::into_inner(from.skipped_mounts));
-        self.mount_points.fetch_add(from.mount_points.into_inner(), Ordering::Relaxed);
+        crate::sync::lock(&self.mount_points).extend(crate::sync::into_inner(from.mount_points));
         crate::sync::lock(&self.foreign).append(crate::sync::into_inner(from.foreign));
     }
 

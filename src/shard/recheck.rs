@@ -21,7 +21,7 @@ use tracing::info;
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
 use crate::marker::{self, Shards, xor_digests};
-use crate::options::{RunOptions, ShardFilter};
+use crate::options::{RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::sys::{self, DType, Kind, Meta};
 use crate::verify::Stamp;
@@ -109,7 +109,8 @@ pub struct Recheck<'r, 'a> {
 
 impl Recheck<'_, '_> {
     /// Checks the part of every done shard but `skip` (the one this run just walked), walking
-    /// what the check cannot trust. Errors of the walks are counted in the fixer; a signal that
+    /// what the check cannot trust: under `--verify full`, no claim (each part is read again
+    /// whole, as the shard that walked it read it). Errors of the walks are counted in the fixer; a signal that
     /// stops a walk ends the check, with [`Summary::stopped`] set.
     pub fn run(&self, shards: &Shards, skip: Option<u32>) -> Result<Summary, Error> {
         let tops = list_top(self.root, &self.root_meta, shards.depth, self.opts.cross_devices)
@@ -120,7 +121,13 @@ impl Recheck<'_, '_> {
         // The bound each part is verified against: its claim group's clock, when the anchors of
         // every part of the group are still those its shard listed.
         let mut bounds: Vec<Option<Stamp>> = vec![None; shards.n as usize];
-        for (k, c) in shards.claims.iter().enumerate() {
+        let trusted = if self.opts.verify == Verify::Full {
+            info!(path = %shown, "--verify full: no claim of the other shards is trusted: walking every part again whole");
+            &[][..]
+        } else {
+            &shards.claims[..]
+        };
+        for (k, c) in trusted.iter().enumerate() {
             let members = shards.members(k);
             let digests: Vec<String> = members.iter().map(|&i| part_digest(&tops, layout(i))).collect();
             if xor_digests(digests.iter().map(String::as_str)) == c.a {
@@ -132,7 +139,7 @@ impl Recheck<'_, '_> {
         for i in (0..shards.n).filter(|&i| Some(i) != skip) {
             let bound = bounds[i as usize];
             if bound.is_none() {
-                if shards.claim(i).is_none() {
+                if shards.claim(i).is_none() && self.opts.verify != Verify::Full {
                     info!(path = %shown, "shard {i}/{}: done without a claim to check (its part held mount points, or its anchors could not be listed): walking its part again", shards.n);
                 }
                 sum.parts.push(i);

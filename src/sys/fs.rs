@@ -174,6 +174,13 @@ pub fn acl_fd(fd: BorrowedFd<'_>) -> Result<Option<Vec<u8>>, Errno> {
     }
 }
 
+/// `flistxattr(fd)`: the names of the attributes of `fd` this process may list (on Linux, every
+/// namespace but `trusted.*` without CAP_SYS_ADMIN).
+pub fn list_xattrs(fd: BorrowedFd<'_>) -> Result<Vec<std::ffi::CString>, Errno> {
+    let list = xattr_value(4096, |buf| rustix::fs::flistxattr(fd, buf))?.unwrap_or_default();
+    Ok(list.split(|&b| b == 0).filter(|n| !n.is_empty()).filter_map(|n| std::ffi::CString::new(n).ok()).collect())
+}
+
 /// `fsetxattr(fd, name, value, 0)`.
 pub fn set_xattr(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
     retry(|| rustix::fs::fsetxattr(fd, name, value, rustix::fs::XattrFlags::empty()))
