@@ -3,7 +3,8 @@
 
 use super::config::{Config, value_of};
 use super::node::Node;
-use super::{Outcome, Output, emit, visit};
+use super::object::visit;
+use super::{Outcome, Output, emit};
 
 pub fn is_resource_list(doc: &Node) -> bool {
     doc.get("kind").and_then(Node::as_str) == Some("ResourceList")

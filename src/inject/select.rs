@@ -303,29 +303,8 @@ struct Review {
 /// Goes through the volumes the containers mount (a StatefulSet's claim templates win over a pod
 /// volume of the same name, as its controller does), by the table of [`volumes::classify`].
 fn review_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Review {
-    let mut sources: Vec<(String, String, Class)> = Vec::new(); // (name, type, class)
-    let templates: Vec<String> = if obj.get("kind").and_then(Node::as_str) == Some("StatefulSet") {
-        obj.at(&["spec", "volumeClaimTemplates"])
-            .map(Node::as_seq)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|t| t.at(&["metadata", "name"]).and_then(Node::as_str).map(str::to_string))
-            .collect()
-    } else {
-        Vec::new()
-    };
-    for v in pod.get("volumes").map(Node::as_seq).unwrap_or(&[]) {
-        let Some(name) = v.get("name").and_then(Node::as_str) else { continue };
-        if !templates.iter().any(|t| t == name) {
-            let (kind, class) = volumes::classify(v);
-            sources.push((name.to_string(), kind, class));
-        }
-    }
-    sources.extend(
-        templates.into_iter().map(|t| (t, "volumeClaimTemplates".to_string(), Class::Walked { empty_dir: false })),
-    );
     let mut r = Review::default();
-    for (name, kind, class) in sources {
+    for (name, kind, class) in sources(obj, pod) {
         let mounts = mounts_of(pod, &name);
         if mounts.is_empty() || r.volumes.iter().any(|v| v.name == name) {
             continue;
@@ -364,6 +343,33 @@ fn review_volumes(obj: &Node, pod: &Node, cfg: &Config) -> Review {
         }
     }
     r
+}
+
+/// The volumes the pod may mount, each with its type and class: the pod's volumes, but those a
+/// StatefulSet's claim template of the same name replaces, then the claim templates.
+fn sources(obj: &Node, pod: &Node) -> Vec<(String, String, Class)> {
+    let mut sources: Vec<(String, String, Class)> = Vec::new(); // (name, type, class)
+    let templates: Vec<String> = if obj.get("kind").and_then(Node::as_str) == Some("StatefulSet") {
+        obj.at(&["spec", "volumeClaimTemplates"])
+            .map(Node::as_seq)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|t| t.at(&["metadata", "name"]).and_then(Node::as_str).map(str::to_string))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for v in pod.get("volumes").map(Node::as_seq).unwrap_or(&[]) {
+        let Some(name) = v.get("name").and_then(Node::as_str) else { continue };
+        if !templates.iter().any(|t| t == name) {
+            let (kind, class) = volumes::classify(v);
+            sources.push((name.to_string(), kind, class));
+        }
+    }
+    sources.extend(
+        templates.into_iter().map(|t| (t, "volumeClaimTemplates".to_string(), Class::Walked { empty_dir: false })),
+    );
+    sources
 }
 
 /// A refusal when the containers mounting a walked volume run as different users: they share
