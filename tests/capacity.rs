@@ -1,7 +1,7 @@
 //! The adaptive load end to end, on a FUSE metadata server of finite capacity
 //! (`common::fusefs::FuseFs::capacity`: K service slots of 2 ms): volprep's default comes within
 //! 1.25 times the time of the best fixed count of operations in flight (`--load full --threads
-//! N`, N in 1, 4, 8, 32) with 4 slots (2 times with 16, whose runs last about a second), at a
+//! N`, N in 1, 4, 8, 32) with 4 slots (1.5 times with 16, whose runs last about a second), at a
 //! mean request latency no more than 2.5 times the unloaded one, and its limit is not latched
 //! at 1. Every run of one server size is side by side, on a fresh copy
 //! of the same tree (2,000 files in 20 directories, every entry to change), the first half of
@@ -129,9 +129,11 @@ fn the_default_comes_near_the_best_fixed_count_on_a_server_of_4_and_of_16_slots(
         Err(_) => vec![4, 16],
     };
     for slots in sizes {
-        // With 16 slots the best count's run lasts about a second, and the default's start (one
-        // in flight, then doubling) is a third of it or more: 2 ×, not yet 1.25 ×.
-        compare(slots, if slots >= 16 { 2.0 } else { 1.25 });
+        // With 16 slots the best count's run lasts about a second: the default's start (one in
+        // flight, then doubling) and a descent to one in flight when its first baselines were
+        // too low (their windows mixed cached answers and requests the server does not delay)
+        // are much of it. Over 14 runs it took 0.89-1.63 times the best, median 1.14: 1.5 ×.
+        compare(slots, if slots >= 16 { 1.5 } else { 1.25 });
     }
 }
 
