@@ -9,6 +9,8 @@
 //! [`TARGET`] (by half at most): a saturated storage is kept just past its capacity, with
 //! every request taking about [`TARGET`] times its unloaded latency instead of waiting in a
 //! queue that more threads would only lengthen.
+//! One window alone past the ratio that ends slow start or shrinks the limit holds it (on a
+//! busy client a slow window is often noise); the second in a row acts.
 //!
 //! It cannot latch at one in flight: a window at a limit of 1 is itself an unloaded measurement
 //! (nothing of this walk queues behind anything), so it re-bases every kind it saw (and the
