@@ -192,7 +192,7 @@ fn local_alone() -> f64 {
 }
 
 #[test]
-#[ignore = "needs root and /dev/fuse; about half a minute of runs side by side"]
+#[ignore = "needs root and /dev/fuse; about a minute of runs side by side"]
 fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slower_than_two() {
     if !fusefs::available() {
         return;
