@@ -9,7 +9,7 @@ use crate::escape::Escaped;
 use crate::options::{self, Mode, Privilege, RunOptions, ShardFilter, Tolerance};
 use crate::report::{self, Load, Report, VolumeReport};
 use crate::spec::{Ownership, Spec};
-use crate::throttle::{self, Policy, Storage};
+use crate::throttle::{Policy, Storage};
 use crate::{caps, guard, lifecycle, progress, shard, sticky, sys, volume, walk};
 
 /// What `apply` or `check` was asked, as plain values.
@@ -62,7 +62,6 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
         RunOptions { threads: options::resolve_threads(o.run.threads, || storage), load, ..o.run.clone() },
         chosen,
     );
-    throttle::GATE.start(opts.load, opts.threads);
     refuse_overlaps(&o.targets, opts.cross_devices)?;
     check_groups(o, &sys::groups())?;
     warn_app_unknown(&o.targets);
@@ -82,12 +81,10 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
     let pool = walk::Pool::new(opts.threads);
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.
     let mut volumes: Vec<VolumeReport> = o.sticky.iter().map(|p| sticky_report(p, opts.mode)).collect();
-    let walked = run_volumes(o, opts, &pool);
-    volumes.extend(walked);
     for v in &mut volumes {
-        // Failed volumes and temp dirs say the run's policy too; walks added their figures.
-        v.load = Load { figures: v.load.figures, ..Load::of(&opts.load) };
+        v.load = Load::of(&opts.load);
     }
+    volumes.extend(run_volumes(o, opts, &pool));
     finish(o, volumes)
 }
 
@@ -101,6 +98,14 @@ fn warn_app_unknown(targets: &[(PathBuf, Spec)]) {
     }
 }
 
+/// The options of the volume at `path`: the run's, with `--load auto` resolved by the volume's
+/// own storage (each pass has a gate of its own: a local volume of a run that also prepares a
+/// network one walks at full speed).
+fn volume_options(o: &Options, opts: &RunOptions, path: &Path) -> RunOptions {
+    let concurrency = o.run.load.concurrency.resolve(sys::storage(path));
+    RunOptions { load: Policy { concurrency, ..opts.load }, ..opts.clone() }
+}
+
 /// Every volume at once, each on a thread of its own walking on the shared `pool`.
 fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeReport> {
     std::thread::scope(|s| {
@@ -112,8 +117,9 @@ fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeR
         threads
             .into_iter()
             .map(|(path, spec, t)| {
-                t.join().unwrap_or_else(|payload| {
-                    VolumeReport::failed(path, spec, opts.threads, &Error::internal(path, &*payload))
+                t.join().unwrap_or_else(|payload| VolumeReport {
+                    load: Load::of(&opts.load),
+                    ..VolumeReport::failed(path, spec, opts.threads, &Error::internal(path, &*payload))
                 })
             })
             .collect()
@@ -123,6 +129,7 @@ fn run_volumes(o: &Options, opts: &RunOptions, pool: &walk::Pool) -> Vec<VolumeR
 /// The whole volume or its shard, with its summary logged. A volume that fails (a panic in its
 /// pass included) gets a failed report; the others go on.
 fn one_volume(o: &Options, opts: &RunOptions, pool: &walk::Pool, path: &Path, spec: &Spec) -> VolumeReport {
+    let opts = &volume_options(o, opts, path);
     let pass = || match o.shard {
         Some(f) => shard::run(path, spec, opts, f, pool),
         None => volume::run(path, spec, opts, pool),
@@ -134,7 +141,7 @@ fn one_volume(o: &Options, opts: &RunOptions, pool: &walk::Pool, path: &Path, sp
         }
         Err(e) => {
             tracing::error!("{e}");
-            VolumeReport::failed(path, spec, opts.threads, &e)
+            VolumeReport { load: Load::of(&opts.load), ..VolumeReport::failed(path, spec, opts.threads, &e) }
         }
     }
 }

@@ -8,6 +8,7 @@
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rustix::io::Errno;
@@ -102,6 +103,10 @@ pub struct Pass<'a> {
     /// The marker's digest and spec text: the spec and what the pass covers (`--cross-devices`).
     pub digest: Digest,
     pub spec_text: String,
+    /// The load gate of this pass (its own baselines and limit: see [`throttle`]), current on
+    /// the pass's thread while the pass lives, and on the pool's for its walks' jobs.
+    gate: Arc<throttle::Gate>,
+    _entered: throttle::Entered,
 }
 
 impl<'a> Pass<'a> {
@@ -116,6 +121,7 @@ impl<'a> Pass<'a> {
         let sys::FsInfo { name: fs, estimate } = sys::fs_info(root);
         let mounted = sys::stat_fd(root).ok().filter(|m| m.mnt_id != 0).and_then(|m| sys::mount_name(m.mnt_id));
         let fs_named = mounted.unwrap_or_else(|| fs.clone());
+        let gate = Arc::new(throttle::Gate::started(opts.load, opts.threads));
         Pass {
             path,
             spec,
@@ -129,6 +135,8 @@ impl<'a> Pass<'a> {
             fs_named,
             digest: spec.coverage_digest(opts.cross_devices),
             spec_text: spec.coverage_text(opts.cross_devices),
+            _entered: throttle::enter(Some(Arc::clone(&gate))),
+            gate,
         }
     }
 
@@ -244,7 +252,7 @@ impl<'a> Pass<'a> {
             r.fatal = Some(line);
         }
         r.ownership_evidence = fixer.probe().proof().map(|p| p.evidence);
-        r.load.figures = throttle::GATE.figures();
+        r.load.figures = self.gate.figures();
         if r.fatal.is_none() && stop.is_none() {
             self.warn_latched(r.load.figures.and_then(|f| f.in_flight_limit));
         }

@@ -2,17 +2,20 @@
 //! metadata operations per second (`--max-ops`) and, on network and FUSE filesystems, an
 //! adaptive limit on the operations in flight (`--load`, see [`controller`]).
 //!
-//! Every metadata system call of a walk (a stat, an open, a `getdents64`, a chown or chmod)
-//! passes through the process's one [`GATE`] (`sys` wraps each in [`Gate::op`]): it waits for
-//! its turn under the ceiling, then for room under the limit, and its latency feeds the
-//! controller. One gate for the process, as the walker threads are one pool for every volume of
-//! a run. While no policy asks for anything (local storage, no ceiling) it costs one atomic load.
+//! Every metadata system call of a pass (a stat, an open, a `getdents64`, a chown or chmod)
+//! passes through its volume's [`Gate`] (`sys` wraps each in [`op`]): it waits for its turn under
+//! the ceiling, then for room under the limit, and its latency feeds the controller. One gate per
+//! pass of a volume, each with its own baselines: the walker threads are one pool for every
+//! volume of a run, so a thread takes the gate of the job it runs ([`enter`]: the thread's
+//! current gate, which `sys` reaches without a parameter). While no policy asks for anything
+//! (local storage, no ceiling) it costs a thread-local read and one atomic load.
 
 mod controller;
 
+use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -110,8 +113,51 @@ pub struct Limits {
     pub max: u64,
 }
 
-/// The process's gate (see the module doc).
-pub static GATE: Gate = Gate::new();
+/// Set by a stop (SIGTERM) of the process: no gate has anything wait any more.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+
+/// Lets every waiting and later operation of every gate through at once: the walks are stopping
+/// (async-signal-safe: one atomic store; waiters see it within [`WAIT_STEP`]).
+pub fn stop_waiting() {
+    STOPPING.store(true, Ordering::Relaxed);
+}
+
+thread_local! {
+    /// The gate of the pass whose work this thread runs now (see [`enter`]).
+    static CURRENT: RefCell<Option<Arc<Gate>>> = const { RefCell::new(None) };
+}
+
+/// Runs the metadata operation `f` of kind `kind` through this thread's current gate (none:
+/// at once, unmeasured).
+pub fn op<T>(kind: OpKind, f: impl FnOnce() -> T) -> T {
+    CURRENT.with_borrow(|gate| match gate {
+        Some(g) => g.op(kind, f),
+        None => f(),
+    })
+}
+
+/// This thread's current gate.
+pub fn current() -> Option<Arc<Gate>> {
+    CURRENT.with_borrow(Clone::clone)
+}
+
+/// Makes `gate` this thread's current gate until the returned guard is dropped (which puts the
+/// one before back).
+pub fn enter(gate: Option<Arc<Gate>>) -> Entered {
+    Entered { previous: CURRENT.replace(gate) }
+}
+
+/// A gate made current by [`enter`]; dropping it puts the previous one back.
+pub struct Entered {
+    previous: Option<Arc<Gate>>,
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        let previous = self.previous.take();
+        let _ = CURRENT.try_with(|c| c.replace(previous));
+    }
+}
 
 /// Admits metadata operations under a [`Policy`].
 pub struct Gate {
@@ -172,8 +218,16 @@ impl Gate {
         self.on.store(policy.active(), Ordering::Relaxed);
     }
 
-    /// Lets every waiting and later operation through at once: the walk is stopping
-    /// (async-signal-safe: one atomic store).
+    /// A gate applying `policy` to a pass on `threads` walker threads.
+    pub fn started(policy: Policy, threads: usize) -> Gate {
+        let gate = Gate::new();
+        gate.start(policy, threads);
+        gate
+    }
+
+    /// Lets every waiting and later operation of this gate through at once (a process's stop
+    /// is [`stop_waiting`]).
+    #[cfg(test)]
     pub fn stop_waiting(&self) {
         self.stopping.store(true, Ordering::Relaxed);
     }
@@ -191,7 +245,7 @@ impl Gate {
     }
 
     fn stopping(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
+        self.stopping.load(Ordering::Relaxed) || STOPPING.load(Ordering::Relaxed)
     }
 
     /// Waits for this operation's turn under the ceiling, then for room under the limit.
@@ -367,6 +421,34 @@ mod tests {
         let f = gate.figures().unwrap();
         assert_eq!((f.ops, f.in_flight_limit.map(|l| l.last)), (12, Some(1)));
         assert!(f.mean_latency_us >= 2000, "{f:?}");
+    }
+
+    #[test]
+    fn each_thread_measures_through_the_gate_it_entered_and_puts_the_previous_back() {
+        let full = Policy { concurrency: Concurrency::Full, max_ops: Some(1_000_000) };
+        let (a, b) = (Arc::new(Gate::started(full, 2)), Arc::new(Gate::started(full, 2)));
+        op(OpKind::Lookup, || ());
+        {
+            let _a = enter(Some(Arc::clone(&a)));
+            op(OpKind::Lookup, || ());
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // A new thread has no gate until it enters one.
+                    assert!(current().is_none());
+                    let _b = enter(Some(Arc::clone(&b)));
+                    (0..3).for_each(|_| op(OpKind::Change, || ()));
+                });
+            });
+            {
+                let _b = enter(Some(Arc::clone(&b)));
+                op(OpKind::Change, || ());
+            }
+            assert!(current().is_some_and(|g| Arc::ptr_eq(&g, &a)));
+            op(OpKind::Lookup, || ());
+        }
+        assert!(current().is_none());
+        let ops = |g: &Gate| g.figures().map(|f| f.ops);
+        assert_eq!((ops(&a), ops(&b)), (Some(2), Some(4)));
     }
 
     #[test]

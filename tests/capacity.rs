@@ -1,7 +1,7 @@
 //! The adaptive load end to end, on a FUSE metadata server of finite capacity
 //! (`common::fusefs::FuseFs::capacity`: K service slots of 2 ms): volprep's default comes within
 //! 1.25 times the time of the best fixed count of operations in flight (`--load full --threads
-//! N`, N in 1, 4, 8, 32) with 4 slots (2 times with 16, whose runs last about a second), at a
+//! N`, N in 1, 4, 8, 32) with 4 slots (1.75 times with 16, whose runs last about a second), at a
 //! mean request latency no more than 2.5 times the unloaded one, and its limit is not latched
 //! at 1. Every run of one server size is side by side, on a fresh copy
 //! of the same tree (2,000 files in 20 directories, every entry to change), the first half of
@@ -129,8 +129,107 @@ fn the_default_comes_near_the_best_fixed_count_on_a_server_of_4_and_of_16_slots(
         Err(_) => vec![4, 16],
     };
     for slots in sizes {
-        // With 16 slots the best count's run lasts about a second, and the default's start (one
-        // in flight, then doubling) is a third of it or more: 2 ×, not yet 1.25 ×.
-        compare(slots, if slots >= 16 { 2.0 } else { 1.25 });
+        // With 16 slots the best count's run lasts about a second: the default's start (one in
+        // flight, then doubling) and a descent to one in flight when its first baselines were
+        // too low (their windows mixed cached answers and requests the server does not delay)
+        // are much of it. Over 14 runs it took 0.89-1.63 times the best, median 1.14: 1.75 × (a latch costs 10 × and more).
+        compare(slots, if slots >= 16 { 1.75 } else { 1.25 });
     }
+}
+
+/// `dirs` directories of `files` files each below `root`, every entry root:root with private
+/// modes (each needs a change), written directly (a local volume).
+fn local_tree(root: &Path, dirs: usize, files: usize) {
+    use std::os::unix::fs::PermissionsExt as _;
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d}"));
+        std::fs::create_dir(&dir).unwrap();
+        for f in 0..files {
+            let p = dir.join(format!("f{f}"));
+            std::fs::File::create(&p).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+}
+
+/// Entries of the local volume: enough that its walk alone lasts a good part of the FUSE one's.
+const LOCAL: (usize, usize) = (50, 1000);
+
+/// `apply --fs-group 2000 EXTRA` over a fresh local tree and a fresh tree behind a server of
+/// `slots` in one run: its wall time and the report's two volumes (local, FUSE).
+fn together(slots: usize, extra: &[&str]) -> (f64, serde_json::Value, serde_json::Value) {
+    let (local, src) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    local_tree(local.path(), LOCAL.0, LOCAL.1);
+    tree(src.path());
+    let fuse = FuseFs::capacity(src.path(), slots, SERVICE, Arc::new(ServerStats::default()));
+    warm(fuse.path());
+    let t = Instant::now();
+    let run = run(volprep()
+        .args(["apply", "--fs-group", "2000", "--report", "-"])
+        .args(extra)
+        .args([local.path(), fuse.path()]))
+    .expect_code(0);
+    let secs = t.elapsed().as_secs_f64();
+    let report = run.report();
+    let of = |p: &Path| {
+        let v = report["volumes"].as_array().unwrap().iter().find(|v| v["path"] == p.to_str().unwrap()).cloned();
+        v.unwrap_or_else(|| panic!("no volume {}\n{}", p.display(), run.describe()))
+    };
+    let (l, f) = (of(local.path()), of(fuse.path()));
+    assert_eq!(l["changed_owner"].as_u64(), Some((LOCAL.0 * (LOCAL.1 + 1) + 1) as u64), "{}", run.describe());
+    assert_eq!(f["changed_owner"].as_u64(), Some(2021), "{}", run.describe());
+    (secs, l, f)
+}
+
+/// The local volume alone, by default: its wall time.
+fn local_alone() -> f64 {
+    let local = tempfile::tempdir().unwrap();
+    local_tree(local.path(), LOCAL.0, LOCAL.1);
+    let t = Instant::now();
+    pass("apply", &["--fs-group", "2000"], local.path()).expect_code(0);
+    t.elapsed().as_secs_f64()
+}
+
+#[test]
+#[ignore = "needs root and /dev/fuse; about a minute of runs side by side"]
+fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slower_than_two() {
+    if !fusefs::available() {
+        return;
+    }
+    let slots = 16;
+    let (local, fuse) = (local_alone(), timed(slots, &[]).secs);
+    let (mut secs, l, f) = together(slots, &[]);
+    if secs > local + fuse {
+        // The machine is shared: one more try before the figure counts.
+        secs = secs.min(together(slots, &[]).0);
+    }
+    let table = format!(
+        "local alone {local:.2} s, FUSE ({slots} slots) alone {fuse:.2} s, one after the other {:.2} s, \
+         together {secs:.2} s\n  local load {}\n  FUSE load {}",
+        local + fuse,
+        l["load"],
+        f["load"]
+    );
+    println!("{table}");
+    assert!(secs <= local + fuse, "together no slower than one after the other\n{table}");
+    // `--load auto` by each volume's own storage: the local one is not held to any limit.
+    assert_eq!(
+        (l["load"]["policy"].as_str(), f["load"]["policy"].as_str()),
+        (Some("full"), Some("adaptive")),
+        "{table}"
+    );
+    assert!(
+        l["load"]["in_flight_limit"].is_null() && f["load"]["in_flight_limit"]["final"].as_u64() > Some(1),
+        "{table}"
+    );
+    // Adaptive on both: each gate measures its own volume (the local one's operations take
+    // microseconds, the server's milliseconds) and the local limit is not the FUSE one's.
+    let (_, l, f) = together(slots, &["--load", "adaptive", "--threads", "32"]);
+    let table =
+        format!("--load adaptive --threads 32 together:\n  local load {}\n  FUSE load {}", l["load"], f["load"]);
+    println!("{table}");
+    let us = |v: &serde_json::Value, k: &str| v["load"][k].as_u64().unwrap_or_else(|| panic!("{k}\n{table}"));
+    assert!(us(&l, "mean_latency_us") * 4 < us(&f, "unloaded_latency_us"), "{table}");
+    assert_ne!(l["load"]["in_flight_limit"], f["load"]["in_flight_limit"], "{table}");
 }

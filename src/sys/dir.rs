@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{FileType, RawDir};
 use rustix::io::Errno;
 
-use crate::throttle::{GATE, OpKind};
+use crate::throttle::{self, OpKind};
 
 /// Reads a directory in fixed-size `getdents64` batches, from the start (`from` 0) or from
 /// position `from`, calling `each(name, d_type, d_ino)` for every entry but `.` and `..` whose
@@ -34,7 +34,7 @@ pub fn read_dir(
     let mut at = from;
     loop {
         // A `getdents64` call when the buffer is used up: one metadata operation for the gate.
-        let next = if raw.is_buffer_empty() { GATE.op(OpKind::Read, || raw.next()) } else { raw.next() };
+        let next = if raw.is_buffer_empty() { throttle::op(OpKind::Read, || raw.next()) } else { raw.next() };
         let Some(entry) = next else { break };
         let entry = match entry {
             Ok(e) => e,

@@ -11,7 +11,7 @@ use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid};
 use rustix::io::Errno;
 
 use super::{Kind, retry, stat_fd};
-use crate::throttle::{GATE, OpKind};
+use crate::throttle::{self, OpKind};
 
 /// `open(path, O_RDONLY|O_DIRECTORY)`: the volume root. The user's own path may contain
 /// symlinks (it names the volume); nothing below it is ever reached through one.
@@ -23,7 +23,9 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, Errno> {
 /// symlink (ELOOP/ENOTDIR when `name` is not a real directory). O_NONBLOCK and O_NOCTTY make
 /// sure nothing else could ever block or become a terminal.
 pub fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
-    GATE.op(OpKind::Open, || retry(|| rustix::fs::openat(dir, name, dir_flags() | OFlags::NOFOLLOW, Mode::empty())))
+    throttle::op(OpKind::Open, || {
+        retry(|| rustix::fs::openat(dir, name, dir_flags() | OFlags::NOFOLLOW, Mode::empty()))
+    })
 }
 
 /// `openat(dir, "..", O_PATH|O_DIRECTORY)`: the parent of an open directory (itself at `/`).
@@ -62,7 +64,7 @@ fn dir_flags() -> OFlags {
 /// (no device driver, FIFO or socket is ever opened; a symlink yields the link itself).
 pub fn pin_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
     let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    GATE.op(OpKind::Open, || retry(|| rustix::fs::openat(dir, name, flags, Mode::empty())))
+    throttle::op(OpKind::Open, || retry(|| rustix::fs::openat(dir, name, flags, Mode::empty())))
 }
 
 /// `open("/proc/self/fd/N", O_RDONLY)`: opens the regular file `pin` (an `O_PATH` fd whose
@@ -72,7 +74,7 @@ pub fn pin_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
 pub fn reopen_file(pin: BorrowedFd<'_>) -> Result<OwnedFd, Errno> {
     let proc_path = format!("/proc/self/fd/{}", pin.as_raw_fd());
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NONBLOCK | OFlags::NOCTTY;
-    GATE.op(OpKind::Open, || retry(|| rustix::fs::open(proc_path.as_str(), flags, Mode::empty())))
+    throttle::op(OpKind::Open, || retry(|| rustix::fs::open(proc_path.as_str(), flags, Mode::empty())))
 }
 
 /// `readlinkat(dir, name)`: the target of the symlink `name` in `dir`, as stored (never
@@ -86,7 +88,7 @@ pub fn readlink_at(dir: BorrowedFd<'_>, name: &CStr) -> Result<Vec<u8>, Errno> {
 pub fn chown_fd(fd: BorrowedFd<'_>, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
     let uid = uid.map(Uid::from_raw);
     let gid = gid.map(Gid::from_raw);
-    GATE.op(OpKind::Change, || retry(|| rustix::fs::chownat(fd, c"", uid, gid, AtFlags::EMPTY_PATH)))
+    throttle::op(OpKind::Change, || retry(|| rustix::fs::chownat(fd, c"", uid, gid, AtFlags::EMPTY_PATH)))
 }
 
 /// Remembers that this kernel lacks `fchmodat2` (Linux < 6.6), so the fallback is taken at once.
@@ -99,7 +101,7 @@ static NO_FCHMODAT2: AtomicBool = AtomicBool::new(false);
 /// pins (the magic link is not re-resolved by name). Plain `fchmodat` is never used: it follows
 /// symlinks, so an entry swapped for a link would change the link's target.
 pub fn chmod_fd(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {
-    GATE.op(OpKind::Change, || chmod_now(fd, mode))
+    throttle::op(OpKind::Change, || chmod_now(fd, mode))
 }
 
 fn chmod_now(fd: BorrowedFd<'_>, mode: u32) -> Result<(), Errno> {

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 static TERMINATION: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_termination(sig: libc::c_int) {
-    // Async-signal-safe: atomic stores. Nothing waits at the load gate any more.
+    // Async-signal-safe: atomic stores. Nothing waits at a load gate any more.
     TERMINATION.store(sig, Ordering::SeqCst);
-    crate::throttle::GATE.stop_waiting();
+    crate::throttle::stop_waiting();
 }
 
 /// Catches SIGTERM and SIGINT: the first one sets a flag that a pass polls to stop its walk and

@@ -8,7 +8,7 @@ use rustix::fs::{AtFlags, Statx, StatxFlags};
 use rustix::io::Errno;
 
 use super::retry;
-use crate::throttle::{GATE, OpKind};
+use crate::throttle::{self, OpKind};
 
 /// The lstat data a decision needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +117,7 @@ fn statx_mask() -> StatxFlags {
 /// One stat: `statx(dir, name, flags, mask)` (one syscall, the mount id included), or
 /// `fstatat` where `statx` is missing (`mnt_id` then 0).
 pub(super) fn stat(dir: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<Meta, Errno> {
-    GATE.op(kind_of(name), || stat_now(dir, name, flags))
+    throttle::op(kind_of(name), || stat_now(dir, name, flags))
 }
 
 /// What the gate counts a stat of `name` as: a lookup, or (`""`) a stat of an open fd.
@@ -162,7 +162,7 @@ pub fn stat_at_times(dir: BorrowedFd<'_>, name: &CStr) -> Result<(Meta, Times), 
 }
 
 fn stat_times(fd: BorrowedFd<'_>, name: &CStr, flags: AtFlags) -> Result<(Meta, Times), Errno> {
-    GATE.op(kind_of(name), || stat_times_now(fd, name, flags))
+    throttle::op(kind_of(name), || stat_times_now(fd, name, flags))
 }
 
 #[allow(clippy::unnecessary_cast)]

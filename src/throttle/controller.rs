@@ -9,6 +9,8 @@
 //! [`TARGET`] (by half at most): a saturated storage is kept just past its capacity, with
 //! every request taking about [`TARGET`] times its unloaded latency instead of waiting in a
 //! queue that more threads would only lengthen.
+//! One window alone past the ratio that ends slow start or shrinks the limit holds it (on a
+//! busy client a slow window is often noise); the second in a row acts.
 //!
 //! It cannot latch at one in flight: a window at a limit of 1 is itself an unloaded measurement
 //! (nothing of this walk queues behind anything), so it re-bases every kind it saw (and the
@@ -166,6 +168,10 @@ pub struct Controller {
     base: [Option<f64>; KINDS],
     based_at: [Duration; KINDS],
     last_probe: Duration,
+    /// Consecutive windows whose ratio said "loaded" (past [`SLOW_START_EXIT`] in slow start,
+    /// past [`HIGH`] after): one window alone is noise (a scheduler's delay, a cache's miss)
+    /// and leaves the limit as it is; the second acts.
+    loaded: u8,
 }
 
 impl Controller {
@@ -178,6 +184,7 @@ impl Controller {
             base: [None; KINDS],
             based_at: [Duration::ZERO; KINDS],
             last_probe: Duration::ZERO,
+            loaded: 0,
         }
     }
 
@@ -289,9 +296,12 @@ impl Controller {
                     }
                 }
                 if r < SLOW_START_EXIT && self.limit < self.max {
+                    self.loaded = 0;
                     if w.reach == Reach::Limit {
                         self.limit = (self.limit * 2.0).min(self.max);
                     }
+                } else if self.limit < self.max && self.confirm_loaded() {
+                    // Once: the next window says whether the storage is loaded.
                 } else {
                     self.phase = Phase::Steady;
                     self.last_probe = now;
@@ -310,9 +320,21 @@ impl Controller {
         }
     }
 
+    /// Counts a window that said "loaded"; true when it is the first of a row (then nothing
+    /// changes yet).
+    fn confirm_loaded(&mut self) -> bool {
+        self.loaded = self.loaded.saturating_add(1);
+        self.loaded == 1
+    }
+
     /// Grows (when the window's operations `reach`ed the limit), holds or shrinks the limit for
     /// ratio `r`.
     fn steer(&mut self, r: f64, reach: Reach) {
+        if r <= HIGH {
+            self.loaded = 0;
+        } else if self.confirm_loaded() {
+            return;
+        }
         if r > HIGH {
             self.limit = (self.limit * (TARGET / r).clamp(0.5, 1.0)).max(1.0);
         } else if r < LOW && reach == Reach::Limit {
@@ -535,10 +557,13 @@ mod tests {
     fn latency_rising_shrinks_the_limit_by_half_at_most_and_never_below_one() {
         let (mut c, window) = steady(OpKind::Change);
         c.update(&window(2500), Duration::from_millis(1));
-        assert_eq!(c.limit(), 20, "ratio 2.5: × 1.25/2.5");
-        c.update(&window(1400), Duration::from_millis(2));
+        assert_eq!(c.limit(), 40, "one loaded window alone: held");
+        c.update(&window(2500), Duration::from_millis(2));
+        assert_eq!(c.limit(), 20, "ratio 2.5 twice: × 1.25/2.5");
+        c.update(&window(1400), Duration::from_millis(3));
         assert_eq!(c.limit(), 20, "ratio 1.4: held");
-        c.update(&window(100_000), Duration::from_millis(3));
+        c.update(&window(100_000), Duration::from_millis(4));
+        c.update(&window(100_000), Duration::from_millis(5));
         assert_eq!(c.limit(), 10, "by half at most");
         let mut i = 0;
         while c.limit() > 1 {
@@ -551,6 +576,21 @@ mod tests {
         assert_eq!((c.limit(), c.base_us(OpKind::Change)), (2, Some(100_000.0)), "re-based at 1, growing again");
         c.update(&window(100_000), Duration::from_millis(21));
         assert_eq!(c.limit(), 4, "as at the start");
+    }
+
+    #[test]
+    fn a_lone_loaded_window_between_unloaded_ones_leaves_the_limit_as_it_is() {
+        let (mut c, window) = steady(OpKind::Lookup);
+        for i in 0..20 {
+            // Every other window slow (a scheduler's delay on a busy client): never two in a row.
+            c.update(&window(if i % 2 == 0 { 2500 } else { 1300 }), Duration::from_millis(i));
+            assert_eq!(c.limit(), 40, "window {i}");
+        }
+        let mut start = Controller::new(64);
+        for (i, us) in [1000, 1000, 1600, 1000].into_iter().enumerate() {
+            start.update(&window(us), Duration::from_millis(i as u64));
+        }
+        assert_eq!((start.limit(), start.phase), (8, Phase::SlowStart), "one window past the exit: still doubling");
     }
 
     #[test]

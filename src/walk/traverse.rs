@@ -14,6 +14,7 @@ use super::node::{Fds, Lease, Opened, Reached};
 use super::{At, Descend, Dir, Node, Threads, Visitor};
 use crate::error::Op;
 use crate::sys::{self, DirReader, Kind, Meta, Place};
+use crate::throttle::{self, Gate};
 use crate::verify::{self, Stamp};
 
 /// Filesystems (as mountinfo names them) whose directories' link count is 2 plus their
@@ -47,6 +48,9 @@ pub struct Walk<'v, V: Visitor> {
     btrfs: bool,
     /// Reads directories, past `.` and `..` where the root's mount allows it (ceph-fuse).
     reader: DirReader,
+    /// The load gate of the pass that runs the walk (the caller's current one): each job on the
+    /// pool, which other volumes' walks share, makes it its thread's current gate.
+    gate: Option<Arc<Gate>>,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
@@ -60,6 +64,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             nlink_counts_subdirs: false,
             btrfs: false,
             reader: DirReader::new(None),
+            gate: None,
         }
     }
 
@@ -104,8 +109,17 @@ impl<'v, V: Visitor> Walk<'v, V> {
         self.btrfs = fs.as_deref() == Some("btrfs");
         let times = sys::stat_fd_times(sys::fd(&root_fd)).map(|t| t.1).unwrap_or_default();
         let lease = Node::opened(&self.threads.fds, Opened::root(root_fd, root_meta, times), &root_meta);
+        self.gate = throttle::current();
         let this = &self;
-        self.threads.pool.install(|| rayon_core::in_place_scope(|s| this.read(s, lease)));
+        self.threads.pool.install(|| {
+            let _gate = this.enter_gate();
+            rayon_core::in_place_scope(|s| this.read(s, lease))
+        });
+    }
+
+    /// Makes the walk's gate the current one of this thread while the job runs.
+    fn enter_gate(&self) -> throttle::Entered {
+        throttle::enter(self.gate.clone())
     }
 
     /// Where `node` is, for the [`DirReader`]: the root, on its mount, or on another.
@@ -157,12 +171,12 @@ impl<'v, V: Visitor> Walk<'v, V> {
         } else {
             let node = Arc::clone(lease.node());
             node.pending.fetch_add(1, Ordering::Relaxed);
-            s.spawn(move |s| match self.fds().lease(&node) {
-                Ok(lease) => {
+            s.spawn(move |s| match (self.enter_gate(), self.fds().lease(&node)) {
+                (_gate, Ok(lease)) => {
                     self.run_batch(s, &lease, &batch);
                     self.complete(node, Some(lease));
                 }
-                Err(e) => {
+                (_gate, Err(e)) => {
                     self.visitor.error(At::Dir(&node), Op::Open, e);
                     self.complete(node, None);
                 }
@@ -251,6 +265,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
         let job = Arc::clone(node);
         let name: Box<CStr> = name.into();
         s.spawn(move |s| {
+            let _gate = self.enter_gate();
             job.queued.fetch_sub(1, Ordering::Relaxed);
             self.enter_subdir(s, job, &name, Reached { ord, bound })
         });
