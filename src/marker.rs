@@ -6,7 +6,8 @@
 //! (what mke2fs picks below 512 MiB). The marker comes first: when it does not fit, the
 //! checkpoints give way (they only save re-reading). Special-bit records live in their own
 //! small xattr, so a big checkpoint never pushes them out.
-//! Encoding and the skip/walk decision are pure; reads and writes go through `sys`.
+//! Encoding and the skip/walk decision are pure; reads and writes go through `sys`. The room in
+//! the root's xattr space is [`room`]'s; the mount points a `done` marker records, [`mounts`]'.
 
 use std::ffi::CStr;
 use std::os::fd::BorrowedFd;
@@ -23,8 +24,12 @@ use crate::special::SpecialRecord;
 use crate::state::MarkerState;
 use crate::sys;
 
+mod mounts;
+mod room;
 mod shards;
 
+pub use mounts::{mounts_changed, mounts_digest};
+pub use room::{Foreign, no_room};
 pub use shards::{Heartbeat, Shards, anchor_digest, xor_digests};
 
 /// The most shards a round can have on ext4 with 1 KiB blocks (what mke2fs picks below 512
@@ -59,59 +64,6 @@ pub fn pending_xattr(shard: Option<u32>) -> std::ffi::CString {
     std::ffi::CString::new(name).expect("no NUL")
 }
 
-/// Whether a failed xattr write means the value does not fit (the root's xattr space is full,
-/// or the filesystem's limit on one value is smaller): a smaller value may still fit.
-pub fn no_room(e: Errno) -> bool {
-    matches!(e, Errno::NOSPC | Errno::TOOBIG | Errno::RANGE | Errno::DQUOT)
-}
-
-/// The extended attributes of the root that volprep did not write (any name but `user.volprep`
-/// and `user.volprep.*`): what takes the room its marker, shard record and checkpoints need.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Foreign {
-    /// How many there are.
-    pub count: usize,
-    /// Their names' and values' bytes (the filesystem adds a little per attribute).
-    pub bytes: usize,
-    /// The first few names, escaped.
-    pub first: Vec<String>,
-}
-
-impl Foreign {
-    /// The root's attributes that volprep did not write; none when they cannot be listed.
-    pub fn read(root: BorrowedFd<'_>) -> Foreign {
-        let ours = MARKER_XATTR.to_bytes();
-        let mut f = Foreign::default();
-        for name in sys::list_xattrs(root).unwrap_or_default() {
-            let n = name.to_bytes();
-            if n == ours || n.strip_prefix(ours).is_some_and(|rest| rest.starts_with(b".")) {
-                continue;
-            }
-            let value = sys::get_xattr(root, &name).ok().flatten().map_or(0, |v| v.len());
-            f.count += 1;
-            f.bytes += n.len() + value;
-            if f.first.len() < 3 {
-                f.first.push(escape_bytes(n));
-            }
-        }
-        f
-    }
-
-    /// Says how much of the root's attribute space they take and what to do, or nothing when
-    /// there are none.
-    pub fn describe(&self) -> Option<String> {
-        (self.count > 0).then(|| {
-            let more = if self.count > self.first.len() { ", ..." } else { "" };
-            format!(
-                "{} extended attribute(s) that volprep did not write hold {} bytes of names and values in the root's attribute space ({}{more}): remove those the app does not need (`setfattr -x NAME ROOT`) to give the marker room",
-                self.count,
-                self.bytes,
-                self.first.join(", ")
-            )
-        })
-    }
-}
-
 /// The state a pass leaves on the root. Short keys keep it small.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Marker {
@@ -143,51 +95,6 @@ pub struct Marker {
     /// set (one unmounted) walks again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mounts: Option<String>,
-}
-
-/// The digest of a set of mount points (paths relative to the root, sorted): 16 hex digits of
-/// SHA-256; `None` (never equal to a recorded digest) when they could not be listed.
-pub fn mounts_digest(points: Option<&[Vec<u8>]>) -> Option<String> {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
-    for p in points? {
-        h.update(p);
-        h.update([0]);
-    }
-    Some(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
-}
-
-/// Why a pass may not mark the volume done over the mounts it saw, or `None` when it may: the
-/// mount points below the root when it started (`start`) and when it ended (`end`; `None`
-/// when they could not be listed) differ, or a mount point it met (`met`) is gone. What a mount
-/// hid while the pass ran was not walked, and shows again, with its old change times, once the
-/// mount is gone: only a set of mounts that stayed put lets the marker's digest stand for it.
-/// Where they cannot be listed, a pass that met one records a digest nothing equals (see
-/// [`Marker::mounts`]): every start walks.
-pub fn mounts_changed(start: Option<&[Vec<u8>]>, end: Option<&[Vec<u8>]>, met: &[Vec<u8>]) -> Option<String> {
-    let end = end?;
-    let shown = |v: Vec<&Vec<u8>>| {
-        let n = v.len();
-        let mut s: Vec<String> = v.into_iter().take(3).map(|p| escape_bytes(p)).collect();
-        if n > 3 {
-            s.push(format!("and {} more", n - 3));
-        }
-        s.join(", ")
-    };
-    if let Some(start) = start.filter(|s| *s != end) {
-        let came: Vec<&Vec<u8>> = end.iter().filter(|p| !start.contains(p)).collect();
-        let went: Vec<&Vec<u8>> = start.iter().filter(|p| !end.contains(p)).collect();
-        let mut what = Vec::new();
-        if !came.is_empty() {
-            what.push(format!("mounted: {}", shown(came)));
-        }
-        if !went.is_empty() {
-            what.push(format!("unmounted: {}", shown(went)));
-        }
-        return Some(format!("the mount points below the root changed during the pass ({})", what.join("; ")));
-    }
-    let gone: Vec<&Vec<u8>> = met.iter().filter(|p| !end.contains(p)).collect();
-    (!gone.is_empty()).then(|| format!("mount points the pass met were unmounted before it ended ({})", shown(gone)))
 }
 
 /// The state a marker records (see [`MarkerState`] for what a report says of a root).
@@ -599,40 +506,6 @@ mod tests {
                 d => panic!("{why}: {d:?}"),
             }
         }
-    }
-
-    #[test]
-    fn foreign_attributes_are_named_with_their_bytes_and_what_to_do() {
-        assert_eq!(Foreign::default().describe(), None);
-        let f = Foreign { count: 172, bytes: 3784, first: vec!["user.a".into(), "user.b".into(), "user.c".into()] };
-        let text = f.describe().unwrap();
-        assert!(text.starts_with("172 extended attribute(s) that volprep did not write hold 3784 bytes"), "{text}");
-        assert!(text.contains("(user.a, user.b, user.c, ...)") && text.contains("setfattr -x NAME ROOT"), "{text}");
-        let one = Foreign { count: 1, bytes: 9, first: vec!["user.a".into()] };
-        assert!(one.describe().unwrap().contains("(user.a)"));
-    }
-
-    #[test]
-    fn a_pass_claims_nothing_over_mounts_that_changed_while_it_ran() {
-        let (a, b) = (b"a/m".to_vec(), b"x/y/h".to_vec());
-        let some = |v: &[&Vec<u8>]| Some(v.iter().map(|p| (*p).clone()).collect::<Vec<_>>());
-        // The same mounts at both ends, each one met still there: nothing to say.
-        assert_eq!(mounts_changed(some(&[&a]).as_deref(), some(&[&a]).as_deref(), std::slice::from_ref(&a)), None);
-        // Mounted during the pass and still there (met or not): the set changed all the same.
-        assert!(mounts_changed(some(&[]).as_deref(), some(&[&a]).as_deref(), &[]).is_some());
-        // Mounted at the start, gone at the end (met or not).
-        let why = mounts_changed(some(&[&a, &b]).as_deref(), some(&[&a]).as_deref(), std::slice::from_ref(&b)).unwrap();
-        assert!(why.contains("unmounted: x/y/h") && !why.contains("a/m"), "{why}");
-        let why = mounts_changed(some(&[&a]).as_deref(), some(&[&b]).as_deref(), &[]).unwrap();
-        assert!(why.contains("mounted: x/y/h") && why.contains("unmounted: a/m"), "{why}");
-        // Mounted after the start and gone before the end, met in between.
-        let why = mounts_changed(some(&[]).as_deref(), some(&[]).as_deref(), std::slice::from_ref(&b)).unwrap();
-        assert!(why.contains("met were unmounted") && why.contains("x/y/h"), "{why}");
-        // Not listed at the start: what was met must still be there.
-        assert!(mounts_changed(None, some(&[]).as_deref(), std::slice::from_ref(&b)).is_some());
-        assert_eq!(mounts_changed(None, some(&[&b]).as_deref(), std::slice::from_ref(&b)), None);
-        // Not listed at the end: the marker records a digest nothing equals instead.
-        assert_eq!(mounts_changed(some(&[&a]).as_deref(), None, std::slice::from_ref(&a)), None);
     }
 
     #[test]

@@ -1,0 +1,79 @@
+//! The root's xattr space: whether a failed write found it full, and the attributes volprep did not write in it.
+
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
+
+use crate::escape::escape_bytes;
+use crate::sys;
+
+use super::MARKER_XATTR;
+
+/// Whether a failed xattr write means the value does not fit (the root's xattr space is full,
+/// or the filesystem's limit on one value is smaller): a smaller value may still fit.
+pub fn no_room(e: Errno) -> bool {
+    matches!(e, Errno::NOSPC | Errno::TOOBIG | Errno::RANGE | Errno::DQUOT)
+}
+
+/// The extended attributes of the root that volprep did not write (any name but `user.volprep`
+/// and `user.volprep.*`): what takes the room its marker, shard record and checkpoints need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Foreign {
+    /// How many there are.
+    pub count: usize,
+    /// Their names' and values' bytes (the filesystem adds a little per attribute).
+    pub bytes: usize,
+    /// The first few names, escaped.
+    pub first: Vec<String>,
+}
+
+impl Foreign {
+    /// The root's attributes that volprep did not write; none when they cannot be listed.
+    pub fn read(root: BorrowedFd<'_>) -> Foreign {
+        let ours = MARKER_XATTR.to_bytes();
+        let mut f = Foreign::default();
+        for name in sys::list_xattrs(root).unwrap_or_default() {
+            let n = name.to_bytes();
+            if n == ours || n.strip_prefix(ours).is_some_and(|rest| rest.starts_with(b".")) {
+                continue;
+            }
+            let value = sys::get_xattr(root, &name).ok().flatten().map_or(0, |v| v.len());
+            f.count += 1;
+            f.bytes += n.len() + value;
+            if f.first.len() < 3 {
+                f.first.push(escape_bytes(n));
+            }
+        }
+        f
+    }
+
+    /// Says how much of the root's attribute space they take and what to do, or nothing when
+    /// there are none.
+    pub fn describe(&self) -> Option<String> {
+        (self.count > 0).then(|| {
+            let more = if self.count > self.first.len() { ", ..." } else { "" };
+            format!(
+                "{} extended attribute(s) that volprep did not write hold {} bytes of names and values in the root's attribute space ({}{more}): remove those the app does not need (`setfattr -x NAME ROOT`) to give the marker room",
+                self.count,
+                self.bytes,
+                self.first.join(", ")
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_attributes_are_named_with_their_bytes_and_what_to_do() {
+        assert_eq!(Foreign::default().describe(), None);
+        let f = Foreign { count: 172, bytes: 3784, first: vec!["user.a".into(), "user.b".into(), "user.c".into()] };
+        let text = f.describe().unwrap();
+        assert!(text.starts_with("172 extended attribute(s) that volprep did not write hold 3784 bytes"), "{text}");
+        assert!(text.contains("(user.a, user.b, user.c, ...)") && text.contains("setfattr -x NAME ROOT"), "{text}");
+        let one = Foreign { count: 1, bytes: 9, first: vec!["user.a".into()] };
+        assert!(one.describe().unwrap().contains("(user.a)"));
+    }
+}
