@@ -182,7 +182,11 @@ impl Fixer<'_> {
     /// Counts and lists an error on a path that is not a walked entry (marker, restore).
     pub fn error_at(&self, path: &Path, op: Op, errno: Errno) {
         self.counters.errors.inc();
-        let err = EntryError::new(EscapedPath::new(path), op, errno);
+        self.push_failed(EntryError::new(EscapedPath::new(path), op, errno), op);
+    }
+
+    /// Lists a failed change: a warning while the list has room, at debug once it is full.
+    fn push_failed(&self, err: EntryError, op: Op) {
         let mut list = crate::sync::lock(&self.errors);
         if list.is_full() {
             debug!("{}: {} failed: {}", err.path, op, err.error);
@@ -210,14 +214,7 @@ impl Fixer<'_> {
         let path = EscapedPath::new(walk::full_path(self.root, &at.rel_path()));
         let errno = Errno::PERM;
         let text = format!("{}: {}", crate::error::errno_text(errno.raw_os_error()), cause.why().unwrap_or_default());
-        let err = EntryError { path, op, errno: Some(errno), error: text };
-        let mut list = crate::sync::lock(&self.errors);
-        if list.is_full() {
-            debug!("{}: {} failed: {}", err.path, op, err.error);
-        } else {
-            warn!("{}: {} failed: {}", err.path, op, err.error);
-        }
-        list.push(err);
+        self.push_failed(EntryError { path, op, errno: Some(errno), error: text }, op);
     }
 
     /// A failed syscall the probe is still weighing (logged at debug).
