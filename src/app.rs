@@ -9,7 +9,7 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::{Cli, Job, LogLevel};
 use crate::error::{Error, ExitCode};
 use crate::options::LogFormat;
-use crate::{apply, demo, inject, inspect, logsink, merge, status};
+use crate::{apply, clear, demo, inject, inspect, logsink, merge, status};
 
 /// Sets up `tracing` on stderr (stdout is for the JSON report), through [`logsink`], at
 /// `level`, or as `RUST_LOG` says when it is set. A `RUST_LOG` that is no valid filter is
@@ -73,6 +73,7 @@ pub fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.job().map_err(Error::Usage)? {
         Job::Pass(o) => apply::run(&o),
         Job::Status(o) => status::run(&o),
+        Job::Clear(o) => clear::run(&o),
         Job::Merge(o) => merge::run(&o),
         Job::Inspect(o) => inspect::run(&o),
         Job::Demo(o) => demo::run(&o),

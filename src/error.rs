@@ -172,6 +172,10 @@ pub enum Error {
     /// A volume root that is not a directory.
     #[error("{}: not a directory", Escaped(path.as_os_str()))]
     NotADirectory { path: PathBuf },
+    /// A volume root named by a symlink, for a command that opens only the root itself
+    /// (`clear`): the link is never followed.
+    #[error("{}: is a symlink; refusing to follow it (name the volume's directory itself)", Escaped(path.as_os_str()))]
+    RootIsSymlink { path: PathBuf },
     /// The command line is inconsistent, or asks for what this machine does not allow.
     #[error("{0}")]
     Usage(String),
@@ -341,6 +345,7 @@ impl Error {
             Error::Usage(_) => ExitCode::Usage,
             Error::Sys { .. }
             | Error::NotADirectory { .. }
+            | Error::RootIsSymlink { .. }
             | Error::Environment(_)
             | Error::LockTimeout { .. }
             | Error::StoppedWaitingForLock { .. }

@@ -8,6 +8,7 @@ mod cli;
 mod inject_args;
 // Commands:
 mod apply;
+mod clear;
 mod demo;
 mod inject;
 mod inspect;

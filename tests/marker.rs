@@ -744,42 +744,6 @@ fn marker_is_never_done_while_an_entry_does_not_conform() {
 // ---------------------------------------------------------------------------------------------
 // 5. ramfs (no xattrs) and the lock
 
-/// A ramfs (no extended attributes at all), unmounted on drop.
-struct Ramfs {
-    dir: tempfile::TempDir,
-}
-
-impl Ramfs {
-    fn new() -> Ramfs {
-        let dir = tempfile::Builder::new().prefix("volprep-ramfs-").tempdir().expect("tempdir");
-        sh(
-            "mount",
-            &[
-                "-t".as_ref(),
-                "ramfs".as_ref(),
-                "-o".as_ref(),
-                "mode=0755".as_ref(),
-                "ramfs".as_ref(),
-                dir.path().as_os_str(),
-            ],
-        );
-        Ramfs { dir }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for Ramfs {
-    fn drop(&mut self) {
-        if let Err(e) = try_sh("umount", &[self.dir.path().as_os_str()]) {
-            eprintln!("{e}; retrying with umount -l");
-            let _ = try_sh("umount", &["-l".as_ref(), self.dir.path().as_os_str()]);
-        }
-    }
-}
-
 fn names(dir: &Path) -> BTreeSet<std::ffi::OsString> {
     std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect()
 }

@@ -274,6 +274,27 @@ pub struct StatusArgs {
     pub paths: Vec<PathBuf>,
 }
 
+/// Arguments of `clear`.
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    /// Change nothing; list the attributes clear would remove (exit 3 if any).
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// How long to wait for another volprep holding the volume's lock.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30m",
+          env = "VOLPREP_LOCK_TIMEOUT")]
+    pub lock_timeout: std::time::Duration,
+
+    /// Write the JSON report to FILE ('-': stdout).
+    #[arg(long, value_name = "FILE", env = "VOLPREP_REPORT")]
+    pub report: Option<PathBuf>,
+
+    /// Volume roots (each the directory itself: a symlink is refused).
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+}
+
 /// Arguments of `inspect`: the spec flags of `apply` ask what it would do.
 #[derive(Debug, Args)]
 #[command(

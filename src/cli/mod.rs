@@ -12,9 +12,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::inject_args::InjectArgs;
 use crate::options::{LogFormat, Mode, Stderr};
-use crate::{apply, demo, inject, inspect, merge, status};
+use crate::{apply, clear, demo, inject, inspect, merge, status};
 
-pub use args::{DemoArgs, InspectArgs, PassArgs, StatusArgs};
+pub use args::{ClearArgs, DemoArgs, InspectArgs, PassArgs, StatusArgs};
 
 /// Prepares Kubernetes volumes for a non-root app: the kubelet's fsGroup pass, made parallel,
 /// change-only-what-differs and safe against symlink races.
@@ -66,6 +66,9 @@ pub enum Command {
     Report(ReportCommand),
     /// Print each volume's marker: what it was prepared for, and when.
     Status(StatusArgs),
+    /// Remove volprep's attributes (marker, checkpoints, records) from each volume root, to go
+    /// back to the kubelet's fsGroup; changes no owner, group or mode.
+    Clear(ClearArgs),
     /// Change nothing; diagnose a volume: owners, missing mode bits, risky directories and
     /// symlinks, nested mounts, and (with --fs-group) what the kubelet and `apply` would do.
     Inspect(InspectArgs),
@@ -96,6 +99,7 @@ pub enum Job {
     /// `apply` or `check` (by `run.mode`).
     Pass(apply::Options),
     Status(status::Options),
+    Clear(clear::Options),
     Inspect(inspect::Options),
     Merge(merge::Options),
     Demo(demo::Options),
@@ -113,6 +117,12 @@ impl Cli {
             Command::Apply(a) => Job::Pass(a.to_options(Mode::Apply, stderr, crate::sys::euid())?),
             Command::Check(a) => Job::Pass(a.to_options(Mode::Check, stderr, crate::sys::euid())?),
             Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
+            Command::Clear(a) => Job::Clear(clear::Options {
+                clearing: if a.dry_run { clear::Clearing::DryRun } else { clear::Clearing::Remove },
+                lock_timeout: a.lock_timeout,
+                report: a.report,
+                paths: a.paths,
+            }),
             Command::Report(ReportCommand::Merge { json, files }) => Job::Merge(merge::Options { json, files }),
             Command::Inspect(a) => Job::Inspect(inspect::Options {
                 spec: a.spec.spec(),

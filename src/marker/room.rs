@@ -1,5 +1,7 @@
-//! The root's xattr space: whether a failed write found it full, and the attributes volprep did not write in it.
+//! The root's xattr space: whether a failed write found it full, the attributes volprep did not
+//! write in it, and those it did (listed and removed by `volprep clear`).
 
+use std::ffi::{CStr, CString};
 use std::os::fd::BorrowedFd;
 
 use rustix::io::Errno;
@@ -30,13 +32,12 @@ pub struct Foreign {
 impl Foreign {
     /// The root's attributes that volprep did not write; none when they cannot be listed.
     pub fn read(root: BorrowedFd<'_>) -> Foreign {
-        let ours = MARKER_XATTR.to_bytes();
         let mut f = Foreign::default();
         for name in sys::list_xattrs(root).unwrap_or_default() {
-            let n = name.to_bytes();
-            if n == ours || n.strip_prefix(ours).is_some_and(|rest| rest.starts_with(b".")) {
+            if is_ours(&name) {
                 continue;
             }
+            let n = name.to_bytes();
             let value = sys::get_xattr(root, &name).ok().flatten().map_or(0, |v| v.len());
             f.count += 1;
             f.bytes += n.len() + value;
@@ -62,9 +63,58 @@ impl Foreign {
     }
 }
 
+/// Whether an attribute name is volprep's: `user.volprep` (the marker) or `user.volprep.*` (its
+/// checkpoints, special-bit records, and whatever else was written under that name).
+pub fn is_ours(name: &CStr) -> bool {
+    let (n, marker) = (name.to_bytes(), MARKER_XATTR.to_bytes());
+    n == marker || n.strip_prefix(marker).is_some_and(|rest| rest.starts_with(b"."))
+}
+
+/// Of the attribute `names`, volprep's, in the order they are removed: the marker first (once it
+/// is gone no run trusts what is left: a checkpoint or record without its marker resumes
+/// nothing), then the others by name.
+pub fn ours_in_clear_order(names: Vec<CString>) -> Vec<CString> {
+    let mut ours: Vec<CString> = names.into_iter().filter(|n| is_ours(n)).collect();
+    ours.sort_by(|a, b| (a.as_c_str() != MARKER_XATTR, a).cmp(&(b.as_c_str() != MARKER_XATTR, b)));
+    ours.dedup();
+    ours
+}
+
+/// volprep's attributes on the root, in the order [`remove_ours`] takes them
+/// ([`ours_in_clear_order`]).
+pub fn list_ours(root: BorrowedFd<'_>) -> Result<Vec<CString>, Errno> {
+    sys::list_xattrs(root).map(ours_in_clear_order)
+}
+
+/// Removes one of volprep's attributes from the root (an absent one is no error); any other
+/// name is refused (EINVAL) and left as it is.
+pub fn remove_ours(root: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno> {
+    if !is_ours(name) {
+        return Err(Errno::INVAL);
+    }
+    sys::remove_xattr(root, name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volprep_attributes_are_the_marker_and_its_dotted_names_the_marker_first() {
+        let c = |s: &str| CString::new(s).unwrap();
+        for ours in ["user.volprep", "user.volprep.checkpoint", "user.volprep.pending.3", "user.volprep.x"] {
+            assert!(is_ours(&c(ours)), "{ours}");
+        }
+        for other in ["user.volprepx", "user.volpre", "user.other", "security.selinux", "trusted.volprep"] {
+            assert!(!is_ours(&c(other)), "{other}");
+        }
+        let names = ["user.a", "user.volprep.pending", "user.volprep.checkpoint.1", "user.volprep", "user.volprepx"];
+        let order = ours_in_clear_order(names.iter().map(|n| c(n)).collect());
+        let order: Vec<&str> = order.iter().map(|n| n.to_str().unwrap()).collect();
+        assert_eq!(order, ["user.volprep", "user.volprep.checkpoint.1", "user.volprep.pending"]);
+        assert_eq!(super::super::checkpoint_xattr(Some(2)).as_c_str().to_bytes(), b"user.volprep.checkpoint.2");
+        assert!(is_ours(&super::super::checkpoint_xattr(Some(2))) && is_ours(&super::super::pending_xattr(None)));
+    }
 
     #[test]
     fn foreign_attributes_are_named_with_their_bytes_and_what_to_do() {

@@ -19,6 +19,12 @@ pub fn open_root(path: &Path) -> Result<OwnedFd, Errno> {
     retry(|| rustix::fs::open(path, dir_flags(), Mode::empty()))
 }
 
+/// `open(path, O_RDONLY|O_DIRECTORY|O_NOFOLLOW)`: a volume root whose last component must be
+/// the directory itself, never a symlink (ENOTDIR: a symlink, or anything else but a directory).
+pub fn open_root_nofollow(path: &Path) -> Result<OwnedFd, Errno> {
+    retry(|| rustix::fs::open(path, dir_flags() | OFlags::NOFOLLOW, Mode::empty()))
+}
+
 /// `openat(dir, name, O_RDONLY|O_DIRECTORY|O_NOFOLLOW)`: a subdirectory, never through a
 /// symlink (ELOOP/ENOTDIR when `name` is not a real directory). O_NONBLOCK and O_NOCTTY make
 /// sure nothing else could ever block or become a terminal.

@@ -18,11 +18,11 @@ use rustix::io::Errno;
 pub use dir::{DType, DirReader, Place, first_entry, read_dir};
 pub use fs::{
     Locked, acl_at, acl_fd, chmod_fd, chown_fd, create_new_at, create_output, get_xattr, list_xattrs, locked_at,
-    mkdir_at, open_parent, open_root, open_subdir, pin_at, pin_beneath, readlink_at, remove_xattr, reopen_file,
-    set_xattr, symlink_at, try_lock, unlink_at,
+    mkdir_at, open_parent, open_root, open_root_nofollow, open_subdir, pin_at, pin_beneath, readlink_at, remove_xattr,
+    reopen_file, set_xattr, symlink_at, try_lock, unlink_at,
 };
 pub use fstype::{FsInfo, fs_info, fs_type, storage};
-pub use path::{Blocked, open_dir_no_symlinks, stat_path};
+pub use path::{Blocked, open_dir_no_symlinks, open_root_refusing_symlink, stat_path};
 pub use proc::{
     IdMap, LockHolder, euid, fd_limit, groups, lock_holders, mount_fs_type, mount_name, mounts_below, overflow_gid,
     overflow_uid, raise_fd_limit, random_u64,

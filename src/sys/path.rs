@@ -9,7 +9,7 @@ use rustix::fs::AtFlags;
 use rustix::io::Errno;
 
 use super::stat::stat;
-use super::{Kind, Meta, open_root, open_subdir, stat_at};
+use super::{Kind, Meta, open_root, open_root_nofollow, open_subdir, stat_at};
 
 /// Where [`open_dir_no_symlinks`] stopped: at a symlink, or at a component it could not open;
 /// `at` is the component's path (the prefix of the path given).
@@ -44,6 +44,25 @@ pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, Blocked> {
         };
     }
     Ok(fd)
+}
+
+/// Opens the directory `path` (a volume root the operator names), refusing a symlink at its last
+/// component: `Blocked::Symlink`, told by an `lstat` after the open failed, never followed.
+pub fn open_root_refusing_symlink(path: &Path) -> Result<OwnedFd, Blocked> {
+    let at = || path.to_path_buf();
+    match open_root_nofollow(path) {
+        Ok(fd) => Ok(fd),
+        Err(errno @ (Errno::LOOP | Errno::NOTDIR)) => {
+            let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| Errno::INVAL);
+            let link = c.and_then(|c| stat(rustix::fs::CWD, &c, AtFlags::SYMLINK_NOFOLLOW));
+            if link.is_ok_and(|m| m.kind() == Kind::Symlink) {
+                Err(Blocked::Symlink { at: at() })
+            } else {
+                Err(Blocked::Failed { at: at(), errno })
+            }
+        }
+        Err(errno) => Err(Blocked::Failed { at: at(), errno }),
+    }
 }
 
 /// `stat(path)`, following symlinks: for paths the operator names (volume roots, system

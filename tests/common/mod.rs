@@ -29,7 +29,7 @@ use std::os::unix::process::{CommandExt as _, ExitStatusExt};
 use std::path::Path;
 use std::process::Command;
 
-pub use mounts::{Bind, FsKind, LoopFs, Overlay, Tmpfs};
+pub use mounts::{Bind, FsKind, LoopFs, Overlay, Ramfs, Tmpfs};
 pub use snap::{Kind, Meta, Mounts, Snapshot, assert_same, show, snapshot, snapshot_with};
 pub use tree::Tree;
 

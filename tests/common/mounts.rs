@@ -203,6 +203,29 @@ impl Drop for Tmpfs {
     }
 }
 
+/// A ramfs (no extended attributes at all), on a fresh temp dir. Unmounted on drop.
+pub struct Ramfs {
+    dir: TempDir,
+}
+
+impl Ramfs {
+    pub fn new() -> Ramfs {
+        let dir = tempfile::Builder::new().prefix("volprep-ramfs-").tempdir().expect("tempdir");
+        sh("mount", &[os("-t"), os("ramfs"), os("-o"), os("mode=0755"), os("ramfs"), dir.path().as_os_str()]);
+        Ramfs { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        unmount(self.dir.path());
+    }
+}
+
 /// A bind mount of `src` (a directory or a file) on `dst` (which must exist and be of the same
 /// type), e.g. a directory of the test's own filesystem inside a volume on that filesystem: the
 /// same device, another mount. Unmounted on drop.
