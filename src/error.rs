@@ -554,6 +554,10 @@ mod tests {
             ),
             (Error::TempNamesTaken { path: "/tmp".into(), tries: 64 }, "/tmp: 64 random temp dir names were all taken"),
             (
+                Error::RootIsSymlink { path: "/v/l".into() },
+                "/v/l: is a symlink; refusing to follow it (name the volume's directory itself)",
+            ),
+            (
                 Error::Stdout { why: "No space left on device".into() },
                 "-: cannot write to stdout: No space left on device",
             ),

@@ -90,7 +90,7 @@ fn reference_flag_tables_match_help() {
             assert!(help.contains_key(flag), "docs/reference.md documents {flag}, which `{cmd} --help` lacks");
         }
     }
-    for cmd in [&["inspect"][..], &["status"], &["demo"], &["report", "merge"], &[]] {
+    for cmd in [&["inspect"][..], &["status"], &["clear"], &["demo"], &["report", "merge"], &[]] {
         for flag in help_flags(cmd).keys() {
             assert!(doc.contains(flag.as_str()), "docs/reference.md never names `{}` {flag}", cmd.join(" "));
         }

@@ -1,8 +1,7 @@
 //! Upgrades and rollbacks (docs/upgrade.md), as any user on plain temp dirs: a `done` marker
 //! written by an earlier version, byte for byte, lets this version skip the volume, since the
 //! spec digest of marker format 1 is pinned; removing volprep's attributes (docs/upgrade.md's
-//! `getfattr`/`setfattr -x` block, run as written where the `attr` package is installed) leaves
-//! a volume the next `apply` walks afresh.
+//! `volprep clear` block, run as written) leaves a volume the next `apply` walks afresh.
 
 mod common;
 
@@ -126,14 +125,11 @@ fn a_marker_of_a_later_format_is_walked_once_never_trusted() {
     assert_eq!(again.volume()["action"], "skipped", "{}", again.describe());
 }
 
-/// docs/upgrade.md's removal block, as written, on a prepared volume: it lists the marker, removes
-/// it, and `volprep status` then finds none.
+/// docs/upgrade.md's removal block, as written, on a prepared volume with a checkpoint too:
+/// `clear --dry-run` lists the attributes, `clear` removes them, and `volprep status` then finds
+/// no marker.
 #[test]
-#[ignore = "needs getfattr and setfattr (package attr): --include-ignored"]
 fn the_documented_removal_block_removes_the_marker() {
-    for tool in ["getfattr", "setfattr"] {
-        assert!(common::mounts::tool(tool).is_some(), "`{tool}` not found: apt-get install attr");
-    }
     let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/upgrade.md")).unwrap();
     let at = doc.find("<!-- rollback: tested -->\n```sh\n").expect("docs/upgrade.md: the rollback block");
     let body = &doc[at..][doc[at..].find("```sh\n").unwrap() + 6..];
@@ -142,12 +138,20 @@ fn the_documented_removal_block_removes_the_marker() {
     let gid = group();
     let vol = prepared(base.path(), gid);
     pass("apply", &["--fs-group", &gid.to_string()], &vol).expect_code(0);
+    set_xattr(&vol, CHECKPOINT, b"{}");
     let bin = Path::new(env!("CARGO_BIN_EXE_volprep")).parent().unwrap();
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
     let mut sh = std::process::Command::new("bash");
     sh.args(["-euo", "pipefail", "-c", block]).env("ROOT", &vol).env("PATH", path);
+    for (k, _) in std::env::vars_os() {
+        if k.as_bytes().starts_with(b"VOLPREP_") {
+            sh.env_remove(k);
+        }
+    }
     let out = run(&mut sh).expect_code(0);
-    assert!(out.stdout.contains("user.volprep"), "getfattr lists the marker\n{}", out.describe());
+    let listed = "would remove 2 volprep attribute(s): user.volprep, user.volprep.checkpoint";
+    assert!(out.stderr.contains(listed), "the dry run lists them\n{}", out.describe());
+    assert!(out.stderr.contains("removed 2 volprep attribute(s)"), "clear removes them\n{}", out.describe());
     assert!(out.stdout.contains("no marker"), "status finds none\n{}", out.describe());
-    assert_eq!(get_xattr(&vol, MARKER), None);
+    assert_eq!((get_xattr(&vol, MARKER), get_xattr(&vol, CHECKPOINT)), (None, None));
 }
