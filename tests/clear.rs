@@ -263,6 +263,52 @@ fn clear_waits_for_the_volume_lock_up_to_its_timeout() {
     assert_eq!(volprep_attrs(&vol), Vec::<String>::new());
 }
 
+/// SIGTERM while `clear` waits for the lock ends it with 143 (as it ends `apply`'s wait), one
+/// line naming the path and the signal, and nothing removed.
+#[test]
+fn a_signal_ends_the_wait_for_the_lock_with_its_code_and_removes_nothing() {
+    let base = tempfile::tempdir().unwrap();
+    let vol = prepared(base.path());
+    let attrs = volprep_attrs(&vol);
+    let _lock = Lock::take(&vol);
+    let mut cmd = volprep();
+    cmd.args(["clear", "--lock-timeout", "10m"]).arg(&vol).stdout(Stdio::null()).stderr(Stdio::piped());
+    let cmdline = format!("{cmd:?}");
+    let mut child = KillOnDrop(cmd.spawn().unwrap());
+    let mut err = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("waiting for its lock") {
+        let mut line = String::new();
+        assert_ne!(err.read_line(&mut line).unwrap(), 0, "clear ended without waiting: {said}");
+        said.push_str(&line);
+    }
+    // SAFETY: kill takes plain integers: no memory is involved.
+    assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) }, 0);
+    child.0.stderr = Some(err.into_inner());
+    let out = wait_within(child, Duration::from_secs(60), &cmdline);
+    let log = said + &String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{log}");
+    assert!(log.contains(&format!("{}: SIGTERM while waiting for the volume lock", vol.display())), "{log}");
+    assert_eq!(volprep_attrs(&vol), attrs, "nothing removed");
+}
+
+/// Any `user.volprep.*` name is volprep's to remove, even one an app wrote with a newline in it;
+/// the summary line and the report show it escaped, on one line.
+#[test]
+fn a_name_with_control_characters_is_removed_and_shown_escaped() {
+    let base = tempfile::tempdir().unwrap();
+    let vol = base.path().join("vol");
+    std::fs::create_dir(&vol).unwrap();
+    set_xattr(&vol, "user.volprep.x\nINFO forged", b"1");
+    let r = clear(&["--log-format", "json"], &[&vol]).expect_code(0);
+    assert_eq!(listed(&r), ["user.volprep.x\\nINFO forged"], "{}", r.describe());
+    assert_eq!(r.stderr_lines().len(), 1, "one summary line\n{}", r.describe());
+    let line: serde_json::Value = serde_json::from_str(r.stderr_lines()[0]).expect("a JSON log line");
+    assert_eq!(line["action"], "cleared", "{line}");
+    assert_eq!(line["attributes"], 1, "{line}");
+    assert_eq!(volprep_attrs(&vol), Vec::<String>::new());
+}
+
 /// `volprep --help` lists `clear`.
 #[test]
 fn help_lists_clear() {
