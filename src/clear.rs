@@ -50,6 +50,18 @@ pub enum Action {
     Failed,
 }
 
+impl Action {
+    /// The word the report and the log use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Action::Cleared => "cleared",
+            Action::WouldClear => "would-clear",
+            Action::Nothing => "nothing",
+            Action::Failed => "failed",
+        }
+    }
+}
+
 /// One volume in the report. Key names are a stable interface.
 #[derive(Debug, Clone, Serialize)]
 pub struct Cleared {
@@ -92,7 +104,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
             Err((e, attributes)) => (failed(path, &e, attributes), e.exit_code()),
         };
         let v = Cleared { elapsed_ms: started.elapsed().as_millis() as u64, ..v };
-        log_summary(&v, o.clearing);
+        log_summary(&v);
         volumes.push(v);
         codes.push(code);
     }
@@ -176,7 +188,7 @@ fn failed(path: &Path, e: &Error, attributes: Vec<String>) -> Cleared {
 }
 
 /// The summary line of one volume (what it had, what became of it).
-pub fn summary(v: &Cleared, clearing: Clearing) -> String {
+pub fn summary(v: &Cleared) -> String {
     let list = v.attributes.join(", ");
     let n = v.attributes.len();
     match v.action {
@@ -188,21 +200,13 @@ pub fn summary(v: &Cleared, clearing: Clearing) -> String {
         Action::Nothing => format!("{}: nothing to clear (no volprep attributes)", v.path),
         Action::Failed => {
             let fatal = v.fatal.as_deref().unwrap_or_default();
-            match (n, clearing) {
-                (0, _) | (_, Clearing::DryRun) => fatal.to_string(),
-                _ => format!("{fatal} (removed before: {list})"),
-            }
+            if n == 0 { fatal.to_string() } else { format!("{fatal} (removed before: {list})") }
         }
     }
 }
 
-fn log_summary(v: &Cleared, clearing: Clearing) {
-    let action = match v.action {
-        Action::Cleared => "cleared",
-        Action::WouldClear => "would-clear",
-        Action::Nothing => "nothing",
-        Action::Failed => "failed",
-    };
+fn log_summary(v: &Cleared) {
+    let action = v.action.name();
     macro_rules! summary {
         ($level:expr) => {
             tracing::event!(
@@ -213,7 +217,7 @@ fn log_summary(v: &Cleared, clearing: Clearing) {
                 marker = v.marker_before.name(),
                 elapsed_ms = v.elapsed_ms,
                 "{}",
-                summary(v, clearing)
+                summary(v)
             )
         };
     }
@@ -254,14 +258,12 @@ mod tests {
             ),
         ];
         for (v, line) in cases {
-            assert_eq!(summary(&v, Clearing::Remove), line);
+            assert_eq!(summary(&v), line);
+            assert_eq!(serde_json::to_value(&v).unwrap()["action"], v.action.name(), "report and log say one word");
         }
         let e = Error::sys("/v", Op::Xattr, Errno::PERM);
         let f = failed(Path::new("/v"), &e, vec!["user.volprep".into()]);
-        assert_eq!(
-            summary(&f, Clearing::Remove),
-            "/v: xattr failed: Operation not permitted (EPERM) (removed before: user.volprep)"
-        );
+        assert_eq!(summary(&f), "/v: xattr failed: Operation not permitted (EPERM) (removed before: user.volprep)");
         let json = serde_json::to_value(&f).unwrap();
         assert_eq!((json["action"].as_str(), json["marker_before"].as_str()), (Some("failed"), Some("")));
         let json = serde_json::to_value(cleared(Action::WouldClear, MarkerState::Done, &two)).unwrap();
