@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 use crate::apps::Private;
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Cause, Failure, Fixed, How, Mapped, Readback, SetgidRule, Task, Through, Verdict};
+use crate::fix::{self, Cause, Failure, Fixed, How, Readback, SetgidRule, Task, Through, Verdict};
 use crate::honour::experiment::{self, CACHE_WAIT, Chowner};
 use crate::honour::{Outcome, Probe};
 use crate::marker;
@@ -67,7 +67,7 @@ pub struct Fixer<'a> {
     may_change: bool,
     /// The ids this process's user namespace maps (an EPERM on an entry of an unmapped owner is
     /// that entry's, not the storage's).
-    mapped: Mapped,
+    mapped: sys::Mapped,
     /// `--modes app-safe`: which entries are app-private paths, and which were tightened.
     places: Option<Places>,
 }
@@ -284,6 +284,10 @@ impl<'a> Fixer<'a> {
     /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
     /// whether `apply` had a change to make (the walk then pins the next entries first).
     fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
+        // The experiment's file of a pass killed while it waited: removed, never counted.
+        if self.mode == Mode::Apply && experiment::remove_stale(parent.fd(), name, meta) {
+            return false;
+        }
         if let Some(p) = &self.places {
             p.note(parent, name, meta);
         }

@@ -211,3 +211,100 @@ fn a_concurrent_chmod_of_one_entry_is_no_verdict() {
     stop.store(true, Ordering::Relaxed);
     tenant.join().unwrap();
 }
+
+/// The names in `dir` that begin as volprep's experiment files do, sorted.
+fn probes(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".volprep-probe-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Starts a pass over `mnt` (a stale attribute cache over `src`, so that volprep's experiment
+/// waits), sends it `sig` once its experiment's file shows in `src` (beside the `known` ones),
+/// and waits for it to end.
+fn stopped_in_experiment(src: &Path, mnt: &Path, sig: i32, report: &Path, known: usize) -> std::process::Output {
+    use common::kill::{KillOnDrop, wait_within};
+    use std::time::{Duration, Instant};
+    let mut cmd = volprep();
+    cmd.args(["apply", "--fs-group", "2000", "--max-errors", "100", "--threads", "2", "--report"]);
+    cmd.arg(report).arg(mnt).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let cmdline = format!("{cmd:?}");
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while probes(src).len() == known {
+        assert!(child.0.try_wait().unwrap().is_none(), "volprep ended before its experiment: {cmdline}");
+        assert!(Instant::now() < deadline, "no experiment within 60 s: {cmdline}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill takes plain integers: no memory is involved.
+    unsafe { libc::kill(child.0.id() as i32, sig) };
+    wait_within(child, Duration::from_secs(60), &cmdline)
+}
+
+/// A volume of 30 files of group 0 (mode 0600) in `src`, served with a stale attribute cache.
+fn stale_volume(src: &Path) -> FuseFs {
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for i in 0..30 {
+        t.file(format!("f{i}"), 0, 0, 0o600);
+    }
+    t.build(src);
+    FuseFs::mount(src, Owners::StaleCache)
+}
+
+/// SIGTERM while volprep's experiment waits out an attribute cache: the wait ends at once, the
+/// experiment's file is removed, the pass stops as any stopped pass does (exit 143), and the
+/// evidence says the experiment proved nothing.
+#[test]
+#[ignore = "needs root and /dev/fuse"]
+fn sigterm_during_the_experiment_ends_its_wait_and_removes_its_file() {
+    if !fusefs::available() {
+        return;
+    }
+    let (src, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let fuse = stale_volume(src.path());
+    let report = out.path().join("report.json");
+    let end = stopped_in_experiment(src.path(), fuse.path(), libc::SIGTERM, &report, 0);
+    let log = String::from_utf8_lossy(&end.stderr);
+    assert_eq!(end.status.code(), Some(143), "{log}");
+    assert_eq!(probes(src.path()), Vec::<String>::new(), "the experiment's file is removed\n{log}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let v = &r["volumes"][0];
+    assert!(v.get("ownership").is_none(), "{v}");
+    let evidence = v["ownership_evidence"].as_str().unwrap_or_else(|| panic!("the experiment's evidence: {v}"));
+    assert!(evidence.starts_with("SIGTERM came after ") && evidence.ends_with("no verdict"), "{v}");
+}
+
+/// SIGKILL while volprep's experiment waits: its file stays behind, and the next pass removes
+/// it. Files that only look like one are left: of a live pid, of another owner, a symlink.
+#[test]
+#[ignore = "needs root and /dev/fuse"]
+fn the_experiment_file_of_a_killed_pass_is_removed_by_the_next() {
+    if !fusefs::available() {
+        return;
+    }
+    let (src, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let fuse = stale_volume(src.path());
+    // Above any pid_max: no such process.
+    let gone = ".volprep-probe-999999999-0000000100000000";
+    let live = format!(".volprep-probe-{}-0000000100000000", std::process::id());
+    let mut t = Tree::new();
+    t.file(&live, 0, 0, 0o600);
+    t.file(gone.replacen("0001", "0002", 1), 1000, 1000, 0o600);
+    t.build(src.path());
+    std::os::unix::fs::symlink("f0", src.path().join(gone)).unwrap();
+    let decoys = probes(src.path());
+    let end = stopped_in_experiment(src.path(), fuse.path(), libc::SIGKILL, &out.path().join("r.json"), decoys.len());
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&end.status), Some(libc::SIGKILL));
+    let left = probes(src.path());
+    assert_eq!(left.len(), decoys.len() + 1, "the killed pass's file stayed: {left:?}");
+    let run = pass("apply", &["--fs-group", "2000", "--max-errors", "100", "--threads", "2"], fuse.path());
+    assert_ne!(run.code, IGNORED, "{}", run.describe());
+    assert_eq!(probes(src.path()), decoys, "only the killed pass's file is removed\n{}", run.describe());
+    let m = std::fs::symlink_metadata(src.path().join(gone)).unwrap();
+    assert!(m.file_type().is_symlink(), "the symlink is left as it is");
+}
