@@ -308,3 +308,62 @@ fn the_experiment_file_of_a_killed_pass_is_removed_by_the_next() {
     let m = std::fs::symlink_metadata(src.path().join(gone)).unwrap();
     assert!(m.file_type().is_symlink(), "the symlink is left as it is");
 }
+
+/// An immutable root takes no marker: the warning names the flag (not a bare EPERM), and a
+/// root that conforms lets the pass fix the entries below it (exit 0; every start walks).
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and chattr"]
+fn an_immutable_root_that_takes_no_marker_is_named_as_the_cause() {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let mut t = Tree::new();
+    t.root(0, 2000, 0o2775);
+    for i in 0..5 {
+        t.file(format!("new{i}"), 0, 0, 0o600);
+    }
+    t.build(fs.path());
+    chattr("+i", fs.path());
+    let run = pass("apply", &["--fs-group", "2000"], fs.path());
+    chattr("-i", fs.path());
+    let run = run.expect_code(0);
+    let line = run.stderr_lines().into_iter().find(|l| l.contains("cannot write the marker")).unwrap_or_else(|| {
+        panic!("a warning says the marker cannot be written\n{}", run.describe());
+    });
+    assert!(line.contains(&fs.path().display().to_string()), "{line}");
+    assert!(line.contains("Operation not permitted (EPERM): the root is immutable (chattr +i)"), "{line}");
+    assert_ne!(run.volume()["marker_after"], "done", "{}", run.describe());
+    let m = std::fs::metadata(fs.path().join("new3")).unwrap();
+    assert_eq!((m.gid(), m.mode() & 0o7777), (2000, 0o660), "the entries are fixed");
+}
+
+/// A root marked `done` for one spec, made immutable, and a pass of another spec: it could
+/// neither write its own marker nor remove the old one, which would then claim a volume it
+/// changed. It fails (exit 1) with one line naming the path, the old spec and the flag, before
+/// any entry is changed.
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and chattr"]
+fn another_specs_done_marker_on_an_immutable_root_fails_before_any_change() {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    prepared(fs.path(), 5);
+    chattr("+i", fs.path());
+    let before = snapshot(fs.path());
+    let run = pass("apply", &["--fs-group", "3000"], fs.path());
+    let after = snapshot(fs.path());
+    chattr("-i", fs.path());
+    let run = run.expect_code(1);
+    assert_same(&before, &after, |m| m.clone(), "nothing was changed");
+    let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
+    let shown = fs.path().display().to_string();
+    for part in [
+        shown.as_str(),
+        "cannot replace the done marker of spec 'fs-group=2000'",
+        "the root is immutable (chattr +i)",
+        "nothing was changed",
+    ] {
+        assert!(errors[0].contains(part), "{part:?} in {}", errors[0]);
+    }
+    let again = apply_fs_group(fs.path(), 3000, &[]);
+    assert_eq!(again.volume()["marker_after"], "done", "{}", again.describe());
+}
