@@ -200,6 +200,10 @@ pub enum Error {
     /// A run of another spec took the volume over while this shard walked.
     #[error("{}: another spec took over the volume during the walk", Escaped(path.as_os_str()))]
     SpecTookOver { path: PathBuf },
+    /// A sharded pass could not write its record on the root (`why`: the errno and the root's
+    /// own cause); nothing was changed.
+    #[error("{}: cannot write the shard marker: {why}; nothing was changed", Escaped(path.as_os_str()))]
+    MarkerRefused { path: PathBuf, why: String },
     /// The marker could not be written (`why`) nor the `done` marker of another spec (`spec`,
     /// as the marker words it) removed: a walk would leave it claiming a volume it changed.
     /// Nothing was changed.
@@ -355,6 +359,7 @@ impl Error {
             | Error::ShardMarkerVanished { .. }
             | Error::SpecTookOver { .. }
             | Error::MarkerStuck { .. }
+            | Error::MarkerRefused { .. }
             | Error::Internal { .. }
             | Error::StickyParentIsSymlink { .. }
             | Error::StickyIsSymlink { .. }

@@ -84,26 +84,30 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts and fixes the root of a sharded volume (`root`, whose metadata is `meta`), which
-    /// the run that completes the volume does last; a failure is counted and listed. Returns
+    /// the run that completes the volume does last. A failure is tried once more from what the
+    /// root is now (a concurrent writer), then counted and listed with the root's own cause, as
+    /// an entry's is (an inode flag, an owner not mapped into this user namespace). Returns
     /// whether the root conforms now.
     pub fn fix_root(&self, root: BorrowedFd<'_>, meta: &Meta) -> bool {
         self.counters.seen(Kind::Dir);
         let private = root_place(root, self.spec);
-        match fix::fix_dir(root, meta, self.spec, private, &self.setgid, Readback::No) {
+        let fix = |m: &Meta| fix::fix_dir(root, m, self.spec, private, &self.setgid, Readback::No);
+        let outcome = match fix(meta) {
+            // What the first try changed is counted here; the second decides from the rest.
+            Err(f) => {
+                self.count_change(&f.done);
+                let first = Failure { done: fix::Change::default(), ..f };
+                sys::stat_fd(root).map_or(Err(first), |now| fix(&now))
+            }
+            done => done,
+        };
+        match self.explained(outcome, meta, || sys::locked_at(root, c"")) {
             Ok(fixed) => {
                 self.count(&fixed);
                 true
             }
-            Err(e) => {
-                self.count_change(&e.done);
-                match e.errno() {
-                    Some(errno) => self.error_at(self.root, e.op, errno),
-                    None => self.error_note(
-                        self.root,
-                        e.op,
-                        format!("{} reported success, but did not change the root (the storage ignores it)", e.op),
-                    ),
-                }
+            Err(f) => {
+                self.root_failed(f);
                 false
             }
         }

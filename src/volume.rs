@@ -179,7 +179,7 @@ fn begin_marker(
         warn!(path = %shown, "read-only filesystem: no marker can be written");
         return Ok(Begun::Failed);
     }
-    let why = marker_refused(root, e, meta);
+    let why = marker::refused(root, e);
     let removed = marker::remove(root).is_ok();
     if let (false, Some(spec)) = (removed, other_done) {
         return Err(Error::MarkerStuck { path: pass.path.to_path_buf(), spec: spec.clone(), why });
@@ -195,37 +195,6 @@ fn begin_marker(
         warn!(path = %shown, "cannot write the marker: {why}; walking without it (no resume; the next start walks again)");
     }
     Ok(if removed { Begun::Removed } else { Begun::Failed })
-}
-
-/// Why the root refused its marker with `e`: the errno, and what the root itself tells of it
-/// (its inode flag, an owner not mapped into this user namespace, what fills its attribute
-/// space).
-fn marker_refused(root: BorrowedFd<'_>, e: Errno, meta: &Meta) -> String {
-    let text = crate::error::errno_text(e.raw_os_error());
-    if e != Errno::PERM {
-        return format!("{text}{}", foreign_room(root, e));
-    }
-    match sys::locked_at(root, c"") {
-        Some(sys::Locked::Immutable) => {
-            format!("{text}: the root is immutable (chattr +i): volprep does not lift the flag; `chattr -i` it")
-        }
-        Some(sys::Locked::AppendOnly) => {
-            format!("{text}: the root is append-only (chattr +a): volprep does not lift the flag; `chattr -a` it")
-        }
-        None if !sys::Mapped::of_self().maps(meta.uid, meta.gid) => {
-            format!(
-                "{text}: the root's owner or group is not mapped into this user namespace (it reads as the overflow id)"
-            )
-        }
-        None => text,
-    }
-}
-
-/// When a marker write found no room (`e`): what takes the root's attribute space that
-/// volprep did not write, and what to do (` (...)`), else nothing.
-fn foreign_room(root: BorrowedFd<'_>, e: Errno) -> String {
-    let what = marker::no_room(e).then(|| marker::Foreign::read(root).describe()).flatten();
-    what.map(|w| format!(" ({w})")).unwrap_or_default()
 }
 
 /// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
@@ -302,8 +271,7 @@ fn settle_marker(
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %pass.shown,
-                  "{what}, but cannot write the marker: {}{}; the next start walks again",
-                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
+                  "{what}, but cannot write the marker: {}; the next start walks again", marker::refused(root, e));
             MarkerState::InProgress
         }
     }

@@ -367,3 +367,31 @@ fn another_specs_done_marker_on_an_immutable_root_fails_before_any_change() {
     let again = apply_fs_group(fs.path(), 3000, &[]);
     assert_eq!(again.volume()["marker_after"], "done", "{}", again.describe());
 }
+
+/// A sharded pass on an immutable root cannot register in the root's record: one line naming
+/// the path and the flag, exit 1, before any entry is changed.
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and chattr"]
+fn a_sharded_pass_on_an_immutable_root_names_the_flag_before_any_change() {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for i in 0..4 {
+        t.file(format!("d{i}/f"), 0, 0, 0o600);
+    }
+    t.build(fs.path());
+    chattr("+i", fs.path());
+    let before = snapshot(fs.path());
+    let run = pass("apply", &["--fs-group", "2000", "--shard", "0/2"], fs.path());
+    let after = snapshot(fs.path());
+    chattr("-i", fs.path());
+    let run = run.expect_code(1);
+    assert_same(&before, &after, |m| m.clone(), "nothing was changed");
+    let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
+    let shown = fs.path().display().to_string();
+    for part in [shown.as_str(), "cannot write the shard marker", "the root is immutable (chattr +i)"] {
+        assert!(errors[0].contains(part), "{part:?} in {}", errors[0]);
+    }
+}

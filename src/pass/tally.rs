@@ -210,11 +210,31 @@ impl Fixer<'_> {
     /// A refused change whose cause is the entry's own (see [`Cause::why`]): its error names it.
     fn own_cause(&self, at: At<'_>, op: Op, cause: Cause) {
         at.dir().taint();
+        self.own_cause_at(&walk::full_path(self.root, &at.rel_path()), op, cause);
+    }
+
+    /// Counts and lists a change of `path` refused for its own `cause`.
+    fn own_cause_at(&self, path: &Path, op: Op, cause: Cause) {
         self.counters.errors.inc();
-        let path = EscapedPath::new(walk::full_path(self.root, &at.rel_path()));
         let errno = Errno::PERM;
         let text = format!("{}: {}", crate::error::errno_text(errno.raw_os_error()), cause.why().unwrap_or_default());
-        self.push_failed(EntryError { path, op, errno: Some(errno), error: text }, op);
+        self.push_failed(EntryError { path: EscapedPath::new(path), op, errno: Some(errno), error: text }, op);
+    }
+
+    /// Counts what a failed change of the root did, and lists it as [`Fixer::record`] lists an
+    /// entry's (see [`Fixer::fix_root`]).
+    pub(super) fn root_failed(&self, f: Failure) {
+        self.count_change(&f.done);
+        match f.cause {
+            Cause::Errno(e) => self.error_at(self.root, f.op, e),
+            Cause::SetgidDropped => self.error_at(self.root, f.op, Errno::PERM),
+            Cause::Ignored => self.error_note(
+                self.root,
+                f.op,
+                format!("{} reported success, but did not change the root (the storage ignores it)", f.op),
+            ),
+            own => self.own_cause_at(self.root, f.op, own),
+        }
     }
 
     /// A failed syscall the probe is still weighing (logged at debug).
