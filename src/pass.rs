@@ -159,8 +159,11 @@ impl<'a> Fixer<'a> {
             experiment::run(dir, self.spec.gid(), who, CACHE_WAIT)
         });
         if made && !proof.verdict.stops() {
+            let honours = proof.verdict == crate::honour::Verdict::Honours;
+            let what =
+                if honours { "the storage honours ownership changes" } else { "volprep's own test proved nothing" };
             warn!(path = %Escaped(self.root.as_os_str()), evidence = proof.evidence.as_str(),
-                  "changes did not hold on some entries, but the storage honours ownership changes: they are counted as errors of their own");
+                  "changes did not hold on some entries, but {what}: they are counted as errors of their own");
         }
     }
 
