@@ -352,7 +352,7 @@ fn another_specs_done_marker_on_an_immutable_root_fails_before_any_change() {
     let after = snapshot(fs.path());
     chattr("-i", fs.path());
     let run = run.expect_code(1);
-    assert_same(&before, &after, |m| m.clone(), "nothing was changed");
+    assert_same(&before, &after, |m| *m, "nothing was changed");
     let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
     assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
     let shown = fs.path().display().to_string();
@@ -387,7 +387,7 @@ fn a_sharded_pass_on_an_immutable_root_names_the_flag_before_any_change() {
     let after = snapshot(fs.path());
     chattr("-i", fs.path());
     let run = run.expect_code(1);
-    assert_same(&before, &after, |m| m.clone(), "nothing was changed");
+    assert_same(&before, &after, |m| *m, "nothing was changed");
     let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
     assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
     let shown = fs.path().display().to_string();
