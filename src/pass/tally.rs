@@ -286,3 +286,41 @@ struct Changed {
     owner: bool,
     mode: bool,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pass::FixerConfig;
+    use crate::spec::Spec;
+
+    #[test]
+    fn a_root_that_refused_its_change_is_listed_with_its_own_cause_as_an_entry_is() {
+        let spec = Spec::group(2000);
+        let fixer = Fixer::new(FixerConfig {
+            root: Path::new("/v"),
+            spec: &spec,
+            mode: Mode::Check,
+            privilege: Privilege::Full,
+            may_change: true,
+            shard: None,
+            verify_part: None,
+            resume: None,
+        });
+        let locked = crate::fix::Cause::Locked(crate::sys::Locked::Immutable);
+        fixer.root_failed(Failure { op: Op::Chown, cause: locked, done: Change::default() });
+        let chowned = Change { gid: Some(2000), ..Change::default() };
+        fixer.root_failed(Failure { op: Op::Chmod, cause: Cause::Unmapped, done: chowned });
+        fixer.root_failed(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::IO), done: Change::default() });
+        assert_eq!(fixer.counters.errors.get(), 3);
+        assert_eq!(fixer.counters.changed_owner.get(), 1, "what the failed change did is counted");
+        let list = crate::sync::into_inner(fixer.errors).into_vec();
+        assert!(list.iter().all(|e| e.path.to_string() == "/v"), "{list:?}");
+        assert!(
+            list[0]
+                .error
+                .ends_with("the entry is immutable (chattr +i): volprep does not lift the flag; `chattr -i` it")
+        );
+        assert!(list[1].error.contains("not mapped into this user namespace"), "{list:?}");
+        assert_eq!(list[2].errno, Some(Errno::IO));
+    }
+}
