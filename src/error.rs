@@ -204,6 +204,15 @@ pub enum Error {
     /// A run of another spec took the volume over while this shard walked.
     #[error("{}: another spec took over the volume during the walk", Escaped(path.as_os_str()))]
     SpecTookOver { path: PathBuf },
+    /// A sharded pass could not write its record on the root (`why`: the errno and the root's
+    /// own cause); nothing was changed.
+    #[error("{}: cannot write the shard marker: {why}; nothing was changed", Escaped(path.as_os_str()))]
+    MarkerRefused { path: PathBuf, why: String },
+    /// The marker could not be written (`why`) nor the `done` marker of another spec (`spec`,
+    /// as the marker words it) removed: a walk would leave it claiming a volume it changed.
+    /// Nothing was changed.
+    #[error("{}: cannot replace the done marker of spec '{spec}': {why}; nothing was changed", Escaped(path.as_os_str()))]
+    MarkerStuck { path: PathBuf, spec: crate::escape::Untrusted, why: String },
     /// A panic in a volume's pass: that volume fails, the others go on.
     #[error("{}: internal error: {panic}", Escaped(path.as_os_str()))]
     Internal { path: PathBuf, panic: String },
@@ -354,6 +363,8 @@ impl Error {
             | Error::ShardsNeedXattrs { .. }
             | Error::ShardMarkerVanished { .. }
             | Error::SpecTookOver { .. }
+            | Error::MarkerStuck { .. }
+            | Error::MarkerRefused { .. }
             | Error::Internal { .. }
             | Error::StickyParentIsSymlink { .. }
             | Error::StickyIsSymlink { .. }
@@ -548,6 +559,14 @@ mod tests {
                 "/v: a sharded pass needs extended attributes: the root marker is where shards meet",
             ),
             (Error::internal("/v", &"boom"), "/v: internal error: boom"),
+            (
+                Error::MarkerStuck {
+                    path: p(),
+                    spec: "fs-group=1\n".into(),
+                    why: "Operation not permitted (EPERM)".into(),
+                },
+                "/v: cannot replace the done marker of spec 'fs-group=1\\n': Operation not permitted (EPERM); nothing was changed",
+            ),
             (
                 Error::StickyParentIsSymlink { at: "/l".into(), path: "/l/tmp".into() },
                 "/l: is a symlink: --sticky /l/tmp is resolved without following links, so a link planted in a parent can't redirect it",

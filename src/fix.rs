@@ -145,33 +145,6 @@ impl Cause {
     }
 }
 
-/// The ids this process's user namespace maps: an entry whose owner or group is not mapped
-/// refuses even root's chown and chmod.
-#[derive(Debug, Clone, Default)]
-pub struct Mapped {
-    uids: sys::IdMap,
-    gids: sys::IdMap,
-    overflow: (u32, u32),
-}
-
-impl Mapped {
-    /// This process's maps.
-    pub fn of_self() -> Mapped {
-        Mapped {
-            uids: sys::IdMap::of_self("uid_map"),
-            gids: sys::IdMap::of_self("gid_map"),
-            overflow: (sys::overflow_uid(), sys::overflow_gid()),
-        }
-    }
-
-    /// Whether the owner or group of `meta` is not mapped: outside the maps, or, in a user
-    /// namespace, the overflow id an unmapped one reads as.
-    pub fn unmapped(&self, meta: &Meta) -> bool {
-        let overflow = |map: &sys::IdMap, id, over| !map.maps(id) || (!map.is_whole() && id == over);
-        overflow(&self.uids, meta.uid, self.overflow.0) || overflow(&self.gids, meta.gid, self.overflow.1)
-    }
-}
-
 /// A fix that failed: the operation and why, and what had changed on disk before it failed (a
 /// chown that worked before its chmod was refused), so reports count what was done.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,13 +175,13 @@ impl Failure {
     }
 
     /// This failure with the entry's own cause of its EPERM, if `locked` or `mapped` tell one.
-    pub fn explained(self, locked: impl FnOnce() -> Option<sys::Locked>, meta: &Meta, mapped: &Mapped) -> Failure {
+    pub fn explained(self, locked: impl FnOnce() -> Option<sys::Locked>, meta: &Meta, mapped: &sys::Mapped) -> Failure {
         if !self.plain_refusal() {
             return self;
         }
         let cause = match locked() {
             Some(l) => Cause::Locked(l),
-            None if mapped.unmapped(meta) => Cause::Unmapped,
+            None if !mapped.maps(meta.uid, meta.gid) => Cause::Unmapped,
             None => return self,
         };
         Failure { cause, ..self }
@@ -439,8 +412,7 @@ fn read_back(fd: BorrowedFd<'_>, change: &Change, seen: &Meta) -> Result<(), Fai
 /// The kernel silently drops S_ISGID from a chmod unless the caller is in the inode's group
 /// (its fsgid or a supplementary group) or holds CAP_FSETID over the inode
 /// (`in_group_or_capable`, fs/attr.c); "over the inode" means its owner and group are mapped in
-/// the caller's user namespace (and the mount's idmapping), which an unmapped owner shows by
-/// reading as the overflow uid. That is the kernel's own rule only: a FUSE daemon or a network
+/// the caller's user namespace (and the mount's idmapping): [`sys::Mapped`]. That is the kernel's own rule only: a FUSE daemon or a network
 /// server decides for itself, so on those filesystems (and on any device but the volume's) the
 /// mode is always read back.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -451,8 +423,8 @@ pub struct SetgidRule {
     pub groups: Vec<u32>,
     /// CAP_FSETID is in the effective set.
     pub fsetid: bool,
-    /// The uid an owner unmapped in this user namespace reads as (`/proc/sys/kernel/overflowuid`).
-    pub overflow_uid: u32,
+    /// The ids this process's user namespace maps (CAP_FSETID counts only over those).
+    pub mapped: sys::Mapped,
 }
 
 impl SetgidRule {
@@ -460,7 +432,7 @@ impl SetgidRule {
     /// they are when the chmod runs) keeps the bit.
     pub fn keeps(&self, dev: u64, uid: u32, gid: u32) -> bool {
         self.local_dev == Some(dev)
-            && (self.groups.binary_search(&gid).is_ok() || (self.fsetid && uid != self.overflow_uid))
+            && (self.groups.binary_search(&gid).is_ok() || (self.fsetid && self.mapped.maps(uid, gid)))
     }
 }
 
@@ -544,7 +516,7 @@ mod tests {
 
     #[test]
     fn a_setgid_bit_the_kernel_may_drop_is_read_back_for_files_and_directories() {
-        let without = SetgidRule { local_dev: Some(1), groups: vec![0], fsetid: false, overflow_uid: 65534 };
+        let without = SetgidRule { local_dev: Some(1), groups: vec![0], fsetid: false, mapped: sys::Mapped::default() };
         let with = SetgidRule { fsetid: true, ..without.clone() };
         let tool = meta(libc::S_IFREG, 0o2755, 5, 33);
         let change = decide(&tool, &fs(2000));
@@ -645,13 +617,16 @@ mod tests {
 
     #[test]
     fn setgid_is_read_back_unless_the_kernel_rule_keeps_it() {
-        let rule = SetgidRule { local_dev: Some(1), groups: vec![0, 2000], fsetid: false, overflow_uid: 65534 };
+        let mapped = sys::Mapped::new("0 0 100000\n", "0 0 100000\n", (65534, 65534));
+        let rule = SetgidRule { local_dev: Some(1), groups: vec![0, 2000], fsetid: false, mapped };
         assert!(rule.keeps(1, 0, 2000), "a group of the process");
         assert!(!rule.keeps(1, 0, 3000), "another group, no CAP_FSETID");
         assert!(!rule.keeps(2, 0, 2000), "another filesystem (FUSE, network, a nested mount)");
         let root = SetgidRule { groups: vec![0], fsetid: true, ..rule.clone() };
         assert!(root.keeps(1, 1000, 3000), "CAP_FSETID over an inode whose owner is mapped");
         assert!(!root.keeps(1, 65534, 3000), "an owner unmapped in this user namespace");
+        let host = SetgidRule { mapped: sys::Mapped::default(), ..root.clone() };
+        assert!(host.keeps(1, 65534, 3000), "nobody is a mapped owner on the host");
         assert!(!SetgidRule::default().keeps(1, 0, 0), "nothing known: always read back");
     }
 

@@ -29,7 +29,7 @@ mod room;
 mod shards;
 
 pub use mounts::{mounts_changed, mounts_digest};
-pub use room::{Foreign, list_ours, no_room, remove_ours};
+pub use room::{Foreign, list_ours, no_room, refused, remove_ours};
 pub use shards::{Heartbeat, Shards, anchor_digest, xor_digests};
 
 /// The most shards a round can have on ext4 with 1 KiB blocks (what mke2fs picks below 512

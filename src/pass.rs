@@ -24,7 +24,7 @@ use tracing::{debug, warn};
 use crate::apps::Private;
 use crate::error::Op;
 use crate::escape::{Escaped, escape_bytes};
-use crate::fix::{self, Cause, Failure, Fixed, How, Mapped, Readback, SetgidRule, Task, Through, Verdict};
+use crate::fix::{self, Cause, Failure, Fixed, How, Readback, SetgidRule, Task, Through, Verdict};
 use crate::honour::experiment::{self, CACHE_WAIT, Chowner};
 use crate::honour::{Outcome, Probe};
 use crate::marker;
@@ -67,7 +67,7 @@ pub struct Fixer<'a> {
     may_change: bool,
     /// The ids this process's user namespace maps (an EPERM on an entry of an unmapped owner is
     /// that entry's, not the storage's).
-    mapped: Mapped,
+    mapped: sys::Mapped,
     /// `--modes app-safe`: which entries are app-private paths, and which were tightened.
     places: Option<Places>,
 }
@@ -84,26 +84,30 @@ impl<'a> Fixer<'a> {
     }
 
     /// Counts and fixes the root of a sharded volume (`root`, whose metadata is `meta`), which
-    /// the run that completes the volume does last; a failure is counted and listed. Returns
+    /// the run that completes the volume does last. A failure is tried once more from what the
+    /// root is now (a concurrent writer), then counted and listed with the root's own cause, as
+    /// an entry's is (an inode flag, an owner not mapped into this user namespace). Returns
     /// whether the root conforms now.
     pub fn fix_root(&self, root: BorrowedFd<'_>, meta: &Meta) -> bool {
         self.counters.seen(Kind::Dir);
         let private = root_place(root, self.spec);
-        match fix::fix_dir(root, meta, self.spec, private, &self.setgid, Readback::No) {
+        let fix = |m: &Meta| fix::fix_dir(root, m, self.spec, private, &self.setgid, Readback::No);
+        let outcome = match fix(meta) {
+            // What the first try changed is counted here; the second decides from the rest.
+            Err(f) => {
+                self.count_change(&f.done);
+                let first = Failure { done: fix::Change::default(), ..f };
+                sys::stat_fd(root).map_or(Err(first), |now| fix(&now))
+            }
+            done => done,
+        };
+        match self.explained(outcome, meta, || sys::locked_at(root, c"")) {
             Ok(fixed) => {
                 self.count(&fixed);
                 true
             }
-            Err(e) => {
-                self.count_change(&e.done);
-                match e.errno() {
-                    Some(errno) => self.error_at(self.root, e.op, errno),
-                    None => self.error_note(
-                        self.root,
-                        e.op,
-                        format!("{} reported success, but did not change the root (the storage ignores it)", e.op),
-                    ),
-                }
+            Err(f) => {
+                self.root_failed(f);
                 false
             }
         }
@@ -155,8 +159,11 @@ impl<'a> Fixer<'a> {
             experiment::run(dir, self.spec.gid(), who, CACHE_WAIT)
         });
         if made && !proof.verdict.stops() {
+            let honours = proof.verdict == crate::honour::Verdict::Honours;
+            let what =
+                if honours { "the storage honours ownership changes" } else { "volprep's own test proved nothing" };
             warn!(path = %Escaped(self.root.as_os_str()), evidence = proof.evidence.as_str(),
-                  "changes did not hold on some entries, but the storage honours ownership changes: they are counted as errors of their own");
+                  "changes did not hold on some entries, but {what}: they are counted as errors of their own");
         }
     }
 
@@ -284,6 +291,10 @@ impl<'a> Fixer<'a> {
     /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
     /// whether `apply` had a change to make (the walk then pins the next entries first).
     fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
+        // The experiment's file of a pass killed while it waited: removed, never counted.
+        if self.mode == Mode::Apply && experiment::remove_stale(parent.fd(), name, meta) {
+            return false;
+        }
         if let Some(p) = &self.places {
             p.note(parent, name, meta);
         }

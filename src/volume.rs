@@ -10,7 +10,7 @@ use rustix::io::Errno;
 use tracing::{debug, info, warn};
 
 use crate::error::{Error, Op};
-use crate::escape::{Escaped, escape_bytes};
+use crate::escape::{Escaped, Untrusted, escape_bytes};
 use crate::lifecycle::{self, Pass, ResumePlan};
 use crate::marker::{self, Checkpoint, Decision, Found, Marker, State};
 use crate::options::{Mode, Privilege, RunOptions};
@@ -50,7 +50,11 @@ pub fn run(path: &Path, spec: &Spec, opts: &RunOptions, pool: &Pool) -> Result<V
         return Ok(pass.skipped(before));
     }
     let plan = plan(&decision, &found, opts.mode, |m| Place::new(root, None).read(&m.run, &pass.digest));
-    Ok(walk(&pass, pool.start()?, root_fd, root_meta, &plan, before))
+    let other_done = match &found {
+        Found::Marker(m) if m.state == State::Done && m.digest != pass.digest => Some(&m.spec),
+        _ => None,
+    };
+    walk(&pass, pool.start()?, (root_fd, root_meta), &plan, before, other_done)
 }
 
 /// The decision's word for the log (`skip`, `check`, `resume`, `walk`) and its reason.
@@ -102,24 +106,26 @@ fn plan(
     }
 }
 
-/// Walks the volume as `plan` says. `apply` writes the marker `in-progress` first, keeps its
-/// checkpoint during the walk, then settles the marker (see [`settle_marker`]); `check` (no
+/// Walks the volume (its root, open, and its metadata) as `plan` says. `apply` writes the
+/// marker `in-progress` first (a `done` marker of another spec, `other_done`, that can be
+/// neither replaced nor removed fails the pass before any change: see [`begin_marker`]), keeps
+/// its checkpoint during the walk, then settles the marker (see [`settle_marker`]); `check` (no
 /// checkpoint) changes nothing, and counts the special-bit records of an interrupted run as
 /// `apply` would restore them, reporting those it would refuse.
 fn walk(
     pass: &Pass<'_>,
     threads: &Threads,
-    root_fd: OwnedFd,
-    root_meta: Meta,
+    (root_fd, root_meta): (OwnedFd, Meta),
     plan: &ResumePlan,
     before: MarkerState,
-) -> VolumeReport {
+    other_done: Option<&Untrusted>,
+) -> Result<VolumeReport, Error> {
     // The walk consumes the root fd (the root node owns it); marker writes use a duplicate.
     let marker_fd = plan.run().and_then(|_| rustix::io::fcntl_dupfd_cloexec(&root_fd, 0).ok());
     let root = marker_fd.as_ref().map(AsFd::as_fd);
     let fixer = pass.fixer(plan, root.map(|r| Place::new(r, None)));
     let marked = match (root, plan.run()) {
-        (Some(root), Some(run)) => Some((root, run, begin_marker(pass, root, run, &root_meta))),
+        (Some(root), Some(run)) => Some((root, run, begin_marker(pass, (root, &root_meta), run, other_done)?)),
         _ => None,
     };
     pass.take_over(root_fd.as_fd(), &fixer, plan);
@@ -139,7 +145,7 @@ fn walk(
     };
     let report = pass.report(fixer, stop, action, before, after);
     log_left(pass, &report);
-    report
+    Ok(report)
 }
 
 /// What became of the `in-progress` marker written before the walk.
@@ -152,41 +158,43 @@ enum Begun {
     Removed,
 }
 
-/// Writes the `in-progress` marker of run `run`. A marker that can't be written is a warning:
-/// the entries can still be fixed.
-fn begin_marker(pass: &Pass<'_>, root: BorrowedFd<'_>, run: &RunId, root_meta: &Meta) -> Begun {
+/// Writes the `in-progress` marker of run `run` on the root (seen as `meta`). A marker that
+/// can't be written is a warning naming the cause (the entries can still be fixed), and the
+/// marker that was there is removed, so that no `done` stays from before; a `done` marker of
+/// another spec (`other_done`, its spec in words) that can't be removed either fails the pass
+/// before any change: a walk would leave it claiming a volume it changed.
+fn begin_marker(
+    pass: &Pass<'_>,
+    (root, meta): (BorrowedFd<'_>, &Meta),
+    run: &RunId,
+    other_done: Option<&Untrusted>,
+) -> Result<Begun, Error> {
     let shown = pass.shown.as_str();
-    match marker::write(root, &pass_marker(pass, State::InProgress, run)) {
-        Ok(()) => Begun::Written,
-        // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
-        Err(Errno::ROFS) => {
-            warn!(path = %shown, "read-only filesystem: no marker can be written");
-            Begun::Failed
-        }
+    let e = match marker::write(root, &pass_marker(pass, State::InProgress, run)) {
+        Ok(()) => return Ok(Begun::Written),
+        Err(e) => e,
+    };
+    // A read-only volume: whatever needs a change fails on its own; one that conforms is fine.
+    if e == Errno::ROFS {
+        warn!(path = %shown, "read-only filesystem: no marker can be written");
+        return Ok(Begun::Failed);
+    }
+    let why = marker::refused(root, e);
+    let removed = marker::remove(root).is_ok();
+    if let (false, Some(spec)) = (removed, other_done) {
+        return Err(Error::MarkerStuck { path: pass.path.to_path_buf(), spec: spec.clone(), why });
+    }
+    if matches!(e, Errno::ACCESS | Errno::PERM) && matches!(pass.opts.privilege, Privilege::Unprivileged { .. }) {
         // Unprivileged, on a root of another user that this user may not write: the entries
         // can still be fixed; only the O(1) restart and resume are lost.
-        Err(Errno::ACCESS | Errno::PERM) if matches!(pass.opts.privilege, Privilege::Unprivileged { .. }) => {
-            warn!(path = %shown, root_uid = root_meta.uid, root_mode = format!("{:04o}", root_meta.perm()).as_str(),
-                  "the root is not writable by this user: no marker (every start walks), no resume");
-            Begun::Failed
-        }
-        // A full filesystem (or quota, or anything else): the entries can still be fixed, and a
-        // volume that conforms must let its app start. No `done` marker may stay from before.
-        Err(e) => {
-            let removed = marker::remove(root).is_ok();
-            warn!(path = %shown,
-                  "cannot write the marker: {}{}; walking without it (no resume; the next start walks again)",
-                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
-            if removed { Begun::Removed } else { Begun::Failed }
-        }
+        warn!(path = %shown, root_uid = meta.uid, root_mode = format!("{:04o}", meta.perm()).as_str(),
+              "the root is not writable by this user ({why}): no marker (every start walks), no resume");
+    } else {
+        // A full filesystem, an immutable root (or anything else): the entries can still be
+        // fixed, and a volume that conforms must let its app start.
+        warn!(path = %shown, "cannot write the marker: {why}; walking without it (no resume; the next start walks again)");
     }
-}
-
-/// When a marker write found no room (`e`): what takes the root's attribute space that
-/// volprep did not write, and what to do (` (...)`), else nothing.
-fn foreign_room(root: BorrowedFd<'_>, e: Errno) -> String {
-    let what = marker::no_room(e).then(|| marker::Foreign::read(root).describe()).flatten();
-    what.map(|w| format!(" ({w})")).unwrap_or_default()
+    Ok(if removed { Begun::Removed } else { Begun::Failed })
 }
 
 /// The unsharded marker of this pass, in `state`, for run `run`; started when the pass started.
@@ -263,8 +271,7 @@ fn settle_marker(
         Err(e) => {
             let what = if left > 0 { "every entry this user owns conforms" } else { "every entry conforms" };
             warn!(path = %pass.shown,
-                  "{what}, but cannot write the marker: {}{}; the next start walks again",
-                  crate::error::errno_text(e.raw_os_error()), foreign_room(root, e));
+                  "{what}, but cannot write the marker: {}; the next start walks again", marker::refused(root, e));
             MarkerState::InProgress
         }
     }

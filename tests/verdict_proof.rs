@@ -211,3 +211,187 @@ fn a_concurrent_chmod_of_one_entry_is_no_verdict() {
     stop.store(true, Ordering::Relaxed);
     tenant.join().unwrap();
 }
+
+/// The names in `dir` that begin as volprep's experiment files do, sorted.
+fn probes(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".volprep-probe-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Starts a pass over `mnt` (a stale attribute cache over `src`, so that volprep's experiment
+/// waits), sends it `sig` once its experiment's file shows in `src` (beside the `known` ones),
+/// and waits for it to end.
+fn stopped_in_experiment(src: &Path, mnt: &Path, sig: i32, report: &Path, known: usize) -> std::process::Output {
+    use common::kill::{KillOnDrop, wait_within};
+    use std::time::{Duration, Instant};
+    let mut cmd = volprep();
+    cmd.args(["apply", "--fs-group", "2000", "--max-errors", "100", "--threads", "2", "--report"]);
+    cmd.arg(report).arg(mnt).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let cmdline = format!("{cmd:?}");
+    let mut child = KillOnDrop(cmd.spawn().expect("spawn volprep"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while probes(src).len() == known {
+        assert!(child.0.try_wait().unwrap().is_none(), "volprep ended before its experiment: {cmdline}");
+        assert!(Instant::now() < deadline, "no experiment within 60 s: {cmdline}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // SAFETY: kill takes plain integers: no memory is involved.
+    unsafe { libc::kill(child.0.id() as i32, sig) };
+    wait_within(child, Duration::from_secs(60), &cmdline)
+}
+
+/// A volume of 30 files of group 0 (mode 0600) in `src`, served with a stale attribute cache.
+fn stale_volume(src: &Path) -> FuseFs {
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for i in 0..30 {
+        t.file(format!("f{i}"), 0, 0, 0o600);
+    }
+    t.build(src);
+    FuseFs::mount(src, Owners::StaleCache)
+}
+
+/// SIGTERM while volprep's experiment waits out an attribute cache: the wait ends at once, the
+/// experiment's file is removed, the pass stops as any stopped pass does (exit 143), and the
+/// evidence says the experiment proved nothing.
+#[test]
+#[ignore = "needs root and /dev/fuse"]
+fn sigterm_during_the_experiment_ends_its_wait_and_removes_its_file() {
+    if !fusefs::available() {
+        return;
+    }
+    let (src, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let fuse = stale_volume(src.path());
+    let report = out.path().join("report.json");
+    let end = stopped_in_experiment(src.path(), fuse.path(), libc::SIGTERM, &report, 0);
+    let log = String::from_utf8_lossy(&end.stderr);
+    assert_eq!(end.status.code(), Some(143), "{log}");
+    assert_eq!(probes(src.path()), Vec::<String>::new(), "the experiment's file is removed\n{log}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let v = &r["volumes"][0];
+    assert!(v.get("ownership").is_none(), "{v}");
+    let evidence = v["ownership_evidence"].as_str().unwrap_or_else(|| panic!("the experiment's evidence: {v}"));
+    assert!(evidence.starts_with("SIGTERM came after ") && evidence.ends_with("no verdict"), "{v}");
+}
+
+/// SIGKILL while volprep's experiment waits: its file stays behind, and the next pass removes
+/// it. Files that only look like one are left: of a live pid, of another owner, a symlink.
+#[test]
+#[ignore = "needs root and /dev/fuse"]
+fn the_experiment_file_of_a_killed_pass_is_removed_by_the_next() {
+    if !fusefs::available() {
+        return;
+    }
+    let (src, out) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let fuse = stale_volume(src.path());
+    // Above any pid_max: no such process.
+    let gone = ".volprep-probe-999999999-0000000100000000";
+    let live = format!(".volprep-probe-{}-0000000100000000", std::process::id());
+    let mut t = Tree::new();
+    t.file(&live, 0, 0, 0o600);
+    t.file(gone.replacen("0001", "0002", 1), 1000, 1000, 0o600);
+    t.build(src.path());
+    std::os::unix::fs::symlink("f0", src.path().join(gone)).unwrap();
+    let decoys = probes(src.path());
+    let end = stopped_in_experiment(src.path(), fuse.path(), libc::SIGKILL, &out.path().join("r.json"), decoys.len());
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&end.status), Some(libc::SIGKILL));
+    let left = probes(src.path());
+    assert_eq!(left.len(), decoys.len() + 1, "the killed pass's file stayed: {left:?}");
+    let run = pass("apply", &["--fs-group", "2000", "--max-errors", "100", "--threads", "2"], fuse.path());
+    assert_ne!(run.code, IGNORED, "{}", run.describe());
+    assert_eq!(probes(src.path()), decoys, "only the killed pass's file is removed\n{}", run.describe());
+    let m = std::fs::symlink_metadata(src.path().join(gone)).unwrap();
+    assert!(m.file_type().is_symlink(), "the symlink is left as it is");
+}
+
+/// An immutable root takes no marker: the warning names the flag (not a bare EPERM), and a
+/// root that conforms lets the pass fix the entries below it (exit 0; every start walks).
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and chattr"]
+fn an_immutable_root_that_takes_no_marker_is_named_as_the_cause() {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let mut t = Tree::new();
+    t.root(0, 2000, 0o2775);
+    for i in 0..5 {
+        t.file(format!("new{i}"), 0, 0, 0o600);
+    }
+    t.build(fs.path());
+    chattr("+i", fs.path());
+    let run = pass("apply", &["--fs-group", "2000"], fs.path());
+    chattr("-i", fs.path());
+    let run = run.expect_code(0);
+    let line = run.stderr_lines().into_iter().find(|l| l.contains("cannot write the marker")).unwrap_or_else(|| {
+        panic!("a warning says the marker cannot be written\n{}", run.describe());
+    });
+    assert!(line.contains(&fs.path().display().to_string()), "{line}");
+    assert!(line.contains("Operation not permitted (EPERM): the root is immutable (chattr +i)"), "{line}");
+    assert_ne!(run.volume()["marker_after"], "done", "{}", run.describe());
+    let m = std::fs::metadata(fs.path().join("new3")).unwrap();
+    assert_eq!((m.gid(), m.mode() & 0o7777), (2000, 0o660), "the entries are fixed");
+}
+
+/// A root marked `done` for one spec, made immutable, and a pass of another spec: it could
+/// neither write its own marker nor remove the old one, which would then claim a volume it
+/// changed. It fails (exit 1) with one line naming the path, the old spec and the flag, before
+/// any entry is changed.
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and chattr"]
+fn another_specs_done_marker_on_an_immutable_root_fails_before_any_change() {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    prepared(fs.path(), 5);
+    chattr("+i", fs.path());
+    let before = snapshot(fs.path());
+    let run = pass("apply", &["--fs-group", "3000"], fs.path());
+    let after = snapshot(fs.path());
+    chattr("-i", fs.path());
+    let run = run.expect_code(1);
+    assert_same(&before, &after, |m| *m, "nothing was changed");
+    let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
+    let shown = fs.path().display().to_string();
+    for part in [
+        shown.as_str(),
+        "cannot replace the done marker of spec 'fs-group=2000'",
+        "the root is immutable (chattr +i)",
+        "nothing was changed",
+    ] {
+        assert!(errors[0].contains(part), "{part:?} in {}", errors[0]);
+    }
+    let again = apply_fs_group(fs.path(), 3000, &[]);
+    assert_eq!(again.volume()["marker_after"], "done", "{}", again.describe());
+}
+
+/// A sharded pass on an immutable root cannot register in the root's record: one line naming
+/// the path and the flag, exit 1, before any entry is changed.
+#[test]
+#[ignore = "needs root, loop devices, mkfs.ext4 and chattr"]
+fn a_sharded_pass_on_an_immutable_root_names_the_flag_before_any_change() {
+    privileged(&["mkfs.ext4", "chattr"]);
+    let fs = LoopFs::new(FsKind::Ext4, 64);
+    let mut t = Tree::new();
+    t.root(0, 0, 0o755);
+    for i in 0..4 {
+        t.file(format!("d{i}/f"), 0, 0, 0o600);
+    }
+    t.build(fs.path());
+    chattr("+i", fs.path());
+    let before = snapshot(fs.path());
+    let run = pass("apply", &["--fs-group", "2000", "--shard", "0/2"], fs.path());
+    let after = snapshot(fs.path());
+    chattr("-i", fs.path());
+    let run = run.expect_code(1);
+    assert_same(&before, &after, |m| *m, "nothing was changed");
+    let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
+    assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
+    let shown = fs.path().display().to_string();
+    for part in [shown.as_str(), "cannot write the shard marker", "the root is immutable (chattr +i)"] {
+        assert!(errors[0].contains(part), "{part:?} in {}", errors[0]);
+    }
+}

@@ -1,5 +1,6 @@
 //! The root's xattr space: whether a failed write found it full, the attributes volprep did not
-//! write in it, and those it did (listed and removed by `volprep clear`).
+//! write in it and those it did (listed and removed by `volprep clear`), and why the root refused
+//! a write.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::BorrowedFd;
@@ -15,6 +16,32 @@ use super::MARKER_XATTR;
 /// or the filesystem's limit on one value is smaller): a smaller value may still fit.
 pub fn no_room(e: Errno) -> bool {
     matches!(e, Errno::NOSPC | Errno::TOOBIG | Errno::RANGE | Errno::DQUOT)
+}
+
+/// Why the root refused a marker write with `e`: the errno, and what the root itself tells of
+/// it: its inode flag or an owner not mapped into this user namespace (EPERM), what fills its
+/// attribute space (no room).
+pub fn refused(root: BorrowedFd<'_>, e: Errno) -> String {
+    let text = crate::error::errno_text(e.raw_os_error());
+    if e != Errno::PERM {
+        let what = no_room(e).then(|| Foreign::read(root).describe()).flatten();
+        return what.map_or(text.clone(), |w| format!("{text} ({w})"));
+    }
+    let unmapped = || sys::stat_fd(root).is_ok_and(|m| !sys::Mapped::of_self().maps(m.uid, m.gid));
+    match sys::locked_at(root, c"") {
+        Some(sys::Locked::Immutable) => {
+            format!("{text}: the root is immutable (chattr +i): volprep does not lift the flag; `chattr -i` it")
+        }
+        Some(sys::Locked::AppendOnly) => {
+            format!("{text}: the root is append-only (chattr +a): volprep does not lift the flag; `chattr -a` it")
+        }
+        None if unmapped() => {
+            format!(
+                "{text}: the root's owner or group is not mapped into this user namespace (it reads as the overflow id)"
+            )
+        }
+        None => text,
+    }
 }
 
 /// The extended attributes of the root that volprep did not write (any name but `user.volprep`

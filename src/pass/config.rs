@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{Fixer, Places};
 use crate::caps;
-use crate::fix::{Mapped, SetgidRule, Through};
+use crate::fix::{SetgidRule, Through};
 use crate::honour::Probe;
 use crate::options::{Mode, Privilege, ShardFilter};
 use crate::progress::Counters;
@@ -60,7 +60,7 @@ impl<'a> Fixer<'a> {
             probe: Arc::new(Probe::default()),
             through: if mode == Mode::Apply { through(root) } else { Through::Pin },
             may_change,
-            mapped: if mode == Mode::Apply { Mapped::of_self() } else { Mapped::default() },
+            mapped: if mode == Mode::Apply { sys::Mapped::of_self() } else { sys::Mapped::default() },
             places: Places::of(spec),
         }
     }
@@ -97,7 +97,7 @@ fn setgid_rule(root: &Path) -> SetgidRule {
         local_dev,
         groups: sys::groups(),
         fsetid: caps::effective().is_some_and(|e| e & (1 << caps::FSETID.bit) != 0),
-        overflow_uid: sys::overflow_uid(),
+        mapped: sys::Mapped::of_self(),
     }
 }
 

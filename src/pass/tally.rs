@@ -210,11 +210,31 @@ impl Fixer<'_> {
     /// A refused change whose cause is the entry's own (see [`Cause::why`]): its error names it.
     fn own_cause(&self, at: At<'_>, op: Op, cause: Cause) {
         at.dir().taint();
+        self.own_cause_at(&walk::full_path(self.root, &at.rel_path()), op, cause);
+    }
+
+    /// Counts and lists a change of `path` refused for its own `cause`.
+    fn own_cause_at(&self, path: &Path, op: Op, cause: Cause) {
         self.counters.errors.inc();
-        let path = EscapedPath::new(walk::full_path(self.root, &at.rel_path()));
         let errno = Errno::PERM;
         let text = format!("{}: {}", crate::error::errno_text(errno.raw_os_error()), cause.why().unwrap_or_default());
-        self.push_failed(EntryError { path, op, errno: Some(errno), error: text }, op);
+        self.push_failed(EntryError { path: EscapedPath::new(path), op, errno: Some(errno), error: text }, op);
+    }
+
+    /// Counts what a failed change of the root did, and lists it as [`Fixer::record`] lists an
+    /// entry's (see [`Fixer::fix_root`]).
+    pub(super) fn root_failed(&self, f: Failure) {
+        self.count_change(&f.done);
+        match f.cause {
+            Cause::Errno(e) => self.error_at(self.root, f.op, e),
+            Cause::SetgidDropped => self.error_at(self.root, f.op, Errno::PERM),
+            Cause::Ignored => self.error_note(
+                self.root,
+                f.op,
+                format!("{} reported success, but did not change the root (the storage ignores it)", f.op),
+            ),
+            own => self.own_cause_at(self.root, f.op, own),
+        }
     }
 
     /// A failed syscall the probe is still weighing (logged at debug).
@@ -265,4 +285,42 @@ pub(super) enum Contents {
 struct Changed {
     owner: bool,
     mode: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pass::FixerConfig;
+    use crate::spec::Spec;
+
+    #[test]
+    fn a_root_that_refused_its_change_is_listed_with_its_own_cause_as_an_entry_is() {
+        let spec = Spec::group(2000);
+        let fixer = Fixer::new(FixerConfig {
+            root: Path::new("/v"),
+            spec: &spec,
+            mode: Mode::Check,
+            privilege: Privilege::Full,
+            may_change: true,
+            shard: None,
+            verify_part: None,
+            resume: None,
+        });
+        let locked = crate::fix::Cause::Locked(crate::sys::Locked::Immutable);
+        fixer.root_failed(Failure { op: Op::Chown, cause: locked, done: Change::default() });
+        let chowned = Change { gid: Some(2000), ..Change::default() };
+        fixer.root_failed(Failure { op: Op::Chmod, cause: Cause::Unmapped, done: chowned });
+        fixer.root_failed(Failure { op: Op::Chmod, cause: Cause::Errno(Errno::IO), done: Change::default() });
+        assert_eq!(fixer.counters.errors.get(), 3);
+        assert_eq!(fixer.counters.changed_owner.get(), 1, "what the failed change did is counted");
+        let list = crate::sync::into_inner(fixer.errors).into_vec();
+        assert!(list.iter().all(|e| e.path.to_string() == "/v"), "{list:?}");
+        assert!(
+            list[0]
+                .error
+                .ends_with("the entry is immutable (chattr +i): volprep does not lift the flag; `chattr -i` it")
+        );
+        assert!(list[1].error.contains("not mapped into this user namespace"), "{list:?}");
+        assert_eq!(list[2].errno, Some(Errno::IO));
+    }
 }

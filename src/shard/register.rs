@@ -95,7 +95,7 @@ impl Run<'_, '_> {
     fn no_room(&self, root: BorrowedFd<'_>, m: &mut Marker, e: rustix::io::Errno) -> Result<Step, Error> {
         let (f, path) = (self.f, self.path());
         if !marker::no_room(e) {
-            return Err(Error::sys(path, Op::Xattr, e));
+            return Err(Error::MarkerRefused { path: path.to_path_buf(), why: marker::refused(root, e) });
         }
         let now = marker::now();
         let walk = |m: &Marker| Step::Walk {
@@ -108,7 +108,9 @@ impl Run<'_, '_> {
         loop {
             match marker::write(root, m) {
                 Ok(()) => return Ok(walk(m)),
-                Err(e) if !marker::no_room(e) => return Err(Error::sys(path, Op::Xattr, e)),
+                Err(e) if !marker::no_room(e) => {
+                    return Err(Error::MarkerRefused { path: path.to_path_buf(), why: marker::refused(root, e) });
+                }
                 Err(_) => {}
             }
             let shards = m.shards.as_mut().expect("sharded marker");

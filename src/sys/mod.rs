@@ -24,8 +24,8 @@ pub use fs::{
 pub use fstype::{FsInfo, fs_info, fs_type, storage};
 pub use path::{Blocked, open_dir_no_symlinks, open_root_refusing_symlink, stat_path};
 pub use proc::{
-    IdMap, LockHolder, euid, fd_limit, groups, lock_holders, mount_fs_type, mount_name, mounts_below, overflow_gid,
-    overflow_uid, raise_fd_limit, random_u64,
+    LockHolder, Mapped, euid, fd_limit, groups, lock_holders, mount_fs_type, mount_name, mounts_below, process_alive,
+    raise_fd_limit, random_u64,
 };
 pub use signal::{catch_termination, signal_self, termination};
 pub use stat::{Kind, Meta, Times, stat_at, stat_at_times, stat_fd, stat_fd_times};

@@ -107,6 +107,13 @@ pub fn raise_fd_limit() {
     }
 }
 
+/// `kill(pid, 0)`: whether process `pid` exists in this pid namespace (one of another user
+/// answers EPERM: it exists).
+pub fn process_alive(pid: u32) -> bool {
+    let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) else { return false };
+    rustix::process::test_kill_process(pid) != Err(Errno::SRCH)
+}
+
 /// `geteuid()`: the user whose entries an unprivileged pass may change.
 pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
@@ -123,13 +130,13 @@ pub fn groups() -> Vec<u32> {
 
 /// The uid an owner that is not mapped in this user namespace reads as
 /// (`/proc/sys/kernel/overflowuid`; 65534, the kernel's default, when that is unreadable).
-pub fn overflow_uid() -> u32 {
+fn overflow_uid() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/overflowuid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
 }
 
 /// The gid a group that is not mapped in this user namespace reads as
 /// (`/proc/sys/kernel/overflowgid`; 65534 when unreadable).
-pub fn overflow_gid() -> u32 {
+fn overflow_gid() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/overflowgid").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(65534)
 }
 
@@ -196,17 +203,18 @@ fn lock_line_holder(line: &str, major: u32, minor: u32, ino: u64) -> Option<u32>
 /// owner or group outside them reads as the overflow id, and the kernel refuses even root's
 /// chown and chmod of its entries. Everything is mapped when the map is unreadable.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct IdMap {
+struct IdMap {
     /// (first id inside, count) of each line; empty when unknown (all mapped).
     ranges: Vec<(u32, u32)>,
 }
 
 impl IdMap {
     /// This process's map of `which` (`"uid_map"` or `"gid_map"`).
-    pub fn of_self(which: &str) -> IdMap {
+    fn of_self(which: &str) -> IdMap {
         std::fs::read_to_string(format!("/proc/self/{which}")).map(|t| IdMap::parse(&t)).unwrap_or_default()
     }
 
+    /// The map in the text of a `uid_map` or `gid_map` file.
     fn parse(text: &str) -> IdMap {
         let ranges = text
             .lines()
@@ -220,7 +228,7 @@ impl IdMap {
     }
 
     /// Whether this is the initial user namespace's map (every id mapped to itself).
-    pub fn is_whole(&self) -> bool {
+    fn is_whole(&self) -> bool {
         self.ranges.is_empty() || self.ranges == [(0, u32::MAX)]
     }
 
@@ -228,6 +236,44 @@ impl IdMap {
     pub fn maps(&self, id: u32) -> bool {
         self.ranges.is_empty()
             || self.ranges.iter().any(|&(first, n)| id >= first && u64::from(id - first) < u64::from(n))
+    }
+}
+
+/// The one rule for "is this owner mapped into my user namespace": the kernel refuses even
+/// root's chown and chmod of an inode whose owner or group is not mapped, and drops a setgid bit
+/// without CAP_FSETID over it. An id is unmapped when it lies outside the map, or, inside a user
+/// namespace (a map that is not the whole range), when it is the overflow id an unmapped one
+/// reads as. In the initial namespace 65534 is just `nobody`, a mapped owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Mapped {
+    uids: IdMap,
+    gids: IdMap,
+    /// The overflow uid and gid (`/proc/sys/kernel/overflowuid`, `overflowgid`).
+    overflow: (u32, u32),
+}
+
+impl Mapped {
+    /// This process's maps (`/proc/self/uid_map`, `gid_map`); all mapped when unreadable.
+    pub fn of_self() -> Mapped {
+        Mapped {
+            uids: IdMap::of_self("uid_map"),
+            gids: IdMap::of_self("gid_map"),
+            overflow: (overflow_uid(), overflow_gid()),
+        }
+    }
+
+    /// The rule of the maps in the text of a `uid_map` and a `gid_map` file, with the
+    /// `overflow` uid and gid.
+    #[cfg(test)]
+    pub fn new(uid_map: &str, gid_map: &str, overflow: (u32, u32)) -> Mapped {
+        Mapped { uids: IdMap::parse(uid_map), gids: IdMap::parse(gid_map), overflow }
+    }
+
+    /// Whether an inode of owner `uid` and group `gid`, as read in this namespace, has both
+    /// mapped.
+    pub fn maps(&self, uid: u32, gid: u32) -> bool {
+        let mapped = |map: &IdMap, id, over| map.maps(id) && (map.is_whole() || id != over);
+        mapped(&self.uids, uid, self.overflow.0) && mapped(&self.gids, gid, self.overflow.1)
     }
 }
 
@@ -245,6 +291,19 @@ mod tests {
         let one = IdMap::parse("0 1000 1\n");
         assert!(one.maps(0) && !one.maps(65534), "the overflow id is not mapped");
         assert!(IdMap::default().maps(65534), "unknown: everything mapped");
+    }
+
+    #[test]
+    fn an_owner_is_mapped_by_one_rule_the_overflow_id_only_inside_a_user_namespace() {
+        let whole = "0 0 4294967295\n";
+        let host = Mapped::new(whole, whole, (65534, 65534));
+        assert!(host.maps(0, 0) && host.maps(65534, 65534), "nobody is a mapped owner on the host");
+        let userns = "0 100000 65536\n";
+        let pod = Mapped::new(userns, userns, (65534, 65534));
+        assert!(pod.maps(0, 2000));
+        assert!(!pod.maps(65534, 0) && !pod.maps(0, 65534), "the overflow id is what an unmapped one reads as");
+        assert!(!pod.maps(70000, 0), "outside the map");
+        assert!(Mapped::default().maps(65534, 65534), "unknown maps: everything mapped");
     }
 
     #[test]
