@@ -32,6 +32,7 @@ use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 use owners::Owners;
 
 pub use apps::AppPathView;
+use apps::Reach;
 pub use render::{AclGroup, Finding, Inspection, KeyView, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
@@ -366,7 +367,10 @@ impl<'a> Inspector<'a> {
         let app = apps::App { uid: spec.app(), group: spec.fs_group };
         let (owner, gid) = (change.uid.unwrap_or(meta.uid), change.gid.unwrap_or(meta.gid));
         let perm = change.mode.unwrap_or(meta.perm());
-        if app.uid.is_some() && meta.kind() != Kind::Symlink && !app.opens(meta.kind() == Kind::Dir, perm, owner, gid) {
+        if app.uid.is_some()
+            && meta.kind() != Kind::Symlink
+            && app.reach(meta.kind(), perm, owner, gid) == Reach::CannotOpen
+        {
             self.cannot_open.add(|| EscapedPath::relative(&rel()));
         }
     }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use crate::apply;
 use crate::options::{
-    self, Foreign, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify,
+    self, Foreign, Mode, Privilege, PrivilegeAsk, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify,
 };
 use crate::spec::{self, Access, Modes, Spec};
 use crate::throttle::{Concurrency, Policy};
@@ -122,7 +122,7 @@ impl PassArgs {
     pub fn to_options(&self, mode: Mode, stderr: Stderr, euid: u32) -> Result<apply::Options, String> {
         let targets = self.targets()?;
         let shard = self.shard_filter()?;
-        let privilege = Privilege::pick(self.unprivileged, euid);
+        let privilege = Privilege::pick(PrivilegeAsk::from_flag(self.unprivileged), euid);
         if let Privilege::Unprivileged { uid } = privilege {
             if let Some((path, _)) = targets.iter().find(|(_, s)| s.uid().is_some()) {
                 let why =

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::apps::{self, AppPath, Links, Private, Stance, Whose};
 use crate::escape::EscapedPath;
 use crate::spec::{Modes, Spec};
-use crate::sys::Meta;
+use crate::sys::{Kind, Meta};
 
 /// One app path and what each setting leaves on it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -49,9 +49,9 @@ pub struct Outcome {
 
 impl Outcome {
     /// What `path`'s app does with permission bits `perm`, when it can open the entry at all.
-    fn of(path: AppPath, perm: u32, opens: bool) -> Outcome {
+    fn of(path: AppPath, perm: u32, reach: Reach) -> Outcome {
         let mode = format!("{perm:04o}");
-        if !opens {
+        if reach == Reach::CannotOpen {
             return Outcome {
                 mode,
                 app: "cannot open",
@@ -87,13 +87,14 @@ pub struct App {
 }
 
 impl App {
-    /// Whether the app opens an entry (`dir`: lists and enters it; else reads it) owned by
-    /// `owner`:`gid` with permission bits `perm`, as the kernel decides (root: always).
-    pub fn opens(self, dir: bool, perm: u32, owner: u32, gid: u32) -> bool {
-        let Some(uid) = self.uid else { return true };
-        let need = if dir { 0o5 } else { 0o4 };
+    /// Whether the app opens an entry of `kind` (a directory: lists and enters it; else reads
+    /// it) owned by `owner`:`gid` with permission bits `perm`, as the kernel decides (root:
+    /// always).
+    pub fn reach(self, kind: Kind, perm: u32, owner: u32, gid: u32) -> Reach {
+        let Some(uid) = self.uid else { return Reach::Opens };
+        let need = if kind == Kind::Dir { 0o5 } else { 0o4 };
         let bits = if uid == 0 {
-            return true;
+            return Reach::Opens;
         } else if uid == owner {
             perm >> 6
         } else if self.group == Some(gid) {
@@ -101,8 +102,15 @@ impl App {
         } else {
             perm
         };
-        bits & need == need
+        if bits & need == need { Reach::Opens } else { Reach::CannotOpen }
     }
+}
+
+/// Whether the app's uid can open an entry ([`App::reach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Opens,
+    CannotOpen,
 }
 
 impl AppPathView {
@@ -110,7 +118,6 @@ impl AppPathView {
     /// bits for it (`policy`'s); `spec`: what `inspect` was asked about, if anything.
     pub fn of(path: EscapedPath, meta: &Meta, private: Private, policy: &Spec, spec: Option<&Spec>) -> AppPathView {
         let perm = meta.perm();
-        let dir = meta.kind() == crate::sys::Kind::Dir;
         let mask = policy.mode_mask(meta.kind());
         let links = Links::of(meta.kind(), meta.nlink);
         let safe_spec = spec.unwrap_or(policy);
@@ -119,8 +126,8 @@ impl AppPathView {
         // The app's group: the pod's fsGroup (a supplementary group of the app).
         let app = App { uid: given.or(Some(owner_of(safe_spec))), group: safe_spec.fs_group.or(policy.fs_group) };
         let outcome = |s: &Spec, mode: u32| {
-            let opens = app.opens(dir, mode, owner_of(s), s.gid().unwrap_or(meta.gid));
-            Outcome::of(private.path, mode, opens)
+            let reach = app.reach(meta.kind(), mode, owner_of(s), s.gid().unwrap_or(meta.gid));
+            Outcome::of(private.path, mode, reach)
         };
         let safe = {
             let whose = Whose { owner: owner_of(safe_spec), app: given.or(Some(owner_of(safe_spec))) };

@@ -1,7 +1,7 @@
 //! What the run that completes a sharded volume checks before marking it done: that the part
 //! each other shard claims is still what it walked, walking again whatever moved or changed.
 //!
-//! A done shard's [`Claim`] holds a digest of its anchors (names and inodes, listed before its
+//! A done shard's claim ([`Shards::claims`]) holds a digest of its anchors (names and inodes, listed before its
 //! walk) and the filesystem's time `T` once its walk ended. A part whose anchors changed, or
 //! whose shard left no claim, is walked again whole. Otherwise the part is walked again with its
 //! anchor directories verified against `T` (`Descend::Verify`, see `verify`): a directory whose
