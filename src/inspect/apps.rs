@@ -39,12 +39,47 @@ pub struct AppPathView {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Outcome {
     pub mode: String,
-    /// `accepts`, `refuses`, `warns`, `exposes` (it does not look, and the group can read
-    /// what it keeps private), or `cannot open` (the app's uid, with the group, cannot open it).
-    pub app: &'static str,
+    pub app: Verdict,
     /// The app's message, when it refuses or warns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<&'static str>,
+}
+
+/// What an app does with a mode, spelt as a word only in JSON and tables. In the order of
+/// those words (the order `inspect` lists its findings in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Verdict {
+    #[serde(rename = "accepts")]
+    Accepts,
+    /// The app's uid, with the group, cannot open the entry.
+    #[serde(rename = "cannot open")]
+    CannotOpen,
+    /// It does not look, and the group can read what it keeps private.
+    #[serde(rename = "exposes")]
+    Exposes,
+    #[serde(rename = "refuses")]
+    Refuses,
+    #[serde(rename = "warns")]
+    Warns,
+}
+
+impl Verdict {
+    /// `accepts`, `cannot open`, `exposes`, `refuses`, `warns`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Accepts => "accepts",
+            Verdict::CannotOpen => "cannot open",
+            Verdict::Exposes => "exposes",
+            Verdict::Refuses => "refuses",
+            Verdict::Warns => "warns",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
 }
 
 impl Outcome {
@@ -54,17 +89,17 @@ impl Outcome {
         if reach == Reach::CannotOpen {
             return Outcome {
                 mode,
-                app: "cannot open",
+                app: Verdict::CannotOpen,
                 message: Some("the app's uid cannot open it: not its owner, and its group lacks the bits"),
             };
         }
         if path.accepts(perm) {
-            return Outcome { mode, app: "accepts", message: None };
+            return Outcome { mode, app: Verdict::Accepts, message: None };
         }
         match path.stance() {
-            Stance::Refuses(m) => Outcome { mode, app: "refuses", message: Some(m) },
-            Stance::Warns(m) => Outcome { mode, app: "warns", message: Some(m) },
-            Stance::Exposes => Outcome { mode, app: "exposes", message: None },
+            Stance::Refuses(m) => Outcome { mode, app: Verdict::Refuses, message: Some(m) },
+            Stance::Warns(m) => Outcome { mode, app: Verdict::Warns, message: Some(m) },
+            Stance::Exposes => Outcome { mode, app: Verdict::Exposes, message: None },
         }
     }
 
@@ -74,7 +109,7 @@ impl Outcome {
     }
 
     pub fn accepted(&self) -> bool {
-        self.app == "accepts"
+        self.app == Verdict::Accepts
     }
 }
 
@@ -156,6 +191,15 @@ impl AppPathView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdicts_sort_and_are_written_as_their_words() {
+        let all = [Verdict::Accepts, Verdict::CannotOpen, Verdict::Exposes, Verdict::Refuses, Verdict::Warns];
+        for v in all {
+            assert_eq!(serde_json::to_string(&v).unwrap(), format!("\"{v}\""));
+        }
+        assert!(all.windows(2).all(|w| w[0] < w[1] && w[0].word() < w[1].word()), "in the order of the words");
+    }
     use crate::apps::Anchor;
 
     fn dir(perm: u32, uid: u32) -> Meta {
@@ -170,7 +214,7 @@ mod tests {
         let owner = Spec::owner(2000, Some(2000));
         let v =
             AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o2770, 2000), PG, &policy, Some(&owner));
-        assert_eq!((v.kubelet.mode.as_str(), v.kubelet.app), ("2770", "refuses"));
+        assert_eq!((v.kubelet.mode.as_str(), v.kubelet.app), ("2770", Verdict::Refuses));
         assert_eq!(v.app_safe.short(), "2750 (accepts)");
         let with = v.with_spec.unwrap();
         assert_eq!(with.short(), "2770 (refuses)", "--owner alone leaves the widened mode");
