@@ -344,39 +344,14 @@ impl Error {
         }
     }
 
-    /// The exit code this error stands for when it stops the run: the signal's (130, 143) when
-    /// it carries one, a usage error 2, every other error 1.
+    /// The exit code this error stands for when it stops the run, one rule for every variant:
+    /// one that carries a signal ([`Error::stop`]: a wait the signal ended) exits with the
+    /// signal's code (130, 143), a usage error 2, every other error 1.
     pub fn exit_code(&self) -> ExitCode {
-        if let Some(sig) = self.stop() {
-            return ExitCode::stopped(sig);
-        }
-        match self {
-            Error::Usage(_) => ExitCode::Usage,
-            Error::Sys { .. }
-            | Error::NotADirectory { .. }
-            | Error::RootIsSymlink { .. }
-            | Error::Environment(_)
-            | Error::LockTimeout { .. }
-            | Error::StoppedWaitingForLock { .. }
-            | Error::ShardStopped { .. }
-            | Error::ShardTimeout { .. }
-            | Error::ShardsNeedXattrs { .. }
-            | Error::ShardMarkerVanished { .. }
-            | Error::SpecTookOver { .. }
-            | Error::MarkerStuck { .. }
-            | Error::MarkerRefused { .. }
-            | Error::Internal { .. }
-            | Error::StickyParentIsSymlink { .. }
-            | Error::StickyIsSymlink { .. }
-            | Error::StickyNamesNoDir { .. }
-            | Error::TempDirReplaced { .. }
-            | Error::TempNamesTaken { .. }
-            | Error::ReportUnreadable { .. }
-            | Error::NotAReport { .. }
-            | Error::ReportUnwritable { .. }
-            | Error::Stdout { .. }
-            | Error::ShardRoundTooBig { .. }
-            | Error::Inject(_) => ExitCode::Failure,
+        match (self.stop(), self) {
+            (Some(sig), _) => ExitCode::stopped(sig),
+            (None, Error::Usage(_)) => ExitCode::Usage,
+            (None, _) => ExitCode::Failure,
         }
     }
 }

@@ -733,7 +733,7 @@ mod tests {
             for perm in 0..=0o7777 {
                 for (gid, ro) in [(2000, false), (7, true)] {
                     let m = meta(kind, perm, 42, 7);
-                    let spec = Spec { read_only: ro, ..fs(gid) };
+                    let spec = Spec { access: crate::spec::Access::from_flag(ro), ..fs(gid) };
                     let c = decide(&m, &spec);
                     let (uid, g, mode) = kubelet(&m, gid, ro);
                     // The result after applying the change equals the kubelet's result ...

@@ -179,7 +179,7 @@ impl InjectArgs {
             files: self.files.clone(),
             config_file: self.config.clone(),
             overrides,
-            strict: self.strict,
+            refusal: inject::Refusal::from_flag(self.strict),
             errors_on_stdout: self.errors_on_stdout,
             usage_error: None,
             emit: match self.emit {

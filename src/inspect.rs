@@ -24,7 +24,7 @@ use crate::options::resolve_threads;
 use crate::pass::{Places, Proof};
 use crate::progress::Counters;
 use crate::report::{EntryError, ErrorList};
-use crate::spec::{EXEC_MASK, Ownership, RO_MASK, RW_MASK, Spec};
+use crate::spec::{Access, EXEC_MASK, Ownership, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
 use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
@@ -32,6 +32,7 @@ use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
 use owners::Owners;
 
 pub use apps::AppPathView;
+use apps::Reach;
 pub use render::{AclGroup, Finding, Inspection, KeyView, Kinds, LinkOut, OwnerView};
 
 /// Paths kept as examples per finding (all are counted).
@@ -46,7 +47,7 @@ pub type Owner = (u32, u32);
 #[derive(Debug, Clone)]
 pub struct Options {
     /// With `fs_group`: also show what the kubelet's fsGroup pass and `volprep apply` would do;
-    /// with an owner: also show which entries `volprep apply` would change. `read_only`: the
+    /// with an owner: also show which entries `volprep apply` would change. `access`: the
     /// volume is mounted read-only (the kubelet's read-only mask, 0440). May ask for nothing.
     pub spec: Spec,
     /// Print one JSON document instead of tables.
@@ -70,7 +71,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let root_fd = crate::lifecycle::open_root(path)?;
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let apply_spec = Some(&args.spec).filter(|s| !s.is_empty());
-    let inspector = Inspector::new(apply_spec, args.spec.read_only, threads);
+    let inspector = Inspector::new(apply_spec, args.spec.access, threads);
     Walk::new(pool, &inspector, &root, args.cross_devices).run(root_fd, root);
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
@@ -111,14 +112,14 @@ impl fmt::Display for RootMismatch {
 /// `fsGroupChangePolicy: OnRootMismatch`: the walk is skipped only when the root's group is the
 /// fsGroup, it is a directory, its permission bits include `rwMask|execMask` (0770; `roMask|
 /// execMask`, 0550, read-only) and it has setgid. `None`: the kubelet would skip the volume.
-pub fn root_mismatch(root: &Meta, fs_group: u32, read_only: bool) -> Option<RootMismatch> {
+pub fn root_mismatch(root: &Meta, fs_group: u32, access: Access) -> Option<RootMismatch> {
     if root.gid != fs_group {
         return Some(RootMismatch::Group { have: root.gid, want: fs_group });
     }
     if root.kind() != Kind::Dir {
         return Some(RootMismatch::NotADirectory);
     }
-    let need = if read_only { RO_MASK } else { RW_MASK } | EXEC_MASK;
+    let need = access.mask() | EXEC_MASK;
     let perm = root.perm() & 0o777;
     if perm & need != need {
         return Some(RootMismatch::Mode { have: perm, need });
@@ -178,8 +179,8 @@ fn rwx(perm: u16) -> String {
 }
 
 /// A spec used only for its mode masks: the kubelet's policy, whatever the group.
-fn mode_policy(read_only: bool) -> Spec {
-    Spec { read_only, ..Spec::group(0) }
+fn mode_policy(access: Access) -> Spec {
+    Spec { access, ..Spec::group(0) }
 }
 
 /// A counted finding with its first examples.
@@ -237,10 +238,10 @@ struct Inspector<'a> {
 }
 
 impl<'a> Inspector<'a> {
-    fn new(apply_spec: Option<&'a Spec>, read_only: bool, threads: usize) -> Self {
+    fn new(apply_spec: Option<&'a Spec>, access: Access, threads: usize) -> Self {
         Inspector {
             apply_spec,
-            policy: apply_spec.filter(|s| s.fs_group.is_some()).cloned().unwrap_or_else(|| mode_policy(read_only)),
+            policy: apply_spec.filter(|s| s.fs_group.is_some()).cloned().unwrap_or_else(|| mode_policy(access)),
             counters: Counters::default(),
             would_change: Examples::new(),
             owners: Owners::new(threads),
@@ -366,7 +367,10 @@ impl<'a> Inspector<'a> {
         let app = apps::App { uid: spec.app(), group: spec.fs_group };
         let (owner, gid) = (change.uid.unwrap_or(meta.uid), change.gid.unwrap_or(meta.gid));
         let perm = change.mode.unwrap_or(meta.perm());
-        if app.uid.is_some() && meta.kind() != Kind::Symlink && !app.opens(meta.kind() == Kind::Dir, perm, owner, gid) {
+        if app.uid.is_some()
+            && meta.kind() != Kind::Symlink
+            && app.reach(meta.kind(), perm, owner, gid) == Reach::CannotOpen
+        {
             self.cannot_open.add(|| EscapedPath::relative(&rel()));
         }
     }
@@ -387,10 +391,10 @@ impl<'a> Inspector<'a> {
         });
         let fs_group = self.apply_spec.and_then(|spec| {
             let gid = spec.fs_group?;
-            let mismatch = root_mismatch(root, gid, spec.read_only);
+            let mismatch = root_mismatch(root, gid, spec.access);
             Some(render::FsGroupView {
                 gid,
-                read_only: spec.read_only,
+                read_only: spec.access == Access::ReadOnly,
                 kubelet: render::KubeletView::of(seen, mismatch),
                 volprep_apply: apply,
             })
@@ -532,33 +536,33 @@ mod tests {
 
     #[test]
     fn on_root_mismatch_skips_only_a_conforming_root() {
-        assert_eq!(root_mismatch(&dir(0o2770, 2000), 2000, false), None);
-        assert_eq!(root_mismatch(&dir(0o2775, 2000), 2000, false), None);
-        assert_eq!(root_mismatch(&dir(0o3777, 2000), 2000, false), None);
+        assert_eq!(root_mismatch(&dir(0o2770, 2000), 2000, Access::ReadWrite), None);
+        assert_eq!(root_mismatch(&dir(0o2775, 2000), 2000, Access::ReadWrite), None);
+        assert_eq!(root_mismatch(&dir(0o3777, 2000), 2000, Access::ReadWrite), None);
         assert_eq!(
-            root_mismatch(&dir(0o2770, 1999), 2000, false),
+            root_mismatch(&dir(0o2770, 1999), 2000, Access::ReadWrite),
             Some(RootMismatch::Group { have: 1999, want: 2000 })
         );
         assert_eq!(
-            root_mismatch(&dir(0o2750, 2000), 2000, false),
+            root_mismatch(&dir(0o2750, 2000), 2000, Access::ReadWrite),
             Some(RootMismatch::Mode { have: 0o750, need: 0o770 })
         );
-        assert_eq!(root_mismatch(&dir(0o0770, 2000), 2000, false), Some(RootMismatch::NoSetgid));
+        assert_eq!(root_mismatch(&dir(0o0770, 2000), 2000, Access::ReadWrite), Some(RootMismatch::NoSetgid));
         // Read-only: 0550 and setgid suffice.
-        assert_eq!(root_mismatch(&dir(0o2550, 2000), 2000, true), None);
-        assert!(root_mismatch(&dir(0o2550, 2000), 2000, false).is_some());
+        assert_eq!(root_mismatch(&dir(0o2550, 2000), 2000, Access::ReadOnly), None);
+        assert!(root_mismatch(&dir(0o2550, 2000), 2000, Access::ReadWrite).is_some());
         let file = Meta { mode: libc::S_IFREG | 0o2770, ..dir(0, 2000) };
-        assert_eq!(root_mismatch(&file, 2000, false), Some(RootMismatch::NotADirectory));
+        assert_eq!(root_mismatch(&file, 2000, Access::ReadWrite), Some(RootMismatch::NotADirectory));
     }
 
     #[test]
     fn on_root_mismatch_agrees_with_the_dir_mask_of_the_spec() {
         // The kubelet's root check is exactly "the root has every bit of the directory mask".
-        for ro in [false, true] {
-            let mask = mode_policy(ro).mode_mask(Kind::Dir).unwrap();
+        for access in [Access::ReadWrite, Access::ReadOnly] {
+            let mask = mode_policy(access).mode_mask(Kind::Dir).unwrap();
             for perm in 0..=0o7777 {
-                let skips = root_mismatch(&dir(perm, 7), 7, ro).is_none();
-                assert_eq!(skips, perm & mask == mask, "{perm:o} ro={ro}");
+                let skips = root_mismatch(&dir(perm, 7), 7, access).is_none();
+                assert_eq!(skips, perm & mask == mask, "{perm:o} {access:?}");
             }
         }
     }

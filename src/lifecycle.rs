@@ -17,7 +17,7 @@ use tracing::{info, warn};
 use crate::error::{Error, Op};
 use crate::escape::EscapedPath;
 use crate::fix;
-use crate::marker::{self, Checkpoint, Decision, Found};
+use crate::marker::{self, Checkpoint, Decision, Found, MountsDigest};
 use crate::options::{RunOptions, ShardFilter};
 use crate::pass::{Fixer, FixerConfig};
 use crate::progress;
@@ -309,19 +309,19 @@ impl MountWatch {
     /// a pass that met none, their digest now, or a word no digest equals when they cannot be
     /// listed (every start then walks). `Err` with the reason when they changed while the pass
     /// ran ([`marker::mounts_changed`]): the pass may not mark the volume done.
-    pub fn end(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Result<Option<String>, String> {
+    pub fn end(&self, root: BorrowedFd<'_>, fixer: &Fixer<'_>) -> Result<Option<MountsDigest>, String> {
         let now = sys::mounts_below(root);
         let met = fixer.met_mounts();
         if let Some(why) = marker::mounts_changed(self.0.as_deref(), now.as_deref(), &met) {
             return Err(why);
         }
-        let digest = marker::mounts_digest(now.as_deref()).unwrap_or_else(|| "unlisted".into());
+        let digest = marker::mounts_digest(now.as_deref()).unwrap_or_else(MountsDigest::unlisted);
         Ok((!met.is_empty()).then_some(digest))
     }
 }
 
 /// The [`marker::mounts_digest`] of the mount points below the root now.
-pub fn mounts_now(root: BorrowedFd<'_>) -> Option<String> {
+pub fn mounts_now(root: BorrowedFd<'_>) -> Option<MountsDigest> {
     marker::mounts_digest(sys::mounts_below(root).as_deref())
 }
 

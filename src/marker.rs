@@ -28,9 +28,9 @@ mod mounts;
 mod room;
 mod shards;
 
-pub use mounts::{mounts_changed, mounts_digest};
+pub use mounts::{MountsDigest, mounts_changed, mounts_digest};
 pub use room::{Foreign, list_ours, no_room, refused, remove_ours};
-pub use shards::{Heartbeat, Shards, anchor_digest, xor_digests};
+pub use shards::{AnchorDigest, Heartbeat, Shards};
 
 /// The most shards a round can have on ext4 with 1 KiB blocks (what mke2fs picks below 512
 /// MiB): the root's xattr space holds no bigger record (measured; see docs/shards.md).
@@ -94,7 +94,7 @@ pub struct Marker {
     /// below the root then. What a mount hides was not walked, so a start that finds another
     /// set (one unmounted) walks again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mounts: Option<String>,
+    pub mounts: Option<MountsDigest>,
 }
 
 /// The state a marker records (see [`MarkerState`] for what a report says of a root).
@@ -257,7 +257,7 @@ pub struct Inputs<'a> {
     pub now: u64,
     /// The [`mounts_digest`] of the mount points below the root now, when the marker records
     /// one (else not looked up).
-    pub mounts_now: Option<String>,
+    pub mounts_now: Option<MountsDigest>,
 }
 
 /// Skip the walk, or walk and why.
@@ -437,6 +437,7 @@ pub fn remove_checkpoint(root: BorrowedFd<'_>, name: &CStr) -> Result<(), Errno>
 mod tests {
     use super::*;
     use crate::marker::shards::MAX_CLAIMS;
+    use crate::verify::Stamp;
 
     /// The digest of the spec the tests' runs are for.
     static D1: std::sync::LazyLock<Digest> = std::sync::LazyLock::new(|| "d1".into());
@@ -511,7 +512,7 @@ mod tests {
     #[test]
     fn a_done_marker_that_met_mounts_skips_only_while_the_same_mounts_are_there() {
         let digest = mounts_digest(Some(&[b"a/m".to_vec(), b"f".to_vec()]));
-        assert_eq!(digest.as_deref().map(str::len), Some(16));
+        assert_eq!(digest.as_ref().map(|d| d.to_string().len()), Some(16));
         assert_ne!(digest, mounts_digest(Some(&[b"a/m".to_vec()])));
         assert_ne!(mounts_digest(Some(&[])), None);
         let f = Found::Marker(Marker { mounts: digest.clone(), ..marker(State::Done, "d1") });
@@ -577,8 +578,8 @@ mod tests {
 
     #[test]
     fn shard_claims_group_by_clock_and_the_record_does_not_grow_with_the_shards_done() {
-        let t = |sec: i64| (1_700_000_000 + sec, 5);
-        let digest = |i: u32| format!("{:016x}", 0x1234_5678_9abc_def0u64.rotate_left(i));
+        let t = |sec: i64| Stamp { sec: 1_700_000_000 + sec, nsec: 5 };
+        let digest = |i: u32| AnchorDigest::from(format!("{:016x}", 0x1234_5678_9abc_def0u64.rotate_left(i)));
         let mut s = Shards::new(40, 1);
         s.set_done(3, None);
         assert!(s.is_done(3) && s.claim(3).is_none(), "done without a claim");
@@ -596,8 +597,8 @@ mod tests {
         assert!(sizes.iter().skip(MAX_CLAIMS).all(|&n| n <= sizes[MAX_CLAIMS]), "{sizes:?}");
         for (k, c) in s.claims.iter().enumerate() {
             let members = s.members(k);
-            let ds: Vec<String> = members.iter().map(|&i| digest(i)).collect();
-            assert_eq!(c.a, xor_digests(ds.iter().map(String::as_str)), "group {k}");
+            let ds: Vec<AnchorDigest> = members.iter().map(|&i| digest(i)).collect();
+            assert_eq!(c.a, AnchorDigest::xor(&ds), "group {k}");
             assert_eq!(c.t, members.iter().map(|&i| t(i as i64 * 7 % 13)).min().unwrap(), "group {k}");
         }
         // Undone with its digest: the group keeps the others'; without: the others lose the claim.
@@ -607,8 +608,8 @@ mod tests {
         assert!(!s.is_done(7));
         if let Some(&o) = others.first() {
             let (k, c) = s.claim(o).unwrap();
-            let ds: Vec<String> = s.members(k).iter().map(|&i| digest(i)).collect();
-            assert_eq!(c.a, xor_digests(ds.iter().map(String::as_str)));
+            let ds: Vec<AnchorDigest> = s.members(k).iter().map(|&i| digest(i)).collect();
+            assert_eq!(c.a, AnchorDigest::xor(&ds));
         }
         let (k, _) = s.claim(8).unwrap();
         let group = s.members(k);
@@ -632,8 +633,9 @@ mod tests {
             ..marker(State::InProgress, "0123456789abcdef")
         };
         let mut s = Shards::new(1024, 3);
+        let a = AnchorDigest::from("0123456789abcdef".to_string());
         for i in 0..1023 {
-            s.set_done(i, Some(((1_800_000_000 + i as i64, 999_999_999), "0123456789abcdef")));
+            s.set_done(i, Some((Stamp { sec: 1_800_000_000 + i as i64, nsec: 999_999_999 }, &a)));
         }
         m.shards = Some(s);
         let bytes = m.encode().len();
@@ -643,10 +645,10 @@ mod tests {
     #[test]
     fn the_anchor_digest_is_of_names_and_inodes_in_any_order() {
         let d = |v: &[(&str, u64)]| {
-            anchor_digest(&mut v.iter().map(|(n, i)| (n.as_bytes().to_vec(), *i)).collect::<Vec<_>>())
+            AnchorDigest::of(&mut v.iter().map(|(n, i)| (n.as_bytes().to_vec(), *i)).collect::<Vec<_>>())
         };
         let a = d(&[("a", 1), ("c", 3)]);
-        assert_eq!(a.len(), 16);
+        assert_eq!(serde_json::to_string(&a).unwrap().len(), 18, "16 hex digits, quoted");
         assert_eq!(a, d(&[("c", 3), ("a", 1)]));
         assert_ne!(a, d(&[("a", 1), ("e", 3)]), "a renamed anchor");
         assert_ne!(a, d(&[("a", 1), ("c", 4)]), "a replaced anchor");

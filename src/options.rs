@@ -86,10 +86,29 @@ pub enum Privilege {
     Unprivileged { uid: u32 },
 }
 
+/// What the command line asks of the privilege a run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivilegeAsk {
+    /// What the effective uid allows.
+    AsAllowed,
+    /// `--unprivileged`: lowered to the entries this uid owns, even as root.
+    Lowered,
+}
+
+impl PrivilegeAsk {
+    /// `--unprivileged` given or not.
+    pub fn from_flag(unprivileged: bool) -> PrivilegeAsk {
+        if unprivileged { PrivilegeAsk::Lowered } else { PrivilegeAsk::AsAllowed }
+    }
+}
+
 impl Privilege {
-    /// Unprivileged when asked (`--unprivileged`) or when the effective uid is not 0.
-    pub fn pick(asked: bool, euid: u32) -> Privilege {
-        if asked || euid != 0 { Privilege::Unprivileged { uid: euid } } else { Privilege::Full }
+    /// Unprivileged when lowered (`--unprivileged`) or when the effective uid is not 0.
+    pub fn pick(ask: PrivilegeAsk, euid: u32) -> Privilege {
+        match ask {
+            PrivilegeAsk::AsAllowed if euid == 0 => Privilege::Full,
+            PrivilegeAsk::AsAllowed | PrivilegeAsk::Lowered => Privilege::Unprivileged { uid: euid },
+        }
     }
 }
 
@@ -342,9 +361,10 @@ mod tests {
 
     #[test]
     fn privilege_is_unprivileged_when_asked_or_not_root() {
-        assert_eq!(Privilege::pick(false, 0), Privilege::Full);
-        assert_eq!(Privilege::pick(true, 0), Privilege::Unprivileged { uid: 0 });
-        assert_eq!(Privilege::pick(false, 1000), Privilege::Unprivileged { uid: 1000 });
+        assert_eq!(Privilege::pick(PrivilegeAsk::AsAllowed, 0), Privilege::Full);
+        assert_eq!(Privilege::pick(PrivilegeAsk::Lowered, 0), Privilege::Unprivileged { uid: 0 });
+        assert_eq!(Privilege::pick(PrivilegeAsk::AsAllowed, 1000), Privilege::Unprivileged { uid: 1000 });
+        assert_eq!(Privilege::pick(PrivilegeAsk::Lowered, 1000), Privilege::Unprivileged { uid: 1000 });
     }
 
     #[test]

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use crate::error::{Error, Op};
 use crate::escape::{Escaped, EscapedPath};
 use crate::lifecycle::{self, Pass, ResumePlan};
-use crate::marker::{self, Found, Marker, Shards, State};
+use crate::marker::{self, AnchorDigest, Found, Marker, Shards, State};
 use crate::options::{Mode, RunOptions, ShardFilter};
 use crate::pass::Fixer;
 use crate::report::{Action, VolumeReport};
@@ -52,7 +52,7 @@ struct Settled {
 /// What a run lists before it walks: the anchors of its part, whose digest it claims (`None`:
 /// no claim), and the mount points below the root, to tell at its end whether they changed.
 struct Listed {
-    anchors: Option<String>,
+    anchors: Option<AnchorDigest>,
     mounts: lifecycle::MountWatch,
 }
 
@@ -183,7 +183,7 @@ impl Run<'_, '_> {
         // Whether this shard's own part is done: its checkpoint is then no longer needed.
         let part_done = clean(fixer, walked);
         let mut stop = walked;
-        let (claimed, mounts) = (listed.anchors.as_deref(), &listed.mounts);
+        let (claimed, mounts) = (listed.anchors.as_ref(), &listed.mounts);
         let after = match self.locked(|root| self.finish(root, fixer, walked, claimed, mounts))? {
             Outcome::Left(word) => word,
             Outcome::Complete(shards) => {
@@ -233,7 +233,7 @@ impl Run<'_, '_> {
         root: BorrowedFd<'_>,
         fixer: &Fixer<'_>,
         walked: Option<Stop>,
-        anchors: Option<&str>,
+        anchors: Option<&AnchorDigest>,
         mounts: &lifecycle::MountWatch,
     ) -> Result<Outcome, Error> {
         let (f, path) = (self.f, self.path());
@@ -276,7 +276,7 @@ impl Run<'_, '_> {
         // earlier time, which only makes the check stricter.
         marker::write(root, &m).map_err(|e| Error::sys(path, Op::Xattr, e))?;
         let (_, times) = sys::stat_fd_times(root).map_err(|e| Error::sys(path, Op::Stat, e))?;
-        m.shards.as_mut().expect("checked").set_done(f.index, Some((times.ctime, anchors)));
+        m.shards.as_mut().expect("checked").set_done(f.index, Some((times.ctime.into(), anchors)));
         written(root, path, m)
     }
 
@@ -409,7 +409,7 @@ fn own_anchors(
     opts: &RunOptions,
     f: ShardFilter,
     shown: &EscapedPath,
-) -> Option<String> {
+) -> Option<AnchorDigest> {
     match recheck::list_top(root, root_meta, f.depth, opts.cross_devices) {
         Ok(tops) => Some(recheck::part_digest(&tops, f)),
         Err((rel, e)) => {

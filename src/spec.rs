@@ -59,6 +59,31 @@ impl std::str::FromStr for Modes {
     }
 }
 
+/// How the volume is mounted, as the kubelet's mode rule sees it (`--read-only`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Access {
+    /// Mask 0660 (`rwMask`).
+    #[default]
+    ReadWrite,
+    /// `--read-only`: mask 0440 (`roMask`).
+    ReadOnly,
+}
+
+impl Access {
+    /// `--read-only` (or `read-only` in `--volume`) given or not.
+    pub fn from_flag(read_only: bool) -> Access {
+        if read_only { Access::ReadOnly } else { Access::ReadWrite }
+    }
+
+    /// The group and owner bits the kubelet ORs into every non-symlink's mode.
+    pub fn mask(self) -> u32 {
+        match self {
+            Access::ReadWrite => RW_MASK,
+            Access::ReadOnly => RO_MASK,
+        }
+    }
+}
+
 /// What every entry of a volume must look like. Immutable once built by `cli`. The default
 /// asks for nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -70,7 +95,7 @@ pub struct Spec {
     /// `--owner UID:GID`: the group, used when `fs_group` is not set.
     pub owner_gid: Option<u32>,
     /// `--read-only`: mask 0440 instead of 0660.
-    pub read_only: bool,
+    pub access: Access,
     /// `--modes`: the kubelet's mode rule, or app-safe.
     pub modes: Modes,
     /// `--app-uid`: the uid the app runs as (app-safe keeps private modes only on its entries).
@@ -199,7 +224,7 @@ impl Spec {
     /// Symlinks have no mode of their own: callers never ask for theirs.
     pub fn mode_mask(&self, kind: Kind) -> Option<u32> {
         self.fs_group?;
-        let base = if self.read_only { RO_MASK } else { RW_MASK };
+        let base = self.access.mask();
         Some(if kind == Kind::Dir { base | EXEC_MASK | libc::S_ISGID } else { base })
     }
 
@@ -243,7 +268,7 @@ impl Spec {
     /// The spec as `apply` flags (`--fs-group=2000 --owner=1001:2000 --read-only`): what a log
     /// line tells an operator to run.
     pub fn to_args(&self) -> Vec<String> {
-        let Spec { fs_group, owner_uid, owner_gid, read_only, modes, app_uid, rules } = self;
+        let Spec { fs_group, owner_uid, owner_gid, access, modes, app_uid, rules } = self;
         let mut args = Vec::new();
         if let Some(g) = fs_group {
             args.push(format!("--fs-group={g}"));
@@ -253,7 +278,7 @@ impl Spec {
             (Some(u), None) => args.push(format!("--owner={u}")),
             _ => {}
         }
-        if *read_only {
+        if *access == Access::ReadOnly {
             args.push("--read-only".into());
         }
         if *modes != Modes::Kubelet {
@@ -295,7 +320,7 @@ impl fmt::Display for Spec {
             (Some(u), None) => parts.push(format!("owner={u}")),
             _ => {}
         }
-        if self.read_only {
+        if self.access == Access::ReadOnly {
             parts.push("read-only".into());
         }
         if self.modes != Modes::Kubelet {
@@ -418,7 +443,7 @@ mod tests {
     fn masks_follow_the_kubelet() {
         assert_eq!(Spec::group(1).mode_mask(Kind::File), Some(0o660));
         assert_eq!(Spec::group(1).mode_mask(Kind::Dir), Some(0o2770));
-        let ro = Spec { read_only: true, ..Spec::group(1) };
+        let ro = Spec { access: Access::ReadOnly, ..Spec::group(1) };
         assert_eq!(ro.mode_mask(Kind::File), Some(0o440));
         assert_eq!(ro.mode_mask(Kind::Dir), Some(0o2550));
         let owner = Spec::owner(5, Some(6));
@@ -440,7 +465,7 @@ mod tests {
         assert_eq!(Spec::group(2000).digest(), Spec::group(2000).digest());
         assert_eq!(Spec::group(2000).digest().as_str().len(), 16);
         assert_ne!(Spec::group(2000).digest(), Spec::group(1000).digest());
-        assert_ne!(Spec::group(2000).digest(), Spec { read_only: true, ..Spec::group(2000) }.digest());
+        assert_ne!(Spec::group(2000).digest(), Spec { access: Access::ReadOnly, ..Spec::group(2000) }.digest());
         assert_ne!(Spec::group(2000).digest(), Spec { owner_uid: Some(1), ..Spec::group(2000) }.digest());
         // --owner U:G and --fs-group G with --owner U differ (modes).
         let o = Spec::owner(1, Some(2000));
@@ -540,12 +565,12 @@ mod tests {
     fn ownership_names_what_the_spec_sets_and_reads_back_from_its_words() {
         let specs = [
             (Spec::group(2000), Ownership::Group),
-            (Spec { read_only: true, ..Spec::group(2000) }, Ownership::Group),
+            (Spec { access: Access::ReadOnly, ..Spec::group(2000) }, Ownership::Group),
             (Spec::owner(1000, None), Ownership::Owner),
             (Spec::owner(1000, Some(2000)), Ownership::OwnerAndGroup),
             (Spec { owner_uid: Some(1000), ..Spec::group(2000) }, Ownership::OwnerAndGroup),
             (
-                Spec { owner_uid: Some(1000), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
+                Spec { owner_uid: Some(1000), owner_gid: Some(5), access: Access::ReadOnly, ..Spec::group(2000) },
                 Ownership::OwnerAndGroup,
             ),
             (Spec { modes: Modes::AppSafe, ..Spec::group(2000) }, Ownership::Group),
@@ -566,10 +591,10 @@ mod tests {
     fn to_args_are_the_words_as_flags() {
         for spec in [
             Spec::group(2000),
-            Spec { read_only: true, ..Spec::group(2000) },
+            Spec { access: Access::ReadOnly, ..Spec::group(2000) },
             Spec::owner(1001, None),
             Spec::owner(1001, Some(2000)),
-            Spec { owner_uid: Some(1), owner_gid: Some(5), read_only: true, ..Spec::group(2000) },
+            Spec { owner_uid: Some(1), owner_gid: Some(5), access: Access::ReadOnly, ..Spec::group(2000) },
             Spec { modes: Modes::AppSafe, ..Spec::group(2000) },
             Spec { modes: Modes::AppSafe, app_uid: Some(7), ..Spec::group(2000) },
         ] {

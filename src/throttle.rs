@@ -183,7 +183,7 @@ struct State {
     limits: Limits,
 }
 
-/// Longest wait between two looks at [`Gate::stop_waiting`].
+/// Longest wait between two looks at the stop flags ([`Gate::stopping`]: the gate's and the process's, [`stop_waiting`]).
 const WAIT_STEP: Duration = Duration::from_millis(50);
 
 impl Gate {

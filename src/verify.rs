@@ -30,11 +30,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
 
 use crate::sys::{self, Meta, Times};
 
-/// A timestamp of the filesystem (seconds, nanoseconds), as `statx` gives it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+/// A timestamp of the filesystem (seconds, nanoseconds), as `statx` gives it. On the wire (a
+/// shard's claim in the marker) a `[SEC, NSEC]` array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(from = "(i64, u32)", into = "(i64, u32)")]
 pub struct Stamp {
     pub sec: i64,
     pub nsec: u32,
@@ -43,6 +46,12 @@ pub struct Stamp {
 impl From<(i64, u32)> for Stamp {
     fn from((sec, nsec): (i64, u32)) -> Stamp {
         Stamp { sec, nsec }
+    }
+}
+
+impl From<Stamp> for (i64, u32) {
+    fn from(s: Stamp) -> (i64, u32) {
+        (s.sec, s.nsec)
     }
 }
 

@@ -161,10 +161,11 @@ pub struct PassArgs {
           env = "VOLPREP_LOCK_TIMEOUT")]
     pub lock_timeout: std::time::Duration,
 
-    /// A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only,modes=MODE' (keys
-    /// as the spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES
-    /// takes several, separated by ';' or newlines.
-    #[arg(long = "volume", value_name = "PATH,KEY=VALUE,...", value_parser = parse_volume)]
+    /// `--volume PATH,KEY=VALUE,...`: a volume with its own spec (the help text says how).
+    #[arg(long = "volume", value_name = "PATH,KEY=VALUE,...", value_parser = parse_volume,
+          help = "A volume with its own spec: 'PATH,fs-group=GID,owner=UID[:GID],read-only,modes=MODE' (keys \
+                  as the spec flags; the path may also be given as 'path=PATH'). Repeatable; VOLPREP_VOLUMES \
+                  takes several, separated by ';' or newlines")]
     pub volumes: Vec<(PathBuf, SpecArgs)>,
 
     /// Make PATH a shared temp dir like /tmp: mode 01777, created if missing (its parent must

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use crate::apply;
 use crate::options::{
-    self, Foreign, Mode, Privilege, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify,
+    self, Foreign, Mode, Privilege, PrivilegeAsk, ProgressStyle, RunOptions, ShardFilter, Stderr, Tolerance, Verify,
 };
-use crate::spec::{self, Modes, Spec};
+use crate::spec::{self, Access, Modes, Spec};
 use crate::throttle::{Concurrency, Policy};
 
 use super::args::{LoadArg, PassArgs, SpecArgs, VerifyArg, volumes_from_env};
@@ -18,7 +18,14 @@ impl SpecArgs {
         let modes = self.modes.map_or(Modes::Kubelet, Modes::from);
         let mut rules = self.rules.clone();
         rules.sort();
-        Spec { fs_group: self.fs_group, read_only: self.read_only, modes, app_uid: self.app_uid, rules, ..owner }
+        Spec {
+            fs_group: self.fs_group,
+            access: Access::from_flag(self.read_only),
+            modes,
+            app_uid: self.app_uid,
+            rules,
+            ..owner
+        }
     }
 
     /// The spec, or a usage error when it asks for nothing.
@@ -30,7 +37,7 @@ impl SpecArgs {
                     .into(),
             );
         }
-        if spec.read_only && spec.fs_group.is_none() {
+        if spec.access == Access::ReadOnly && spec.fs_group.is_none() {
             return Err("--read-only changes the fsGroup mode policy: it needs --fs-group".into());
         }
         if !spec.rules.is_empty() && spec.modes != Modes::AppSafe {
@@ -115,7 +122,7 @@ impl PassArgs {
     pub fn to_options(&self, mode: Mode, stderr: Stderr, euid: u32) -> Result<apply::Options, String> {
         let targets = self.targets()?;
         let shard = self.shard_filter()?;
-        let privilege = Privilege::pick(self.unprivileged, euid);
+        let privilege = Privilege::pick(PrivilegeAsk::from_flag(self.unprivileged), euid);
         if let Privilege::Unprivileged { uid } = privilege {
             if let Some((path, _)) = targets.iter().find(|(_, s)| s.uid().is_some()) {
                 let why =

@@ -213,7 +213,7 @@ mod tests {
         assert_eq!(t.len(), 3);
         assert_eq!((t[0].0.to_str(), t[0].1.fs_group), (Some("/volumes/data"), Some(2000)));
         assert_eq!((t[1].1.owner_uid, t[1].1.gid(), t[1].1.fs_group), (Some(1001), Some(2000), None));
-        assert!(t[2].1.read_only && t[2].1.fs_group == Some(3000));
+        assert!(t[2].1.access == crate::spec::Access::ReadOnly && t[2].1.fs_group == Some(3000));
         assert_eq!(a.sticky, vec![PathBuf::from("/volumes/tmp")]);
     }
 

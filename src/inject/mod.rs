@@ -52,13 +52,30 @@ pub struct Options {
     pub config_file: Option<PathBuf>,
     /// `KEY` and value from flags and the environment, applied last (over a KRM function config).
     pub overrides: Vec<(String, Node)>,
-    /// A refusal is an error: exit 5, nothing written.
-    pub strict: bool,
+    /// What a refusal makes of the run (`--strict`: an error, exit 5, nothing written).
+    pub refusal: Refusal,
     /// An error or a `--strict` refusal writes its reasons to stdout and exits 0 (Helm 4).
     pub errors_on_stdout: bool,
     /// A usage error found in the command line, reported by `run` (with `errors_on_stdout`).
     pub usage_error: Option<String>,
     pub emit: Emit,
+}
+
+/// What a workload inject refuses to rewrite makes of the run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Refusal {
+    /// A warning: the workload is left unchanged, the rest is written.
+    #[default]
+    Warn,
+    /// `--strict`: an error: exit 5 and nothing written.
+    Error,
+}
+
+impl Refusal {
+    /// `--strict` given or not.
+    pub fn from_flag(strict: bool) -> Refusal {
+        if strict { Refusal::Error } else { Refusal::Warn }
+    }
 }
 
 /// What became of one object.
@@ -223,8 +240,8 @@ fn run_with(opts: &Options, reasons: &mut Vec<String>) -> Result<ExitCode, Error
         patches.extend(out.patches);
         events.extend(out.events);
     }
-    let tally = log_events(&events, opts.strict);
-    if tally.refused > 0 && opts.strict {
+    let tally = log_events(&events, opts.refusal);
+    if tally.refused > 0 && opts.refusal == Refusal::Error {
         let last = format!("{} workload(s) refused (--strict): nothing written", tally.refused);
         tracing::error!("{last}");
         reasons.extend(refusals(&events));

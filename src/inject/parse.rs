@@ -82,22 +82,46 @@ pub fn skim(text: &str) -> Result<Option<Head>, YamlError> {
     Ok(s.finish())
 }
 
-/// [`skim`]'s state: per open collection, whether it is a mapping, whether a key is next and
-/// the key whose value is being read; the fields met (to find those written twice).
+/// [`skim`]'s state: the open collections, innermost last; the fields met (to find those
+/// written twice).
 #[derive(Default)]
 struct Skimmer {
-    stack: Vec<(bool, bool, Option<String>)>,
+    stack: Vec<Open>,
     head: Head,
     docs: usize,
     seen: Vec<String>,
     root: bool,
 }
 
+/// A collection [`skim`] is in.
+enum Open {
+    Seq,
+    /// A mapping, and what in it comes next.
+    Map(Next),
+}
+
+/// What comes next in a mapping: a key, or the value of a key (a scalar's text; empty for
+/// another node).
+enum Next {
+    Key,
+    Value(String),
+}
+
+impl Open {
+    /// The key whose value is being read, in a mapping.
+    fn key(&self) -> Option<&str> {
+        match self {
+            Open::Map(Next::Value(k)) => Some(k),
+            Open::Map(Next::Key) | Open::Seq => None,
+        }
+    }
+}
+
 impl Skimmer {
     /// The field a value here would be (`kind`, `metadata.name`, ...), if one of Head's.
     fn wanted(&self) -> Option<&'static str> {
-        let path: Vec<&str> = self.stack.iter().filter_map(|(_, _, k)| k.as_deref()).collect();
-        let at_value = self.stack.last().is_some_and(|(map, key_next, _)| *map && !key_next);
+        let path: Vec<&str> = self.stack.iter().filter_map(Open::key).collect();
+        let at_value = matches!(self.stack.last(), Some(Open::Map(Next::Value(_))));
         if !at_value || path.len() != self.stack.len() {
             return None;
         }
@@ -122,18 +146,18 @@ impl Skimmer {
                     return false;
                 }
                 self.root = true;
-                self.stack.push((true, true, None));
+                self.stack.push(Open::Map(Next::Key));
             }
             Event::MappingStart(..) | Event::SequenceStart(..) => {
                 self.seen.extend(wanted.map(String::from));
-                self.stack.push((map, true, None));
+                self.stack.push(if map { Open::Map(Next::Key) } else { Open::Seq });
             }
             Event::MappingEnd | Event::SequenceEnd => {
                 self.stack.pop();
                 advance(&mut self.stack, None);
             }
             Event::Scalar(text, _, _, tag) => {
-                let key_next = self.stack.last().is_some_and(|(map, key_next, _)| *map && *key_next);
+                let key_next = matches!(self.stack.last(), Some(Open::Map(Next::Key)));
                 if self.stack.is_empty() || (key_next && self.stack.len() == 1 && text == "<<") {
                     return false;
                 }
@@ -174,12 +198,12 @@ impl Skimmer {
 
 /// After a node inside the innermost collection: a mapping's key becomes the one being read
 /// (`key` for a scalar key), or its value ends the entry.
-fn advance(stack: &mut [(bool, bool, Option<String>)], key: Option<String>) {
-    if let Some((map, key_next, current)) = stack.last_mut() {
-        if *map {
-            *current = if *key_next { key.or(Some(String::new())) } else { None };
-            *key_next = !*key_next;
-        }
+fn advance(stack: &mut [Open], key: Option<String>) {
+    if let Some(Open::Map(next)) = stack.last_mut() {
+        *next = match next {
+            Next::Key => Next::Value(key.unwrap_or_default()),
+            Next::Value(_) => Next::Key,
+        };
     }
 }
 

@@ -21,7 +21,7 @@ pub(super) fn inject_stream(
     inject_stream_as(text, source, base, overrides, Emit::Patches)
 }
 
-/// [`inject_stream`], with the patches only when `emit` asks for them (they need a copy of
+/// `inject_stream` (of the tests), with the patches only when `emit` asks for them (they need a copy of
 /// each document before its rewrite).
 pub(super) fn inject_stream_as(
     text: &str,

@@ -1,7 +1,7 @@
 //! What `inject` says of a run: a log line per object, the summary line, `--strict`'s reasons.
 
 use super::object::app_modes_text;
-use super::{APP_MODES_ANNOTATION, Event, Outcome, REFUSED_ANNOTATION};
+use super::{APP_MODES_ANNOTATION, Event, Outcome, REFUSED_ANNOTATION, Refusal};
 
 /// How many objects had each outcome.
 #[derive(Debug, Default)]
@@ -47,7 +47,7 @@ pub(super) fn refusals(events: &[Event]) -> Vec<String> {
 }
 
 /// One log line per injected, refused or unsupported object; the tally.
-pub(super) fn log_events(events: &[Event], strict: bool) -> Tally {
+pub(super) fn log_events(events: &[Event], refusal: Refusal) -> Tally {
     let mut t = Tally::default();
     for e in events {
         match &e.outcome {
@@ -70,10 +70,9 @@ pub(super) fn log_events(events: &[Event], strict: bool) -> Tally {
             Outcome::Refused(why) => {
                 t.refused += 1;
                 for w in why {
-                    if strict {
-                        tracing::error!("{}: {}: refused: {w}", e.at, e.what);
-                    } else {
-                        tracing::warn!("{}: {}: left unchanged: {w}", e.at, e.what);
+                    match refusal {
+                        Refusal::Error => tracing::error!("{}: {}: refused: {w}", e.at, e.what),
+                        Refusal::Warn => tracing::warn!("{}: {}: left unchanged: {w}", e.at, e.what),
                     }
                 }
             }

@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::apps::{self, AppPath, Links, Private, Stance, Whose};
 use crate::escape::EscapedPath;
 use crate::spec::{Modes, Spec};
-use crate::sys::Meta;
+use crate::sys::{Kind, Meta};
 
 /// One app path and what each setting leaves on it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -39,32 +39,67 @@ pub struct AppPathView {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Outcome {
     pub mode: String,
-    /// `accepts`, `refuses`, `warns`, `exposes` (it does not look, and the group can read
-    /// what it keeps private), or `cannot open` (the app's uid, with the group, cannot open it).
-    pub app: &'static str,
+    pub app: Verdict,
     /// The app's message, when it refuses or warns.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<&'static str>,
 }
 
+/// What an app does with a mode, spelt as a word only in JSON and tables. In the order of
+/// those words (the order `inspect` lists its findings in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Verdict {
+    #[serde(rename = "accepts")]
+    Accepts,
+    /// The app's uid, with the group, cannot open the entry.
+    #[serde(rename = "cannot open")]
+    CannotOpen,
+    /// It does not look, and the group can read what it keeps private.
+    #[serde(rename = "exposes")]
+    Exposes,
+    #[serde(rename = "refuses")]
+    Refuses,
+    #[serde(rename = "warns")]
+    Warns,
+}
+
+impl Verdict {
+    /// `accepts`, `cannot open`, `exposes`, `refuses`, `warns`.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Accepts => "accepts",
+            Verdict::CannotOpen => "cannot open",
+            Verdict::Exposes => "exposes",
+            Verdict::Refuses => "refuses",
+            Verdict::Warns => "warns",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
+    }
+}
+
 impl Outcome {
     /// What `path`'s app does with permission bits `perm`, when it can open the entry at all.
-    fn of(path: AppPath, perm: u32, opens: bool) -> Outcome {
+    fn of(path: AppPath, perm: u32, reach: Reach) -> Outcome {
         let mode = format!("{perm:04o}");
-        if !opens {
+        if reach == Reach::CannotOpen {
             return Outcome {
                 mode,
-                app: "cannot open",
+                app: Verdict::CannotOpen,
                 message: Some("the app's uid cannot open it: not its owner, and its group lacks the bits"),
             };
         }
         if path.accepts(perm) {
-            return Outcome { mode, app: "accepts", message: None };
+            return Outcome { mode, app: Verdict::Accepts, message: None };
         }
         match path.stance() {
-            Stance::Refuses(m) => Outcome { mode, app: "refuses", message: Some(m) },
-            Stance::Warns(m) => Outcome { mode, app: "warns", message: Some(m) },
-            Stance::Exposes => Outcome { mode, app: "exposes", message: None },
+            Stance::Refuses(m) => Outcome { mode, app: Verdict::Refuses, message: Some(m) },
+            Stance::Warns(m) => Outcome { mode, app: Verdict::Warns, message: Some(m) },
+            Stance::Exposes => Outcome { mode, app: Verdict::Exposes, message: None },
         }
     }
 
@@ -74,7 +109,7 @@ impl Outcome {
     }
 
     pub fn accepted(&self) -> bool {
-        self.app == "accepts"
+        self.app == Verdict::Accepts
     }
 }
 
@@ -87,13 +122,14 @@ pub struct App {
 }
 
 impl App {
-    /// Whether the app opens an entry (`dir`: lists and enters it; else reads it) owned by
-    /// `owner`:`gid` with permission bits `perm`, as the kernel decides (root: always).
-    pub fn opens(self, dir: bool, perm: u32, owner: u32, gid: u32) -> bool {
-        let Some(uid) = self.uid else { return true };
-        let need = if dir { 0o5 } else { 0o4 };
+    /// Whether the app opens an entry of `kind` (a directory: lists and enters it; else reads
+    /// it) owned by `owner`:`gid` with permission bits `perm`, as the kernel decides (root:
+    /// always).
+    pub fn reach(self, kind: Kind, perm: u32, owner: u32, gid: u32) -> Reach {
+        let Some(uid) = self.uid else { return Reach::Opens };
+        let need = if kind == Kind::Dir { 0o5 } else { 0o4 };
         let bits = if uid == 0 {
-            return true;
+            return Reach::Opens;
         } else if uid == owner {
             perm >> 6
         } else if self.group == Some(gid) {
@@ -101,8 +137,15 @@ impl App {
         } else {
             perm
         };
-        bits & need == need
+        if bits & need == need { Reach::Opens } else { Reach::CannotOpen }
     }
+}
+
+/// Whether the app's uid can open an entry ([`App::reach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Opens,
+    CannotOpen,
 }
 
 impl AppPathView {
@@ -110,7 +153,6 @@ impl AppPathView {
     /// bits for it (`policy`'s); `spec`: what `inspect` was asked about, if anything.
     pub fn of(path: EscapedPath, meta: &Meta, private: Private, policy: &Spec, spec: Option<&Spec>) -> AppPathView {
         let perm = meta.perm();
-        let dir = meta.kind() == crate::sys::Kind::Dir;
         let mask = policy.mode_mask(meta.kind());
         let links = Links::of(meta.kind(), meta.nlink);
         let safe_spec = spec.unwrap_or(policy);
@@ -119,8 +161,8 @@ impl AppPathView {
         // The app's group: the pod's fsGroup (a supplementary group of the app).
         let app = App { uid: given.or(Some(owner_of(safe_spec))), group: safe_spec.fs_group.or(policy.fs_group) };
         let outcome = |s: &Spec, mode: u32| {
-            let opens = app.opens(dir, mode, owner_of(s), s.gid().unwrap_or(meta.gid));
-            Outcome::of(private.path, mode, opens)
+            let reach = app.reach(meta.kind(), mode, owner_of(s), s.gid().unwrap_or(meta.gid));
+            Outcome::of(private.path, mode, reach)
         };
         let safe = {
             let whose = Whose { owner: owner_of(safe_spec), app: given.or(Some(owner_of(safe_spec))) };
@@ -149,6 +191,15 @@ impl AppPathView {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdicts_sort_and_are_written_as_their_words() {
+        let all = [Verdict::Accepts, Verdict::CannotOpen, Verdict::Exposes, Verdict::Refuses, Verdict::Warns];
+        for v in all {
+            assert_eq!(serde_json::to_string(&v).unwrap(), format!("\"{v}\""));
+        }
+        assert!(all.windows(2).all(|w| w[0] < w[1] && w[0].word() < w[1].word()), "in the order of the words");
+    }
     use crate::apps::Anchor;
 
     fn dir(perm: u32, uid: u32) -> Meta {
@@ -163,7 +214,7 @@ mod tests {
         let owner = Spec::owner(2000, Some(2000));
         let v =
             AppPathView::of(EscapedPath::relative("pgdata".as_ref()), &dir(0o2770, 2000), PG, &policy, Some(&owner));
-        assert_eq!((v.kubelet.mode.as_str(), v.kubelet.app), ("2770", "refuses"));
+        assert_eq!((v.kubelet.mode.as_str(), v.kubelet.app), ("2770", Verdict::Refuses));
         assert_eq!(v.app_safe.short(), "2750 (accepts)");
         let with = v.with_spec.unwrap();
         assert_eq!(with.short(), "2770 (refuses)", "--owner alone leaves the widened mode");

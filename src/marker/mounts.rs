@@ -1,17 +1,45 @@
 //! The mount points below the root: their digest in a `done` marker, and whether they changed during a pass.
 
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
 use crate::escape::escape_bytes;
+
+/// What a `done` marker records of the mount points below the root ([`Marker::mounts`]): their
+/// digest ([`mounts_digest`]), or [`MountsDigest::unlisted`] when they could not be listed.
+/// Read back from the root it is whatever the app wrote there, only ever compared and shown
+/// escaped. On the wire the plain string.
+///
+/// [`Marker::mounts`]: super::Marker::mounts
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MountsDigest(String);
+
+impl MountsDigest {
+    /// The word a marker records when the mount points could not be listed at the end of the
+    /// pass: no digest equals it, so every start walks.
+    pub fn unlisted() -> MountsDigest {
+        MountsDigest("unlisted".into())
+    }
+}
+
+impl fmt::Display for MountsDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&escape_bytes(self.0.as_bytes()))
+    }
+}
 
 /// The digest of a set of mount points (paths relative to the root, sorted): 16 hex digits of
 /// SHA-256; `None` (never equal to a recorded digest) when they could not be listed.
-pub fn mounts_digest(points: Option<&[Vec<u8>]>) -> Option<String> {
+pub fn mounts_digest(points: Option<&[Vec<u8>]>) -> Option<MountsDigest> {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
     for p in points? {
         h.update(p);
         h.update([0]);
     }
-    Some(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
+    Some(MountsDigest(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()))
 }
 
 /// Why a pass may not mark the volume done over the mounts it saw, or `None` when it may: the
@@ -50,6 +78,17 @@ pub fn mounts_changed(start: Option<&[Vec<u8>]>, end: Option<&[Vec<u8>]>, met: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_digest_is_written_as_a_plain_string() {
+        let d = mounts_digest(Some(&[b"a/m".to_vec()])).unwrap();
+        let text = serde_json::to_string(&d).unwrap();
+        assert_eq!((text.len(), &text[..1]), (18, "\""), "16 hex digits, quoted: {text}");
+        assert_eq!(serde_json::from_str::<MountsDigest>(&text).unwrap(), d);
+        assert_eq!(serde_json::to_string(&MountsDigest::unlisted()).unwrap(), r#""unlisted""#);
+        let forged: MountsDigest = serde_json::from_str(r#""x\n""#).unwrap();
+        assert_eq!(forged.to_string(), "x\\n", "shown escaped");
+    }
 
     #[test]
     fn a_pass_claims_nothing_over_mounts_that_changed_while_it_ran() {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::runid::RunId;
+use crate::verify::Stamp;
 
 /// Claim groups kept at most: past this, the two whose clocks are closest are merged.
 pub const MAX_CLAIMS: usize = 14;
@@ -58,34 +59,53 @@ impl From<Heartbeat> for (u32, RunId, u64) {
 /// The claim of a group of done shards: the earliest of the times their walks ended, and the
 /// XOR of their anchor digests. Every directory of their parts changed after its shard's walk
 /// ended has a change time (ctime) at or past `t`; a part whose anchors changed changes `a`.
+/// On the wire `{"t":[SEC,NSEC],"a":"HEX16"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
-    /// The root's ctime (seconds, nanoseconds) read right after a write on the root that
-    /// followed the walk: the filesystem's clock, not this process's (the earliest of the group).
-    pub t: (i64, u32),
-    /// The XOR ([`xor_digests`]) of the group's [`anchor_digest`]s of the parts' anchors (and,
-    /// for shard 0, the entries above the split depth), each listed before its shard's walk.
-    pub a: String,
+    /// The root's ctime read right after a write on the root that followed the walk: the
+    /// filesystem's clock, not this process's (the earliest of the group).
+    pub t: Stamp,
+    /// The XOR ([`AnchorDigest::xor`]) of the group's digests of the parts' anchors (and, for
+    /// shard 0, the entries above the split depth), each listed before its shard's walk.
+    pub a: AnchorDigest,
 }
 
-/// The digest of a part's anchors: each one's path relative to the root and inode number, in
-/// any order. 16 hex digits of SHA-256.
-pub fn anchor_digest(anchors: &mut [(Vec<u8>, u64)]) -> String {
-    use sha2::{Digest, Sha256};
-    anchors.sort_unstable();
-    let mut h = Sha256::new();
-    for (rel, ino) in anchors.iter() {
-        h.update(rel);
-        h.update([0]);
-        h.update(ino.to_le_bytes());
+/// The digest of a part's anchors ([`AnchorDigest::of`]), or the XOR of several parts'
+/// ([`AnchorDigest::xor`]): 16 hex digits. Read back from the root it is whatever the record
+/// held, only ever compared with a computed one (what is not 16 hex digits never equals one).
+/// On the wire the plain string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AnchorDigest(String);
+
+impl AnchorDigest {
+    /// The digest of a part's anchors: each one's path relative to the root and inode number,
+    /// in any order. 16 hex digits of SHA-256.
+    pub fn of(anchors: &mut [(Vec<u8>, u64)]) -> AnchorDigest {
+        use sha2::{Digest, Sha256};
+        anchors.sort_unstable();
+        let mut h = Sha256::new();
+        for (rel, ino) in anchors.iter() {
+            h.update(rel);
+            h.update([0]);
+            h.update(ino.to_le_bytes());
+        }
+        AnchorDigest(h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect())
     }
-    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
+
+    /// The XOR of `digests` (one that does not parse counts as a digest no part has).
+    pub fn xor<'d>(digests: impl IntoIterator<Item = &'d AnchorDigest>) -> AnchorDigest {
+        let x = digests.into_iter().fold(0u64, |x, d| x ^ u64::from_str_radix(&d.0, 16).unwrap_or(u64::MAX));
+        AnchorDigest(format!("{x:016x}"))
+    }
 }
 
-/// The XOR of digests of 16 hex digits (what does not parse counts as a digest no part has).
-pub fn xor_digests<'d>(digests: impl IntoIterator<Item = &'d str>) -> String {
-    let x = digests.into_iter().fold(0u64, |x, d| x ^ u64::from_str_radix(d, 16).unwrap_or(u64::MAX));
-    format!("{x:016x}")
+/// Tests name digests by their hex digits.
+#[cfg(test)]
+impl From<String> for AnchorDigest {
+    fn from(s: String) -> Self {
+        AnchorDigest(s)
+    }
 }
 
 impl Shards {
@@ -155,7 +175,7 @@ impl Shards {
 
     /// Records shard `i` as done with its claim (the time its walk ended and its anchor
     /// digest; none when its anchors could not be listed or its part is not to be trusted).
-    pub fn set_done(&mut self, i: u32, claim: Option<((i64, u32), &str)>) {
+    pub fn set_done(&mut self, i: u32, claim: Option<(Stamp, &AnchorDigest)>) {
         self.undo(i, None);
         let Some((t, a)) = claim else {
             return self.set_digit(i, 1);
@@ -163,17 +183,17 @@ impl Shards {
         while self.claims.len() >= MAX_CLAIMS {
             self.merge_closest();
         }
-        self.claims.push(Claim { t, a: xor_digests([a]) });
+        self.claims.push(Claim { t, a: AnchorDigest::xor([a]) });
         self.set_digit(i, self.claims.len() as u32 + 1);
     }
 
     /// Takes shard `i` out of the done ones. Its anchor digest, as it is now (`digest`), is
     /// taken out of its claim group's; without one, the other shards of the group lose their
     /// claim (their parts are walked again by the completing run).
-    pub fn undo(&mut self, i: u32, digest: Option<&str>) {
+    pub fn undo(&mut self, i: u32, digest: Option<&AnchorDigest>) {
         if let Some((k, c)) = self.claim(i) {
             match digest {
-                Some(d) => self.claims[k].a = xor_digests([c.a.as_str(), d]),
+                Some(d) => self.claims[k].a = AnchorDigest::xor([&c.a, d]),
                 None => {
                     for m in self.members(k) {
                         self.set_digit(m, 1);
@@ -199,11 +219,11 @@ impl Shards {
         order.sort_by_key(|&k| self.claims[k].t);
         let gap = |w: &[usize]| {
             let (a, b) = (self.claims[w[0]].t, self.claims[w[1]].t);
-            (b.0 - a.0) as i128 * 1_000_000_000 + (b.1 as i128 - a.1 as i128)
+            (b.sec - a.sec) as i128 * 1_000_000_000 + (b.nsec as i128 - a.nsec as i128)
         };
         let pair = order.windows(2).min_by_key(|w| gap(w)).expect("two groups");
         let (keep, gone) = (pair[0], pair[1]);
-        let a = xor_digests([self.claims[keep].a.as_str(), self.claims[gone].a.as_str()]);
+        let a = AnchorDigest::xor([&self.claims[keep].a, &self.claims[gone].a]);
         self.claims[keep].a = a;
         for m in self.members(gone) {
             self.set_digit(m, keep as u32 + 2);
@@ -248,5 +268,34 @@ impl Shards {
             }
         }
         self.claims.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_is_written_as_a_stamp_array_and_a_hex_string() {
+        let a = AnchorDigest::of(&mut [(b"a".to_vec(), 1)]);
+        let c = Claim { t: Stamp { sec: 1_700_000_000, nsec: 5 }, a: a.clone() };
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(text, format!(r#"{{"t":[1700000000,5],"a":"{}"}}"#, a.0));
+        assert_eq!(a.0.len(), 16);
+        assert_eq!(serde_json::from_str::<Claim>(&text).unwrap(), c);
+        // A record as the versions before these types wrote it reads, and is written back as it was.
+        let old = r#"{"n":2,"depth":1,"parts":"20","entries":5,"running":[[1,"r1",9]],"claims":[{"t":[-1,999999999],"a":"00000000000000ff"}]}"#;
+        let s: Shards = serde_json::from_str(old).unwrap();
+        let (_, c) = s.claim(0).expect("shard 0 claims");
+        assert_eq!((c.t, &c.a), (Stamp { sec: -1, nsec: 999_999_999 }, &AnchorDigest("00000000000000ff".into())));
+        assert_eq!(serde_json::to_string(&s).unwrap(), old);
+    }
+
+    #[test]
+    fn a_digest_that_is_not_hex_counts_as_one_no_part_has() {
+        let (x, y) = (AnchorDigest("00000000000000ff".into()), AnchorDigest("not hex".into()));
+        assert_eq!(AnchorDigest::xor([&x, &x]), AnchorDigest("0000000000000000".into()));
+        assert_eq!(AnchorDigest::xor([&x, &y]), AnchorDigest("ffffffffffffff00".into()));
+        assert_ne!(AnchorDigest::xor([&y]), y, "never equal to what was read");
     }
 }

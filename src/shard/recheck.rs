@@ -1,7 +1,7 @@
 //! What the run that completes a sharded volume checks before marking it done: that the part
 //! each other shard claims is still what it walked, walking again whatever moved or changed.
 //!
-//! A done shard's [`Claim`] holds a digest of its anchors (names and inodes, listed before its
+//! A done shard's claim ([`Shards::claims`]) holds a digest of its anchors (names and inodes, listed before its
 //! walk) and the filesystem's time `T` once its walk ended. A part whose anchors changed, or
 //! whose shard left no claim, is walked again whole. Otherwise the part is walked again with its
 //! anchor directories verified against `T` (`Descend::Verify`, see `verify`): a directory whose
@@ -20,7 +20,7 @@ use tracing::info;
 
 use crate::error::{Error, Op};
 use crate::escape::Escaped;
-use crate::marker::{self, Shards, xor_digests};
+use crate::marker::{AnchorDigest, Shards};
 use crate::options::{RunOptions, ShardFilter, Verify};
 use crate::pass::Fixer;
 use crate::sys::{self, DType, Kind, Meta};
@@ -72,13 +72,13 @@ fn is_dir(dir: BorrowedFd<'_>, name: &CStr, dtype: DType) -> bool {
 }
 
 /// The digest of the entries of `tops` that shard `f` owns.
-pub fn part_digest(tops: &[Top], f: ShardFilter) -> String {
+pub fn part_digest(tops: &[Top], f: ShardFilter) -> AnchorDigest {
     let mut owned: Vec<(Vec<u8>, u64)> = tops
         .iter()
         .filter(|t| f.owns(t.depth, || t.rel.clone()))
         .map(|t| (t.rel.as_os_str().as_bytes().to_vec(), t.ino))
         .collect();
-    marker::anchor_digest(&mut owned)
+    AnchorDigest::of(&mut owned)
 }
 
 /// What the check found and did, for the log.
@@ -129,9 +129,9 @@ impl Recheck<'_, '_> {
         };
         for (k, c) in trusted.iter().enumerate() {
             let members = shards.members(k);
-            let digests: Vec<String> = members.iter().map(|&i| part_digest(&tops, layout(i))).collect();
-            if xor_digests(digests.iter().map(String::as_str)) == c.a {
-                members.iter().for_each(|&i| bounds[i as usize] = Some(Stamp::from(c.t)));
+            let digests: Vec<AnchorDigest> = members.iter().map(|&i| part_digest(&tops, layout(i))).collect();
+            if AnchorDigest::xor(&digests) == c.a {
+                members.iter().for_each(|&i| bounds[i as usize] = Some(c.t));
             } else {
                 info!(path = %shown, "shards {members:?} of {}: the anchors of their parts changed since they walked (one renamed, added, removed or replaced): walking their parts again", shards.n);
             }

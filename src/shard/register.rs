@@ -7,7 +7,7 @@ use tracing::{info, warn};
 
 use crate::error::{Error, Op};
 use crate::lifecycle::{Pass, ResumePlan};
-use crate::marker::{self, Decision, Found, Heartbeat, Marker, Shards, State};
+use crate::marker::{self, AnchorDigest, Decision, Found, Heartbeat, Marker, Shards, State};
 use crate::options::Verify;
 use crate::pass::Fixer;
 use crate::runid::RunId;
@@ -176,13 +176,13 @@ impl Run<'_, '_> {
 
     /// This shard's place in the round: done already (skip, or finish the volume), walked by a
     /// live run (wait), or this run's to walk (registered in `shards`).
-    fn join(&self, shards: &mut Shards, round: RunId, own: impl FnOnce() -> Option<String>) -> Step {
+    fn join(&self, shards: &mut Shards, round: RunId, own: impl FnOnce() -> Option<AnchorDigest>) -> Step {
         let f = self.f;
         let now = marker::now();
         if shards.is_done(f.index) && self.pass.opts.verify == Verify::Full {
             // Nothing is skipped on the word of the root: this shard walks its part again (its
             // anchors' digest leaves its claim group's).
-            shards.undo(f.index, own().as_deref());
+            shards.undo(f.index, own().as_ref());
         } else if shards.is_done(f.index) && shards.complete() {
             return Step::Finish;
         } else if shards.is_done(f.index) {
