@@ -226,7 +226,8 @@ impl<'a> Pass<'a> {
         let shown = progress::Shown { path: &self.shown, estimate: self.estimate, ownership: self.spec.ownership() };
         let allocs_before = progress::allocs::count();
         progress::watch(fixer.counters(), &shown, self.opts.progress, || {
-            Walk::new(threads, fixer, &root_meta, self.opts.cross_devices).run(root_fd, root_meta)
+            Walk::new(threads, fixer, &root_meta, sys::Devices::from_flag(self.opts.cross_devices))
+                .run(root_fd, root_meta)
         });
         if let (Some(before), Some(after)) = (allocs_before, progress::allocs::count()) {
             let walk_allocations = after - before;
