@@ -77,6 +77,7 @@ pub fn run(o: &Options) -> Result<ExitCode, Error> {
         }
         None => {}
     }
+    progress::allocs::arm();
     // Started by the first volume that walks: a restart whose volumes all skip starts no thread.
     let pool = walk::Pool::new(opts.threads);
     // Temp dirs first (one syscall or two each), then every volume at once on the shared pool.

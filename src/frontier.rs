@@ -192,9 +192,10 @@ impl Frontier {
 
     /// Removes every record of directory `ino`.
     pub fn remove_all(&mut self, ino: u64) {
-        let keys: Vec<Key> = self.of(ino).map(|(c, _)| (ino, c)).collect();
-        for k in keys {
-            self.records.remove(&k);
+        // One at a time, the first left each time: no list of keys is built.
+        loop {
+            let Some(clock) = self.of(ino).next().map(|(c, _)| c) else { break };
+            self.records.remove(&(ino, clock));
         }
     }
 

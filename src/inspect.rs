@@ -27,7 +27,7 @@ use crate::report::{EntryError, ErrorList};
 use crate::spec::{Access, EXEC_MASK, Ownership, Spec};
 use crate::sync::lock;
 use crate::sys::{self, Kind, Meta};
-use crate::walk::{self, At, Descend, Dir, Pool, Visitor, Walk};
+use crate::walk::{self, At, Descend, Dir, Needed, Pool, Visitor, Walk};
 
 use owners::Owners;
 
@@ -72,7 +72,7 @@ pub fn run(args: &Options) -> Result<ExitCode, Error> {
     let root = sys::stat_fd(sys::fd(&root_fd)).map_err(|e| Error::sys(path, Op::Stat, e))?;
     let apply_spec = Some(&args.spec).filter(|s| !s.is_empty());
     let inspector = Inspector::new(apply_spec, args.spec.access, threads);
-    Walk::new(pool, &inspector, &root, args.cross_devices).run(root_fd, root);
+    Walk::new(pool, &inspector, &root, sys::Devices::from_flag(args.cross_devices)).run(root_fd, root);
     let report = inspector.finish(path, &root, threads, started);
     let out = if args.json { render::json(&report) } else { render::human(&report) };
     crate::report::print(out.as_bytes())?;
@@ -428,7 +428,7 @@ impl<'a> Inspector<'a> {
 }
 
 impl Visitor for Inspector<'_> {
-    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool {
+    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> Needed {
         self.counters.seen(meta.kind());
         if meta.kind() != Kind::Dir && meta.nlink > 1 {
             self.hardlinked.add(|| EscapedPath::relative(&walk::rel_child(parent, name)));
@@ -447,7 +447,7 @@ impl Visitor for Inspector<'_> {
         self.decide(meta, acted, || walk::rel_child(parent, name));
         self.check_key(meta, name, acted, || walk::rel_child(parent, name));
         // Read-only: nothing is worth pinning.
-        false
+        Needed::Nothing
     }
 
     fn dir_done(&self, dir: &Dir<'_>) {

@@ -224,9 +224,15 @@ impl<'a> Pass<'a> {
         then: &str,
     ) -> Option<Stop> {
         let shown = progress::Shown { path: &self.shown, estimate: self.estimate, ownership: self.spec.ownership() };
+        let allocs_before = progress::allocs::count();
         progress::watch(fixer.counters(), &shown, self.opts.progress, || {
-            Walk::new(threads, fixer, &root_meta, self.opts.cross_devices).run(root_fd, root_meta)
+            Walk::new(threads, fixer, &root_meta, sys::Devices::from_flag(self.opts.cross_devices))
+                .run(root_fd, root_meta)
         });
+        if let (Some(before), Some(after)) = (allocs_before, progress::allocs::count()) {
+            let walk_allocations = after - before;
+            info!(path = %self.shown, walk_allocations, "test hook: the walk made {walk_allocations} allocations");
+        }
         let stop = sys::termination();
         if let Some(sig) = stop {
             warn!(path = %self.shown, "{}{sig}: stopped walking; {then}", self.label());

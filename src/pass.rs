@@ -36,7 +36,7 @@ use crate::spec::Spec;
 use crate::special::SpecialRecord;
 use crate::sys::{self, Kind, Meta};
 use crate::verify::Stamp;
-use crate::walk::{self, At, Descend, Dir, Node, Visitor};
+use crate::walk::{self, At, Descend, Dir, Needed, Node, Visitor};
 
 /// Decides, fixes and counts. Shared by every walker thread: counters are atomics; the error
 /// list, mount list and checkpoint take a lock only on their (rare) events.
@@ -290,16 +290,16 @@ impl<'a> Fixer<'a> {
 
     /// One non-directory entry, seen by name (`pin: None`) or through a pin of it. Returns
     /// whether `apply` had a change to make (the walk then pins the next entries first).
-    fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> bool {
+    fn one_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: Option<BorrowedFd<'_>>) -> Needed {
         // The experiment's file of a pass killed while it waited: removed, never counted.
         if self.mode == Mode::Apply && experiment::remove_stale(parent.fd(), name, meta) {
-            return false;
+            return Needed::Nothing;
         }
         if let Some(p) = &self.places {
             p.note(parent, name, meta);
         }
         if self.shard.is_some_and(|s| !s.owns(parent.depth + 1, || walk::rel_child(parent, name))) {
-            return false;
+            return Needed::Nothing;
         }
         self.counters.seen_meta(meta);
         if self.resume.is_some() {
@@ -311,7 +311,7 @@ impl<'a> Fixer<'a> {
         }
         if let Verdict::NotOurs(change) = fix::judge(meta, self.spec, private, self.privilege) {
             self.left(parent, Some(name), meta, change, Contents::Read);
-            return false;
+            return Needed::Nothing;
         }
         let outcome = match (self.mode, &self.resume) {
             (Mode::Check, _) => Ok(Fixed::decided(meta, self.spec, private)),
@@ -325,7 +325,7 @@ impl<'a> Fixer<'a> {
         // A failed change was a change to make all the same: its neighbours likely need one too.
         let changed = self.mode == Mode::Apply && outcome.as_ref().map_or(true, |f| !f.change.is_none());
         self.record(At::Entry(*parent, name), outcome);
-        changed
+        if changed { Needed::Change } else { Needed::Nothing }
     }
 
     /// A sign with several names proves nothing; but its chown may have copied it up into an
@@ -374,11 +374,11 @@ impl<'a> Fixer<'a> {
 }
 
 impl Visitor for Fixer<'_> {
-    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool {
+    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> Needed {
         self.one_entry(parent, name, meta, None)
     }
 
-    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
+    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> Needed {
         self.one_entry(parent, name, meta, Some(pin))
     }
 

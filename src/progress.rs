@@ -1,6 +1,8 @@
 //! Live counters of a pass (lock-free atomics shared by every walker thread) and the progress
 //! they drive: a log line every interval, or a live bar when stderr is a terminal.
 
+pub mod allocs;
+
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc;

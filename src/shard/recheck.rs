@@ -163,7 +163,7 @@ impl Recheck<'_, '_> {
             Err(e) => return self.fixer.error_at(self.path, Op::Open, e),
         };
         let sub = self.fixer.for_part(f, bound);
-        Walk::new(self.threads, &sub, &self.root_meta, self.opts.cross_devices).run(fd, meta);
+        Walk::new(self.threads, &sub, &self.root_meta, sys::Devices::from_flag(self.opts.cross_devices)).run(fd, meta);
         let counted = sub.counters();
         sum.entries += counted.entries.get();
         sum.dirs_read += counted.dirs_read.get();

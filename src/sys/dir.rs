@@ -123,12 +123,21 @@ pub struct Below {
     pub from: u64,
 }
 
+/// Where a filesystem's directories list `.` and `..` (see [`DOTS_FIRST_FS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dots {
+    /// Wherever its listing puts them.
+    Anywhere,
+    /// First, at positions 0 and 1, when the root's listing showed that layout.
+    First,
+}
+
 /// Reads the directories of one walk with [`read_dir`], past `.` and `..` where the root's
 /// mount is a [`DOTS_FIRST_FS`] one and the root showed that layout (from the start elsewhere).
 #[derive(Debug)]
 pub struct DirReader {
-    /// The root's mount is a [`DOTS_FIRST_FS`] one.
-    dots_first: bool,
+    /// `First` when the root's mount is a [`DOTS_FIRST_FS`] one.
+    dots: Dots,
     /// Where reads of directories on the root's mount start: 0, or [`PAST_DOTS`].
     from: AtomicU64,
 }
@@ -136,7 +145,8 @@ pub struct DirReader {
 impl DirReader {
     /// The reader of a walk whose root's mount has the filesystem type `fs` (as mountinfo names it).
     pub fn new(fs: Option<&str>) -> DirReader {
-        DirReader { dots_first: fs == Some(DOTS_FIRST_FS), from: AtomicU64::new(0) }
+        let dots = if fs == Some(DOTS_FIRST_FS) { Dots::First } else { Dots::Anywhere };
+        DirReader { dots, from: AtomicU64::new(0) }
     }
 
     /// Reads every entry of `dir` but `.` and `..` into `each`, as [`read_dir`] does (`dir`
@@ -160,7 +170,7 @@ impl DirReader {
             }
             each(name, dtype, ino)
         })?;
-        if place == Place::Root && self.dots_first && dots_end == Some(PAST_DOTS) {
+        if place == Place::Root && self.dots == Dots::First && dots_end == Some(PAST_DOTS) {
             self.from.store(PAST_DOTS, Ordering::Relaxed);
         }
         // Read past `.` and `..`, the subdirectories met must be what the link count says
@@ -279,7 +289,7 @@ mod tests {
         // Start right after the first entry that is no dot: the read from there misses it.
         let at = positions(open().as_fd());
         let first = at.iter().position(|(n, _)| n != b"." && n != b"..").unwrap();
-        let reader = DirReader { dots_first: true, from: AtomicU64::new(at[first].1) };
+        let reader = DirReader { dots: Dots::First, from: AtomicU64::new(at[first].1) };
         let mut buf = vec![MaybeUninit::<u8>::uninit(); 4096];
         let mut names = Vec::new();
         let below = reader.read(open().as_fd(), &mut buf, (Place::RootMount, nlink), |n, _, _| {

@@ -28,7 +28,7 @@ pub use proc::{
     raise_fd_limit, random_u64,
 };
 pub use signal::{catch_termination, signal_self, termination};
-pub use stat::{Kind, Meta, Times, stat_at, stat_at_times, stat_fd, stat_fd_times};
+pub use stat::{Devices, Kind, Meta, Times, stat_at, stat_at_times, stat_fd, stat_fd_times};
 
 /// Borrow helper so callers can pass `&OwnedFd` or a borrowed fd alike.
 pub fn fd<F: AsFd>(f: &F) -> BorrowedFd<'_> {

@@ -39,6 +39,22 @@ pub enum Kind {
     BlockDev,
 }
 
+/// Which mounts below its root a walk goes on with (`--cross-devices`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Devices {
+    /// Only the root's mount: an entry on another mount is not entered (nor handed over).
+    RootOnly,
+    /// Every mount below the root.
+    Cross,
+}
+
+impl Devices {
+    /// `Cross` when the `--cross-devices` flag is given, else `RootOnly`.
+    pub fn from_flag(cross_devices: bool) -> Devices {
+        if cross_devices { Devices::Cross } else { Devices::RootOnly }
+    }
+}
+
 impl Meta {
     pub fn kind(&self) -> Kind {
         match self.mode & libc::S_IFMT {

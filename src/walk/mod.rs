@@ -11,7 +11,9 @@
 //! directory's fd only as a [`Dir`], borrowed from the lease that holds it open for the call.
 
 mod listing;
+mod name;
 mod node;
+mod stock;
 mod traverse;
 
 use std::ffi::{CStr, OsStr};
@@ -28,7 +30,8 @@ use crate::verify::Stamp;
 
 use node::Fds;
 pub use node::{Dir, Node, max_threads_for};
-pub use traverse::{DIRENT_BUF, Walk};
+pub use stock::DIRENT_BUF;
+pub use traverse::Walk;
 
 /// What to do with a subdirectory (see [`Visitor::enter`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,26 @@ pub enum Descend {
     /// only its subdirectories looked at (and verified the same way), and is reported with
     /// [`Visitor::dir_verified`]; any other is read with everything below it, as by `Read`.
     Verify(Stamp),
+}
+
+/// What a visitor found an entry needed (see [`Visitor::entry`]): while entries need changes,
+/// the walk pins the next ones of the same directory before reading them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needed {
+    /// It conformed (or was left as it is).
+    Nothing,
+    /// It needed a change (made, or tried).
+    Change,
+}
+
+/// How a directory's listing is taken (see [`Node::contents`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contents {
+    /// Every entry is handed to the visitor.
+    Read,
+    /// Trusted (unchanged since the bound it is verified against): only its subdirectories are
+    /// looked at; its other entries are counted ([`Visitor::listed`]).
+    Verified,
 }
 
 /// Where a failure happened (see [`Visitor::error`]).
@@ -78,12 +101,12 @@ pub trait Visitor: Sync {
     /// enter goes to [`Visitor::mount_skipped`] instead). Returns whether it needed a change:
     /// while entries do, the walk pins the next ones of the same directory before reading them
     /// ([`Visitor::pinned_entry`]).
-    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool;
+    fn entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> Needed;
     /// A non-directory entry read through `pin`, an `O_PATH|O_NOFOLLOW` fd of it (nothing was
     /// opened: no device, FIFO or socket; a symlink is the link itself), whose own `fstat` is
     /// `meta`, on the walk's mount. The pin is closed after the call. Returns as
     /// [`Visitor::entry`] does (by default, that is what is called).
-    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, _pin: BorrowedFd<'_>) -> bool {
+    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, _pin: BorrowedFd<'_>) -> Needed {
         self.entry(parent, name, meta)
     }
     /// A directory all of whose contents were visited; called before its parent's.

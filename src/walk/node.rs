@@ -4,7 +4,7 @@
 //! A closed fd is re-opened when needed (never through a symlink, checked by device and inode).
 
 use std::collections::VecDeque;
-use std::ffi::{CStr, OsStr};
+use std::ffi::OsStr;
 use std::ops::Deref;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use rustix::io::Errno;
 
+use super::Contents;
+use super::name::Name;
 use crate::sync::lock;
 use crate::sys::{self, Meta, Times};
 use crate::verify::{self, Stamp};
@@ -50,7 +52,7 @@ pub struct Node {
     /// Its change and modification times, read with `meta`.
     pub times: Times,
     pub(super) parent: Option<Arc<Node>>,
-    name: Box<CStr>,
+    name: Name,
     /// 0 for the root.
     pub depth: u32,
     /// Its index among its parent's `DT_DIR` entries in `getdents` order.
@@ -65,9 +67,9 @@ pub struct Node {
     tainted: AtomicBool,
     /// To be verified against this bound (`Descend::Verify`) rather than read.
     pub(super) bound: Option<Stamp>,
-    /// Its listing is trusted (unchanged since `bound`: `verify::unchanged`): only its
-    /// subdirectories are looked at.
-    verified: bool,
+    /// Whether its listing is trusted (unchanged since `bound`: `verify::unchanged`): then only
+    /// its subdirectories are looked at.
+    contents: Contents,
 }
 
 struct Slot {
@@ -86,28 +88,28 @@ pub(super) struct Reached {
 }
 
 /// A directory just opened, which [`Node::opened`] makes a node.
-pub(super) struct Opened<'n> {
+pub(super) struct Opened {
     pub fd: OwnedFd,
     /// Read through `fd` before the directory is read.
     pub meta: Meta,
     pub times: Times,
-    /// Its parent's node (`None` for the root) and its name there.
+    /// Its parent's node (`None` for the root) and its name there, which moves into the node.
     pub parent: Option<Arc<Node>>,
-    pub name: &'n CStr,
+    pub name: Name,
     pub reached: Reached,
 }
 
-impl Opened<'_> {
+impl Opened {
     /// The walk's root, opened as `fd`.
-    pub fn root(fd: OwnedFd, meta: Meta, times: Times) -> Opened<'static> {
-        Opened { fd, meta, times, parent: None, name: c"", reached: Reached::default() }
+    pub fn root(fd: OwnedFd, meta: Meta, times: Times) -> Opened {
+        Opened { fd, meta, times, parent: None, name: Name::new(c""), reached: Reached::default() }
     }
 }
 
 impl Node {
     /// The node of a directory just opened, held by the caller and counted in `fds`; `root`:
     /// the walk's root, whose mount a directory must be on for its listing to be trusted.
-    pub(super) fn opened(fds: &Arc<Fds>, dir: Opened<'_>, root: &Meta) -> Lease {
+    pub(super) fn opened(fds: &Arc<Fds>, dir: Opened, root: &Meta) -> Lease {
         let Opened { fd, meta, times, parent, name, reached: Reached { ord, bound } } = dir;
         fds.open.fetch_add(1, Ordering::Relaxed);
         let raw = fd.as_raw_fd();
@@ -119,14 +121,17 @@ impl Node {
             times,
             depth: parent.as_ref().map_or(0, |p| p.depth + 1),
             parent,
-            name: name.into(),
+            name,
             ord,
             pending: AtomicUsize::new(1),
             queued: AtomicUsize::new(0),
             entries: AtomicU64::new(0),
             tainted: AtomicBool::new(false),
             bound,
-            verified: bound.is_some_and(|b| verify::unchanged(&meta, &times, root, b)),
+            contents: match bound {
+                Some(b) if verify::unchanged(&meta, &times, root, b) => Contents::Verified,
+                _ => Contents::Read,
+            },
         });
         fds.register(&node);
         Lease { node, raw }
@@ -164,16 +169,16 @@ impl Node {
         }
     }
 
-    /// Whether the walk trusted this directory's listing (`Descend::Verify`): its entries other
-    /// than subdirectories were not handed to the visitor.
-    pub fn verified(&self) -> bool {
-        self.verified
+    /// Whether the walk trusted this directory's listing (`Descend::Verify`): then its entries
+    /// other than subdirectories were not handed to the visitor.
+    pub fn contents(&self) -> Contents {
+        self.contents
     }
 
     /// The bound this directory's listing was trusted against, if it was (see
-    /// [`Node::verified`]): what its subdirectories are verified against in turn.
+    /// [`Node::contents`]): what its subdirectories are verified against in turn.
     pub fn verified_against(&self) -> Option<Stamp> {
-        self.bound.filter(|_| self.verified)
+        self.bound.filter(|_| self.contents == Contents::Verified)
     }
 
     /// Whether [`Node::taint`] was called on this directory or one below it.
@@ -183,7 +188,7 @@ impl Node {
 
     /// This directory's name in its parent (empty for the root).
     pub fn name(&self) -> &[u8] {
-        self.name.to_bytes()
+        self.name.as_c_str().to_bytes()
     }
 
     /// The path relative to the walk's root ("" for the root). Built only when needed (errors,
@@ -420,7 +425,7 @@ impl Fds {
             held = match n.try_lease() {
                 Some(l) => l,
                 None => {
-                    let fd = self.open_dir(&n, || sys::open_subdir(held.fd(), &n.name))?;
+                    let fd = self.open_dir(&n, || sys::open_subdir(held.fd(), n.name.as_c_str()))?;
                     self.adopt(&n, fd)?
                 }
             };

@@ -41,15 +41,15 @@ impl Recorder {
 }
 
 impl Visitor for Recorder {
-    fn entry(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) -> bool {
+    fn entry(&self, parent: &Dir<'_>, name: &CStr, _meta: &Meta) -> Needed {
         if self.panic_on.is_some_and(|p| name.to_bytes() == p.as_bytes()) {
             panic!("visitor panicked on purpose");
         }
         self.check_fd(parent);
         self.seen.lock().unwrap().push((rel_child(parent, name), false));
-        self.pin
+        if self.pin { Needed::Change } else { Needed::Nothing }
     }
-    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> bool {
+    fn pinned_entry(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta, pin: BorrowedFd<'_>) -> Needed {
         let same = sys::stat_fd(pin).is_ok_and(|m| m == *meta) && sys::stat_at(parent.fd(), name).ok() == Some(*meta);
         self.pinned.lock().unwrap().push((rel_child(parent, name), same));
         self.entry(parent, name, meta)
@@ -92,7 +92,7 @@ fn walk_with_budget(root: &Path, threads: usize, budget: Option<usize>, v: &Reco
         None => Pool::new(threads),
     };
     let threads = pool.start().unwrap();
-    Walk::new(threads, v, &meta, false).run(fd, meta);
+    Walk::new(threads, v, &meta, sys::Devices::RootOnly).run(fd, meta);
     assert_eq!(threads.fds.open_now(), 0, "every directory fd the pool counted was closed and uncounted");
 }
 

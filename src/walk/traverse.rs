@@ -1,7 +1,6 @@
 //! The traversal: each directory read once, its subdirectories queued as jobs, finished after its contents.
 
 use std::ffi::CStr;
-use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,11 +8,13 @@ use std::sync::atomic::Ordering;
 use rayon_core::Scope;
 use rustix::io::Errno;
 
-use super::listing::{Batch, Listing};
+use super::listing::Listing;
+use super::name::Name;
 use super::node::{Fds, Lease, Opened, Reached};
-use super::{At, Descend, Dir, Node, Threads, Visitor};
+use super::stock::{Batch, DirentBuf, Stock};
+use super::{At, Contents, Descend, Dir, Needed, Node, Threads, Visitor};
 use crate::error::Op;
-use crate::sys::{self, DirReader, Kind, Meta, Place};
+use crate::sys::{self, Devices, DirReader, Kind, Meta, Place};
 use crate::throttle::{self, Gate};
 use crate::verify::{self, Stamp};
 
@@ -25,9 +26,6 @@ const NLINK_COUNTS_SUBDIRS: &[&str] = &["ext2", "ext3", "ext4", "xfs", "tmpfs", 
 /// The inode btrfs gives the empty stand-in of a subvolume a snapshot did not include
 /// (`BTRFS_EMPTY_SUBVOL_DIR_OBJECTID`; real inodes start at 256).
 const BTRFS_EMPTY_SUBVOL_DIR: u64 = 2;
-
-/// `getdents64` buffer per directory being read.
-pub const DIRENT_BUF: usize = 32 * 1024;
 
 /// Subdirectory jobs of one directory queued at most: past this, its reader runs queued jobs
 /// itself before reading on, so a directory of a million subdirectories never holds a million
@@ -41,7 +39,8 @@ pub struct Walk<'v, V: Visitor> {
     pub(super) visitor: &'v V,
     /// The root's metadata: its device and mount id tell what is a nested mount.
     root: Meta,
-    cross_devices: bool,
+    /// Whether it goes on with entries on other mounts than the root's.
+    devices: Devices,
     /// The root's filesystem counts a directory's subdirectories in its link count (2 + them).
     nlink_counts_subdirs: bool,
     /// The root's filesystem is btrfs (see [`BTRFS_EMPTY_SUBVOL_DIR`]).
@@ -51,20 +50,23 @@ pub struct Walk<'v, V: Visitor> {
     /// The load gate of the pass that runs the walk (the caller's current one): each job on the
     /// pool, which other volumes' walks share, makes it its thread's current gate.
     gate: Option<Arc<Gate>>,
+    /// The idle name buffers of its batches.
+    pub(super) stock: Stock,
 }
 
 impl<'v, V: Visitor> Walk<'v, V> {
     /// A walk on `threads` handing the entries below `root` to `visitor`.
-    pub fn new(threads: &'v Threads, visitor: &'v V, root: &Meta, cross_devices: bool) -> Self {
+    pub fn new(threads: &'v Threads, visitor: &'v V, root: &Meta, devices: Devices) -> Self {
         Walk {
             threads,
             visitor,
             root: *root,
-            cross_devices,
+            devices,
             nlink_counts_subdirs: false,
             btrfs: false,
             reader: DirReader::new(None),
             gate: None,
+            stock: Stock::default(),
         }
     }
 
@@ -72,15 +74,15 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Mount ids decide (a bind mount of the same filesystem is another mount; a btrfs
     /// subvolume or an overlayfs layer's file is not); devices only where there are none.
     fn foreign(&self, meta: &Meta) -> bool {
-        !self.cross_devices && meta.other_mount(&self.root)
+        self.devices == Devices::RootOnly && meta.other_mount(&self.root)
     }
 
     /// Hands a non-directory to the visitor, or reports it as a mount (a bind-mounted file).
     /// Returns what the visitor said: whether the next entries are worth pinning first.
-    fn leaf(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> bool {
+    fn leaf(&self, parent: &Dir<'_>, name: &CStr, meta: &Meta) -> Needed {
         if self.foreign(meta) {
             self.visitor.mount_skipped(parent, name, meta);
-            false
+            Needed::Nothing
         } else {
             self.crossing(parent, name, meta);
             self.visitor.entry(parent, name, meta)
@@ -140,12 +142,12 @@ impl<'v, V: Visitor> Walk<'v, V> {
         if self.visitor.stopped() {
             return self.complete(node, Some(lease));
         }
-        let verified = node.verified();
-        if !verified {
+        let contents = node.contents();
+        if contents == Contents::Read {
             self.visitor.dir_read(&lease.dir());
         }
-        let mut listing = Listing::new(self, s, &lease, verified);
-        let mut buf = vec![MaybeUninit::<u8>::uninit(); DIRENT_BUF];
+        let mut listing = Listing::new(self, s, &lease, contents);
+        let mut buf = DirentBuf::take();
         let read = self.reader.read(lease.fd(), &mut buf, (self.place(&node), node.meta.nlink), |name, dtype, ino| {
             listing.entry(name, dtype, ino)
         });
@@ -168,16 +170,19 @@ impl<'v, V: Visitor> Walk<'v, V> {
     pub(super) fn dispatch<'s>(&'s self, s: &Scope<'s>, lease: &Lease, batch: Batch) {
         if rayon_core::current_thread_has_pending_tasks() == Some(true) || rayon_core::current_num_threads() == 1 {
             self.run_batch(s, lease, &batch);
+            self.stock.put(batch);
         } else {
             let node = Arc::clone(lease.node());
             node.pending.fetch_add(1, Ordering::Relaxed);
             s.spawn(move |s| match (self.enter_gate(), self.fds().lease(&node)) {
                 (_gate, Ok(lease)) => {
                     self.run_batch(s, &lease, &batch);
+                    self.stock.put(batch);
                     self.complete(node, Some(lease));
                 }
                 (_gate, Err(e)) => {
                     self.visitor.error(At::Dir(&node), Op::Open, e);
+                    self.stock.put(batch);
                     self.complete(node, None);
                 }
             });
@@ -190,25 +195,25 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// syscall where a pin is three (open, fstat, close).
     fn run_batch<'s>(&'s self, s: &Scope<'s>, lease: &Lease, batch: &Batch) {
         let dir = lease.dir();
-        let mut pin_next = false;
+        let mut last = Needed::Nothing;
         for name in batch.iter() {
             if self.visitor.stopped() {
                 return;
             }
-            if pin_next {
-                pin_next = self.pinned(s, lease, name);
+            if last == Needed::Change {
+                last = self.pinned(s, lease, name);
                 continue;
             }
-            pin_next = match sys::stat_at(dir.fd(), name) {
+            last = match sys::stat_at(dir.fd(), name) {
                 Ok(meta) if meta.kind() == Kind::Dir => {
                     self.subdir(s, lease, name, meta.ino, None);
-                    false
+                    Needed::Nothing
                 }
                 Ok(meta) => self.leaf(&dir, name, &meta),
-                Err(Errno::NOENT) => false,
+                Err(Errno::NOENT) => Needed::Nothing,
                 Err(e) => {
                     self.visitor.error(At::Entry(dir, name), Op::Stat, e);
-                    false
+                    Needed::Nothing
                 }
             };
         }
@@ -216,25 +221,25 @@ impl<'v, V: Visitor> Walk<'v, V> {
 
     /// Pins entry `name` of the held directory (`O_PATH|O_NOFOLLOW`), reads the pin and hands
     /// the entry to the visitor with it; a directory is queued by name as from an `lstat`.
-    fn pinned<'s>(&'s self, s: &Scope<'s>, lease: &Lease, name: &CStr) -> bool {
+    fn pinned<'s>(&'s self, s: &Scope<'s>, lease: &Lease, name: &CStr) -> Needed {
         let dir = lease.dir();
         let pin = match dir.with_fd_relief(|| sys::pin_at(dir.fd(), name)) {
             Ok(pin) => pin,
-            Err(Errno::NOENT) => return false,
+            Err(Errno::NOENT) => return Needed::Nothing,
             Err(e) => {
                 self.visitor.error(At::Entry(dir, name), Op::Open, e);
-                return false;
+                return Needed::Nothing;
             }
         };
         match sys::stat_fd(sys::fd(&pin)) {
             Ok(meta) if meta.kind() == Kind::Dir => {
                 drop(pin);
                 self.subdir(s, lease, name, meta.ino, None);
-                false
+                Needed::Nothing
             }
             Ok(meta) if self.foreign(&meta) => {
                 self.visitor.mount_skipped(&dir, name, &meta);
-                false
+                Needed::Nothing
             }
             Ok(meta) => {
                 self.crossing(&dir, name, &meta);
@@ -242,7 +247,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             }
             Err(e) => {
                 self.visitor.error(At::Entry(dir, name), Op::Stat, e);
-                false
+                Needed::Nothing
             }
         }
     }
@@ -263,20 +268,21 @@ impl<'v, V: Visitor> Walk<'v, V> {
         node.pending.fetch_add(1, Ordering::Relaxed);
         node.queued.fetch_add(1, Ordering::Relaxed);
         let job = Arc::clone(node);
-        let name: Box<CStr> = name.into();
+        // Moves into the subdirectory's node: no allocation for a name of up to 47 bytes.
+        let name = Name::new(name);
         s.spawn(move |s| {
             let _gate = self.enter_gate();
             job.queued.fetch_sub(1, Ordering::Relaxed);
-            self.enter_subdir(s, job, &name, Reached { ord, bound })
+            self.enter_subdir(s, job, name, Reached { ord, bound })
         });
         pace(node);
     }
 
     /// The job of a queued subdirectory: opens it from its parent and reads it (or, when one
     /// `lstat` verifies it, only counts it done).
-    fn enter_subdir<'s>(&'s self, s: &Scope<'s>, parent: Arc<Node>, name: &CStr, reached: Reached) {
+    fn enter_subdir<'s>(&'s self, s: &Scope<'s>, parent: Arc<Node>, name: Name, reached: Reached) {
         match self.fds().lease(&parent) {
-            Ok(pl) if reached.bound.is_some_and(|b| self.leaf_verified(&pl, name, reached.ord, b)) => {
+            Ok(pl) if reached.bound.is_some_and(|b| self.leaf_verified(&pl, name.as_c_str(), reached.ord, b)) => {
                 self.complete(parent, Some(pl))
             }
             Ok(pl) => match self.open_child(&pl, name, reached) {
@@ -317,8 +323,9 @@ impl<'v, V: Visitor> Walk<'v, V> {
     /// Opens subdirectory `name` of the held `parent` without following symlinks, as a node to
     /// read, or handles it as the entry it turned out to be (nested mount, or no longer a
     /// directory).
-    fn open_child(&self, parent: &Lease, name: &CStr, reached: Reached) -> Option<Lease> {
+    fn open_child(&self, parent: &Lease, owned: Name, reached: Reached) -> Option<Lease> {
         let dir = parent.dir();
+        let name = owned.as_c_str();
         let fd = match self.fds().open_dir(&dir, || sys::open_subdir(dir.fd(), name)) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return None,
@@ -345,7 +352,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             return None;
         }
         self.crossing(&dir, name, &meta);
-        let child = Opened { fd, meta, times, parent: Some(Arc::clone(parent.node())), name, reached };
+        let child = Opened { fd, meta, times, parent: Some(Arc::clone(parent.node())), name: owned, reached };
         let lease = Node::opened(&self.threads.fds, child, &self.root);
         self.fds().trim(lease.node());
         Some(lease)
@@ -377,7 +384,7 @@ impl<'v, V: Visitor> Walk<'v, V> {
             }
             match self.lease_done(&node, held.take()) {
                 Ok(l) => {
-                    if node.verified() {
+                    if node.contents() == Contents::Verified {
                         self.visitor.dir_verified(&l.dir());
                     } else {
                         self.visitor.dir_done(&l.dir());
