@@ -351,7 +351,14 @@ fn short_fuzz_done_means_every_entry_conforms() {
             let drift = mutate(&mut rng, &vol, ids);
             let full = if drift || rng.below(2) == 0 { &["--verify", "full"][..] } else { &[] };
             let argv: Vec<&str> = args.iter().map(String::as_str).chain(full.iter().copied()).collect();
-            let r = pass("apply", &argv, &vol);
+            let mut r = pass("apply", &argv, &vol);
+            if r.code == 1 && r.stderr.contains("not restored automatically") {
+                // A SIGKILL between a setuid file's chown and chmod: the bit is not restored
+                // from the record on the app-writable root; the run exits 1 and says to chmod
+                // or to run `--force` once (docs/reference.md), which the operator would do.
+                let forced: Vec<&str> = argv.iter().copied().chain(["--force"]).collect();
+                r = pass("apply", &forced, &vol);
+            }
             assert_eq!(r.code, 0, "{what} step {step}\n{}", r.describe());
             if full.is_empty() && r.volume()["action"] == "skipped" {
                 continue; // Drift below a done root is trusted without --verify full.
