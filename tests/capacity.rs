@@ -219,22 +219,28 @@ fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slow
         return;
     }
     let slots = 16;
-    let (local, fuse) = (local_alone(), timed(slots, &[]).secs);
-    let (mut secs, l, f) = together(slots, &[]);
-    for _ in 0..2 {
+    // The machine is shared: the three runs are taken together up to 3 times, and one try
+    // must have the run of both no slower than the two alone.
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let (local, fuse) = (local_alone(), timed(slots, &[]).secs);
+        let (secs, l, f) = together(slots, &[]);
+        tries.push((local, fuse, secs, l, f));
         if secs <= local + fuse {
             break;
         }
-        // The machine is shared: up to 3 tries before the figure counts.
-        secs = secs.min(together(slots, &[]).0);
     }
-    let table = format!(
-        "local alone {local:.2} s, FUSE ({slots} slots) alone {fuse:.2} s, one after the other {:.2} s, \
-         together {secs:.2} s\n  local load {}\n  FUSE load {}",
-        local + fuse,
-        l["load"],
-        f["load"]
-    );
+    let mut table = String::new();
+    for (local, fuse, secs, l, f) in &tries {
+        table += &format!(
+            "local alone {local:.2} s, FUSE ({slots} slots) alone {fuse:.2} s, one after the other {:.2} s, \
+             together {secs:.2} s\n  local load {}\n  FUSE load {}\n",
+            local + fuse,
+            l["load"],
+            f["load"]
+        );
+    }
+    let (local, fuse, secs, l, f) = tries.pop().expect("a try");
     println!("{table}");
     assert!(secs <= local + fuse, "together no slower than one after the other\n{table}");
     // `--load auto` by each volume's own storage: the local one is not held to any limit.
@@ -248,12 +254,13 @@ fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slow
         "{table}"
     );
     // Adaptive on both: each gate measures its own volume (the local one's operations take
-    // microseconds, the server's milliseconds) and the local limit is not the FUSE one's.
+    // microseconds, the server's milliseconds), its baselines too. (Their limits may both end
+    // at 32: that says nothing.)
     let (_, l, f) = together(slots, &["--load", "adaptive", "--threads", "32"]);
     let table =
         format!("--load adaptive --threads 32 together:\n  local load {}\n  FUSE load {}", l["load"], f["load"]);
     println!("{table}");
     let us = |v: &serde_json::Value, k: &str| v["load"][k].as_u64().unwrap_or_else(|| panic!("{k}\n{table}"));
     assert!(us(&l, "mean_latency_us") * 4 < us(&f, "unloaded_latency_us"), "{table}");
-    assert_ne!(l["load"]["in_flight_limit"], f["load"]["in_flight_limit"], "{table}");
+    assert!(us(&l, "unloaded_latency_us") * 4 < us(&f, "unloaded_latency_us"), "{table}");
 }

@@ -117,6 +117,27 @@ impl Window {
         (self.n[k][from..].iter().sum(), self.sum_us[k][from..].iter().sum())
     }
 
+    /// The operations of kind `k` that took at least about `floor_us` and are neither far faster
+    /// (answered by a cache, as in [`Self::served`]) nor more than [`STALL`] buckets slower (4 to
+    /// 8 times) than its 7/8 quantile, and their summed latency: the typical latency, for a
+    /// baseline. An operation far slower than most of its window stalled on the client (its
+    /// thread descheduled on a busy machine); at one in flight the mean alone would take that
+    /// stall for the storage's unloaded latency, and the limit would grow past the storage on it.
+    fn typical(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
+        let low = floor_us.map_or(0, bucket);
+        let n: u64 = self.n[k][low..].iter().sum();
+        let mut seen = 0;
+        let Some(q) = (low..BUCKETS).find(|&b| {
+            seen += self.n[k][b];
+            8 * seen >= 7 * n
+        }) else {
+            return (0, 0.0);
+        };
+        let from = low.max(q.saturating_sub((CACHED * CACHED).log2() as usize));
+        let upto = (q + STALL).min(BUCKETS - 1);
+        (self.n[k][from..=upto].iter().sum(), self.sum_us[k][from..=upto].iter().sum())
+    }
+
     /// Their mean latency.
     fn served_mean(&self, k: usize, floor_us: Option<f64>) -> Option<f64> {
         let (n, sum) = self.served(k, floor_us);
@@ -138,6 +159,10 @@ impl Window {
         self.sum_us.iter().flatten().sum()
     }
 }
+
+/// Buckets above the 7/8 quantile of its window past which an operation stalled on the client
+/// and is left out of a baseline (see [`Window::typical`]).
+const STALL: usize = 2;
 
 /// Samples a window needs at least (with 2 × the limit: about two round trips of every slot).
 pub const MIN_SAMPLES: u64 = 16;
@@ -267,7 +292,7 @@ impl Controller {
     fn rebase(&mut self, w: &Window, now: Duration, min: u64) {
         for k in 0..KINDS {
             let stale = now.saturating_sub(self.based_at[k]) >= BASE_TTL;
-            let (n, sum) = w.served(k, if stale { None } else { self.floor(k) });
+            let (n, sum) = w.typical(k, if stale { None } else { self.floor(k) });
             if n == 0 {
                 continue;
             }
@@ -304,8 +329,9 @@ impl Controller {
         }
         if self.limit() == 1 {
             // One in flight: this window is unloaded, whatever the baselines said; from there
-            // the limit grows again as at the start.
-            self.rebase(w, now, 1);
+            // the limit grows again as at the start. (A kind with fewer than PROBE_MIN
+            // operations here only lowers its baseline: one operation alone may have stalled.)
+            self.rebase(w, now, PROBE_MIN);
             self.last_probe = now;
             self.since_probe = 0;
             self.phase = Phase::SlowStart;
@@ -691,6 +717,25 @@ mod tests {
         assert_eq!((c.limit(), c.base_us(OpKind::Change)), (2, Some(100_000.0)), "re-based at 1, growing again");
         c.update(&window(100_000), Duration::from_millis(21));
         assert_eq!(c.limit(), 4, "as at the start");
+    }
+
+    #[test]
+    fn an_operation_that_stalled_on_the_client_is_no_baseline() {
+        let mut c = Controller::new(64);
+        // One in flight: 15 changes take 2 ms, one took a second (its thread descheduled).
+        let mut w = window(Reach::Limit, OpKind::Change, 15, 2000);
+        w.add(OpKind::Change, Duration::from_secs(1));
+        for _ in 0..PROBE_MIN {
+            w.add(OpKind::Read, Duration::from_millis(2));
+        }
+        c.update(&w, Duration::from_millis(100));
+        assert_eq!((c.base_us(OpKind::Change), c.base_us(OpKind::Read)), (Some(2000.0), Some(2000.0)));
+        // Back at one: a kind with one operation in the window, which stalled, keeps its baseline.
+        c.limit = 1.0;
+        let mut w = window(Reach::Limit, OpKind::Change, 16, 2000);
+        w.add(OpKind::Read, Duration::from_millis(900));
+        c.update(&w, Duration::from_millis(200));
+        assert_eq!(c.base_us(OpKind::Read), Some(2000.0));
     }
 
     #[test]
