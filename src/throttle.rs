@@ -183,7 +183,7 @@ struct State {
     limits: Limits,
 }
 
-/// Longest wait between two looks at [`Gate::stop_waiting`].
+/// Longest wait between two looks at a stop ([`stop_waiting`], or a test's stop of one gate).
 const WAIT_STEP: Duration = Duration::from_millis(50);
 
 impl Gate {

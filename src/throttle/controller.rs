@@ -321,7 +321,10 @@ impl Controller {
         }
         self.since_probe = self.since_probe.saturating_add(1);
         if let Some(resume) = self.probe.take() {
-            self.rebase(w, now, PROBE_MIN);
+            // A probe lowers baselines, sets missing ones and replaces expired ones; it raises
+            // none: a quarter of the limit is not always unloaded (requests the gate does not
+            // see, a busy client), and a baseline too high lets the limit grow past the storage.
+            self.rebase(w, now, u64::MAX);
             self.limit = resume;
             self.last_probe = now;
             self.since_probe = 0;
@@ -782,10 +785,20 @@ mod tests {
         let (mut c, window) = steady(OpKind::Lookup);
         c.update(&window(1300), PROBE_EVERY);
         assert_eq!(c.limit(), 10, "a quarter of the limit while probing");
-        // The storage got slower for everyone: the probe's latency is the new baseline.
-        c.update(&window(3000), PROBE_EVERY + Duration::from_millis(5));
+        // A probe that saw less lowers the baseline; one that saw more leaves it as it is (a
+        // quarter of the limit may still be loaded) until the baseline expires.
+        c.update(&window(800), PROBE_EVERY + Duration::from_millis(5));
+        assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(800.0)));
+        let at = |s: u64| Duration::from_secs(s);
+        c.update(&window(1000), at(7));
+        assert_eq!(c.limit(), 10, "probing");
+        c.update(&window(3000), at(7) + Duration::from_millis(5));
+        assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(800.0)));
+        // The storage got slower for everyone: once expired, the probe's latency is the new one.
+        c.update(&window(1000), at(14));
+        c.update(&window(3000), at(14) + Duration::from_millis(5));
         assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(3000.0)));
-        c.update(&window(3300), PROBE_EVERY + Duration::from_millis(10));
+        c.update(&window(3300), at(14) + Duration::from_millis(10));
         assert_eq!(c.limit(), 45, "ratio 1.1 against the new baseline: it grows");
     }
 }
