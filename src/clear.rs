@@ -24,10 +24,20 @@ pub enum Clearing {
     DryRun,
 }
 
+/// What `clear` does with special-bit records (setuid/setgid bits a killed pass cleared and a
+/// later pass restores): by default a volume that has some is left as it is (exit 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingRecords {
+    Refuse,
+    /// `--discard-pending`: removed with the rest.
+    Discard,
+}
+
 /// What `clear` was asked, as plain values.
 #[derive(Debug, Clone)]
 pub struct Options {
     pub clearing: Clearing,
+    pub pending: PendingRecords,
     /// How long to wait for the volume's lock (another volprep preparing it).
     pub lock_timeout: Duration,
     /// Where the JSON report goes ('-': stdout).
@@ -139,6 +149,9 @@ fn one(path: &Path, o: &Options) -> Result<Cleared, Failure> {
         Err(Errno::OPNOTSUPP) => Vec::new(),
         Err(e) => return Err((Error::sys(path, Op::Xattr, e), Vec::new())),
     };
+    if o.pending == PendingRecords::Refuse {
+        refuse_pending(root, path, &names).map_err(|e| (e, Vec::new()))?;
+    }
     let shown = |names: &[CString]| names.iter().map(|n| escape_bytes(n.to_bytes())).collect::<Vec<_>>();
     let action = match (names.is_empty(), o.clearing) {
         (true, _) => Action::Nothing,
@@ -156,6 +169,24 @@ fn one(path: &Path, o: &Options) -> Result<Cleared, Failure> {
         fatal: None,
         elapsed_ms: 0,
     })
+}
+
+/// Fails when the special-bit records among `names` (the pending records and the checkpoints,
+/// which held them in earlier formats) name any file.
+fn refuse_pending(root: BorrowedFd<'_>, path: &Path, names: &[CString]) -> Result<(), Error> {
+    let mut records = Vec::new();
+    for name in names {
+        let n = name.to_bytes();
+        if n.starts_with(marker::PENDING_XATTR.to_bytes()) {
+            records.extend(marker::read_pending(root, name).map(|p| p.pending).unwrap_or_default());
+        } else if n.starts_with(marker::CHECKPOINT_XATTR.to_bytes()) {
+            records.extend(marker::read_checkpoint(root, name).map(|c| c.pending).unwrap_or_default());
+        }
+    }
+    match records.first() {
+        None => Ok(()),
+        Some(r) => Err(Error::PendingRecords { path: path.to_path_buf(), count: records.len(), first: r.path.clone() }),
+    }
 }
 
 /// Opens the volume root itself: a symlink there is refused, never followed.

@@ -176,6 +176,13 @@ pub enum Error {
     /// (`clear`): the link is never followed.
     #[error("{}: is a symlink; refusing to follow it (name the volume's directory itself)", Escaped(path.as_os_str()))]
     RootIsSymlink { path: PathBuf },
+    /// `clear` on a root whose special-bit records still name files an interrupted pass left
+    /// without their setuid or setgid bit: removing them would forget which.
+    #[error(
+        "{}: holds {count} special-bit record(s) of an interrupted pass (setuid/setgid bits cleared between chown and chmod, first: {first}); run `volprep apply` on it to restore them first, or `volprep clear --discard-pending` to drop the records; nothing was removed",
+        Escaped(path.as_os_str())
+    )]
+    PendingRecords { path: PathBuf, count: usize, first: String },
     /// The command line is inconsistent, or asks for what this machine does not allow.
     #[error("{0}")]
     Usage(String),
@@ -547,6 +554,12 @@ mod tests {
                 "/l: is a symlink: --sticky /l/tmp is resolved without following links, so a link planted in a parent can't redirect it",
             ),
             (Error::TempNamesTaken { path: "/tmp".into(), tries: 64 }, "/tmp: 64 random temp dir names were all taken"),
+            (
+                Error::PendingRecords { path: p(), count: 2, first: "a/su".into() },
+                "/v: holds 2 special-bit record(s) of an interrupted pass (setuid/setgid bits cleared between \
+                 chown and chmod, first: a/su); run `volprep apply` on it to restore them first, or `volprep \
+                 clear --discard-pending` to drop the records; nothing was removed",
+            ),
             (
                 Error::RootIsSymlink { path: "/v/l".into() },
                 "/v/l: is a symlink; refusing to follow it (name the volume's directory itself)",

@@ -334,3 +334,36 @@ fn on_a_filesystem_without_xattrs_there_is_nothing_to_clear() {
         assert!(r.stderr.contains("nothing to clear (the filesystem has no user xattrs)"), "{}", r.describe());
     }
 }
+
+/// Special-bit records that still name a file (a pass killed between a setuid file's chown and
+/// chmod, whose bit the next `apply` restores) keep `clear` off the volume: one line naming the
+/// first file, exit 1, nothing removed; `--discard-pending` removes them with the rest.
+#[test]
+fn special_bit_records_that_name_a_file_keep_clear_off_unless_discarded() {
+    let base = tempfile::tempdir().unwrap();
+    let vol = prepared(base.path());
+    let record = br#"{"run":"r1","digest":"d1","pending":[["d/f",1,2528]]}"#;
+    set_xattr(&vol, "user.volprep.pending", record);
+    let before = volprep_attrs(&vol);
+
+    let r = clear(&[], &[&vol]);
+    assert_eq!(r.code, 1, "{}", r.describe());
+    let lines = r.stderr_lines();
+    assert!(
+        lines.iter().any(|l| l.contains("holds 1 special-bit record(s)") && l.contains("first: d/f")),
+        "{}",
+        r.describe()
+    );
+    assert_eq!(r.volume()["action"], "failed", "{}", r.describe());
+    assert_eq!(volprep_attrs(&vol), before, "nothing removed");
+
+    // The dry run says what `clear` would do: refuse (exit 1), or with `--discard-pending`
+    // remove them with the rest (exit 3).
+    clear(&["--dry-run"], &[&vol]).expect_code(1);
+    assert_eq!(listed(&clear(&["--dry-run", "--discard-pending"], &[&vol]).expect_code(3)), before);
+    assert_eq!(volprep_attrs(&vol), before, "nothing removed");
+
+    let r = clear(&["--discard-pending"], &[&vol]).expect_code(0);
+    assert_eq!(r.volume()["action"], "cleared", "{}", r.describe());
+    assert_eq!(volprep_attrs(&vol), Vec::<String>::new());
+}

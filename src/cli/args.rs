@@ -282,6 +282,11 @@ pub struct ClearArgs {
     #[arg(long)]
     pub dry_run: bool,
 
+    /// Also remove special-bit records (setuid/setgid bits an interrupted pass cleared, which
+    /// the next `apply` restores); without it a volume that has some is left as it is (exit 1).
+    #[arg(long)]
+    pub discard_pending: bool,
+
     /// How long to wait for another volprep holding the volume's lock.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30m",
           env = "VOLPREP_LOCK_TIMEOUT")]

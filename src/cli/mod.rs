@@ -119,6 +119,7 @@ impl Cli {
             Command::Status(a) => Job::Status(status::Options { json: a.json, paths: a.paths }),
             Command::Clear(a) => Job::Clear(clear::Options {
                 clearing: if a.dry_run { clear::Clearing::DryRun } else { clear::Clearing::Remove },
+                pending: if a.discard_pending { clear::PendingRecords::Discard } else { clear::PendingRecords::Refuse },
                 lock_timeout: a.lock_timeout,
                 report: a.report,
                 paths: a.paths,
