@@ -8,14 +8,13 @@
 mod common;
 
 use std::ffi::CString;
-use std::io::BufRead as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::kill::{KillOnDrop, wait_within};
+use common::kill::{KillOnDrop, read_until, wait_within};
 use common::xattr::{CHECKPOINT, MARKER, get_xattr, set_xattr};
 use common::*;
 
@@ -61,6 +60,35 @@ fn prepared(base: &Path) -> PathBuf {
     set_xattr(&vol, "user.volprep.pending.1", b"{}");
     set_xattr(&vol, "user.app", b"the app's own");
     vol
+}
+
+/// `volprep clear --lock-timeout 10m VOL` (its report and log not captured), running, once it
+/// has said that it waits for the volume's lock.
+struct WaitingClear {
+    child: KillOnDrop,
+    err: std::io::BufReader<std::process::ChildStderr>,
+    said: String,
+    cmdline: String,
+}
+
+impl WaitingClear {
+    fn start(vol: &Path) -> WaitingClear {
+        let mut cmd = volprep();
+        cmd.args(["clear", "--lock-timeout", "10m"]).arg(vol).stdout(Stdio::null()).stderr(Stdio::piped());
+        let cmdline = format!("{cmd:?}");
+        let mut child = KillOnDrop(cmd.spawn().unwrap());
+        let mut err = std::io::BufReader::new(child.0.stderr.take().unwrap());
+        let said = read_until(&mut err, "waiting for its lock", "clear ended without waiting");
+        WaitingClear { child, err, said, cmdline }
+    }
+
+    /// Waits (a minute at most) for its end: its exit code and all it logged.
+    fn end(self) -> (Option<i32>, String) {
+        let WaitingClear { mut child, err, said, cmdline } = self;
+        child.0.stderr = Some(err.into_inner());
+        let out = wait_within(child, Duration::from_secs(60), &cmdline);
+        (out.status.code(), said + &String::from_utf8_lossy(&out.stderr))
+    }
 }
 
 /// `volprep clear ARGS... --report - PATHS...`.
@@ -242,23 +270,11 @@ fn clear_waits_for_the_volume_lock_up_to_its_timeout() {
     assert_eq!(r.volume()["action"], "failed", "{}", r.describe());
     assert_eq!(volprep_attrs(&vol), attrs, "nothing removed without the lock");
 
-    let mut cmd = volprep();
-    cmd.args(["clear", "--lock-timeout", "10m"]).arg(&vol).stdout(Stdio::null()).stderr(Stdio::piped());
-    let cmdline = format!("{cmd:?}");
-    let mut child = KillOnDrop(cmd.spawn().unwrap());
-    let mut err = std::io::BufReader::new(child.0.stderr.take().unwrap());
-    let mut said = String::new();
-    while !said.contains("waiting for its lock") {
-        let mut line = String::new();
-        assert_ne!(err.read_line(&mut line).unwrap(), 0, "clear ended without waiting: {said}");
-        said.push_str(&line);
-    }
+    let waiting = WaitingClear::start(&vol);
     assert_eq!(volprep_attrs(&vol), attrs, "nothing removed while waiting");
     drop(lock);
-    child.0.stderr = Some(err.into_inner());
-    let out = wait_within(child, Duration::from_secs(60), &cmdline);
-    let log = said + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{log}");
+    let (code, log) = waiting.end();
+    assert_eq!(code, Some(0), "{log}");
     assert!(log.contains("removed 4 volprep attribute(s)"), "{log}");
     assert_eq!(volprep_attrs(&vol), Vec::<String>::new());
 }
@@ -271,23 +287,11 @@ fn a_signal_ends_the_wait_for_the_lock_with_its_code_and_removes_nothing() {
     let vol = prepared(base.path());
     let attrs = volprep_attrs(&vol);
     let _lock = Lock::take(&vol);
-    let mut cmd = volprep();
-    cmd.args(["clear", "--lock-timeout", "10m"]).arg(&vol).stdout(Stdio::null()).stderr(Stdio::piped());
-    let cmdline = format!("{cmd:?}");
-    let mut child = KillOnDrop(cmd.spawn().unwrap());
-    let mut err = std::io::BufReader::new(child.0.stderr.take().unwrap());
-    let mut said = String::new();
-    while !said.contains("waiting for its lock") {
-        let mut line = String::new();
-        assert_ne!(err.read_line(&mut line).unwrap(), 0, "clear ended without waiting: {said}");
-        said.push_str(&line);
-    }
+    let waiting = WaitingClear::start(&vol);
     // SAFETY: kill takes plain integers: no memory is involved.
-    assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) }, 0);
-    child.0.stderr = Some(err.into_inner());
-    let out = wait_within(child, Duration::from_secs(60), &cmdline);
-    let log = said + &String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(143), "{log}");
+    assert_eq!(unsafe { libc::kill(waiting.child.0.id() as i32, libc::SIGTERM) }, 0);
+    let (code, log) = waiting.end();
+    assert_eq!(code, Some(143), "{log}");
     assert!(log.contains(&format!("{}: SIGTERM while waiting for the volume lock", vol.display())), "{log}");
     assert_eq!(volprep_attrs(&vol), attrs, "nothing removed");
 }

@@ -821,12 +821,7 @@ fn concurrent_applies_walk_once() {
     let mut second = cmd().spawn().unwrap();
     let _second_held = kill::Held(second.id() as i32);
     let mut err = std::io::BufReader::new(second.stderr.take().unwrap());
-    let mut waited = String::new();
-    while !waited.contains("waiting for its lock") {
-        let mut line = String::new();
-        assert_ne!(std::io::BufRead::read_line(&mut err, &mut line).unwrap(), 0, "the second run ended: {waited}");
-        waited.push_str(&line);
-    }
+    let waited = kill::read_until(&mut err, "waiting for its lock", "the second run ended");
     drop(held);
     let rest = std::thread::spawn(move || std::io::read_to_string(err).unwrap());
     let done = |o: std::process::Output, stderr: String| Run {

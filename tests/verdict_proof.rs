@@ -346,24 +346,15 @@ fn another_specs_done_marker_on_an_immutable_root_fails_before_any_change() {
     privileged(&["mkfs.ext4", "chattr"]);
     let fs = LoopFs::new(FsKind::Ext4, 64);
     prepared(fs.path(), 5);
-    chattr("+i", fs.path());
-    let before = snapshot(fs.path());
-    let run = pass("apply", &["--fs-group", "3000"], fs.path());
-    let after = snapshot(fs.path());
-    chattr("-i", fs.path());
-    let run = run.expect_code(1);
-    assert_same(&before, &after, |m| *m, "nothing was changed");
-    let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
-    assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
-    let shown = fs.path().display().to_string();
-    for part in [
-        shown.as_str(),
-        "cannot replace the done marker of spec 'fs-group=2000'",
-        "the root is immutable (chattr +i)",
-        "nothing was changed",
-    ] {
-        assert!(errors[0].contains(part), "{part:?} in {}", errors[0]);
-    }
+    fails_immutable_before_any_change(
+        fs.path(),
+        &["--fs-group", "3000"],
+        &[
+            "cannot replace the done marker of spec 'fs-group=2000'",
+            "the root is immutable (chattr +i)",
+            "nothing was changed",
+        ],
+    );
     let again = apply_fs_group(fs.path(), 3000, &[]);
     assert_eq!(again.volume()["marker_after"], "done", "{}", again.describe());
 }
@@ -381,17 +372,27 @@ fn a_sharded_pass_on_an_immutable_root_names_the_flag_before_any_change() {
         t.file(format!("d{i}/f"), 0, 0, 0o600);
     }
     t.build(fs.path());
-    chattr("+i", fs.path());
-    let before = snapshot(fs.path());
-    let run = pass("apply", &["--fs-group", "2000", "--shard", "0/2"], fs.path());
-    let after = snapshot(fs.path());
-    chattr("-i", fs.path());
+    fails_immutable_before_any_change(
+        fs.path(),
+        &["--fs-group", "2000", "--shard", "0/2"],
+        &["cannot write the shard marker", "the root is immutable (chattr +i)"],
+    );
+}
+
+/// `apply ARGS` on `root` made immutable (`chattr +i`, taken off again after): exit 1 with one
+/// ERROR line that names the path and holds each of `parts`, and no entry changed.
+fn fails_immutable_before_any_change(root: &Path, args: &[&str], parts: &[&str]) {
+    chattr("+i", root);
+    let before = snapshot(root);
+    let run = pass("apply", args, root);
+    let after = snapshot(root);
+    chattr("-i", root);
     let run = run.expect_code(1);
     assert_same(&before, &after, |m| *m, "nothing was changed");
     let errors: Vec<&str> = run.stderr_lines().into_iter().filter(|l| l.contains("ERROR")).collect();
     assert_eq!(errors.len(), 1, "one line\n{}", run.describe());
-    let shown = fs.path().display().to_string();
-    for part in [shown.as_str(), "cannot write the shard marker", "the root is immutable (chattr +i)"] {
+    let shown = root.display().to_string();
+    for part in std::iter::once(shown.as_str()).chain(parts.iter().copied()) {
         assert!(errors[0].contains(part), "{part:?} in {}", errors[0]);
     }
 }

@@ -78,6 +78,18 @@ pub fn stopped_at(mut cmd: Command, at: u64, stop: Stop) -> String {
     log
 }
 
+/// Reads lines from a child's stderr until what it said contains `needle`, and returns what it
+/// said; panics with `what` and the text when the stream ends first.
+pub fn read_until(err: &mut impl std::io::BufRead, needle: &str, what: &str) -> String {
+    let mut said = String::new();
+    while !said.contains(needle) {
+        let mut line = String::new();
+        assert_ne!(err.read_line(&mut line).unwrap(), 0, "{what}: {said}");
+        said.push_str(&line);
+    }
+    said
+}
+
 /// Waits for `child` (stderr piped) at most `limit`, then collects its output; kills it and
 /// panics after that.
 pub fn wait_within(mut child: KillOnDrop, limit: Duration, cmdline: &str) -> std::process::Output {
