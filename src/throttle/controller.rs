@@ -12,6 +12,11 @@
 //! One window alone past the ratio that ends slow start or shrinks the limit holds it (on a
 //! busy client a slow window is often noise); the second in a row acts.
 //!
+//! Slow start's baseline is the mean of its windows, not the fastest one (noise made that one
+//! fast), and a descent of the limit that the latency does not follow is no queue of the walk's
+//! ([`Controller::followed`]): that window is the new baseline, and the limit grows again from
+//! there instead of halving towards one in flight.
+//!
 //! It cannot latch at one in flight: a window at a limit of 1 is itself an unloaded measurement
 //! (nothing of this walk queues behind anything), so it re-bases every kind it saw (and the
 //! limit grows again from there as at the start), and a
@@ -79,6 +84,11 @@ fn bucket(us: f64) -> usize {
 /// the ratio and of the baselines.
 const CACHED: f64 = 8.0;
 
+/// Buckets below its 7/8 quantile from which a kind's operations count (2 to 4 times faster):
+/// the server's hump; faster ones were answered by a cache on the way, and how many of them a
+/// window has says nothing of the load.
+const HUMP: usize = 1;
+
 /// Latencies of the operations completed in one window, by kind and bucket.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Window {
@@ -107,14 +117,26 @@ impl Window {
         self.n[k].iter().sum()
     }
 
-    /// Operations of kind `k` that took at least about `floor_us` (by bucket), and not far less
-    /// than the slowest of the window ([`CACHED`]² less: a kind some of whose operations a cache
-    /// answers has two humps, and only the server's is its load), and their summed latency.
+    /// Operations of kind `k` that took at least about `floor_us` (by bucket), and no more than
+    /// [`HUMP`] buckets less than its 7/8 quantile (a kind some of whose operations a cache on
+    /// the way answers has two humps, and only the server's is its load: how many fall in the
+    /// other changes from window to window, and would move a mean of both), and their summed
+    /// latency.
     fn served(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
-        let top = self.n[k].iter().rposition(|&n| n > 0).unwrap_or(0);
-        let spread = (CACHED * CACHED).log2() as usize;
-        let from = floor_us.map_or(0, bucket).max(top.saturating_sub(spread));
+        let low = floor_us.map_or(0, bucket);
+        let Some(q) = self.quantile(k, low) else { return (0, 0.0) };
+        let from = low.max(q.saturating_sub(HUMP));
         (self.n[k][from..].iter().sum(), self.sum_us[k][from..].iter().sum())
+    }
+
+    /// The bucket of the 7/8 quantile of kind `k`'s operations from bucket `low` up.
+    fn quantile(&self, k: usize, low: usize) -> Option<usize> {
+        let n: u64 = self.n[k][low..].iter().sum();
+        let mut seen = 0;
+        (low..BUCKETS).find(|&b| {
+            seen += self.n[k][b];
+            n > 0 && 8 * seen >= 7 * n
+        })
     }
 
     /// The operations of kind `k` that took at least about `floor_us` and are neither far faster
@@ -125,23 +147,10 @@ impl Window {
     /// stall for the storage's unloaded latency, and the limit would grow past the storage on it.
     fn typical(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
         let low = floor_us.map_or(0, bucket);
-        let n: u64 = self.n[k][low..].iter().sum();
-        let mut seen = 0;
-        let Some(q) = (low..BUCKETS).find(|&b| {
-            seen += self.n[k][b];
-            8 * seen >= 7 * n
-        }) else {
-            return (0, 0.0);
-        };
-        let from = low.max(q.saturating_sub((CACHED * CACHED).log2() as usize));
+        let Some(q) = self.quantile(k, low) else { return (0, 0.0) };
+        let from = low.max(q.saturating_sub(HUMP));
         let upto = (q + STALL).min(BUCKETS - 1);
         (self.n[k][from..=upto].iter().sum(), self.sum_us[k][from..=upto].iter().sum())
-    }
-
-    /// Their mean latency.
-    fn served_mean(&self, k: usize, floor_us: Option<f64>) -> Option<f64> {
-        let (n, sum) = self.served(k, floor_us);
-        (n > 0).then(|| sum / n as f64)
     }
 
     /// The operations in flight reached the limit.
@@ -173,6 +182,9 @@ const PROBE_MIN: u64 = 4;
 const PROBE_GAP: u32 = 3;
 /// A ratio past this many times the limit is not the walk's own load: a baseline is too low.
 const IMPOSSIBLE: f64 = 2.0;
+/// A descent of the limit to this share of where it began that leaves the ratio as it was is
+/// no queue of the walk's (see [`Controller::followed`]).
+const FOLLOW: f64 = 0.7;
 /// Slow start ends at this ratio.
 const SLOW_START_EXIT: f64 = 1.3;
 /// Below this ratio the limit grows.
@@ -212,6 +224,11 @@ pub struct Controller {
     /// past [`HIGH`] after): one window alone is noise (a scheduler's delay, a cache's miss)
     /// and leaves the limit as it is; the second acts.
     loaded: u8,
+    /// While the limit shrinks window after window: the limit and the ratio it shrank from first
+    /// (see [`Controller::followed`]).
+    descent: Option<(f64, f64)>,
+    /// Slow start's operations of each kind so far, and their summed latency (µs).
+    start: [(u64, f64); KINDS],
 }
 
 impl Controller {
@@ -227,6 +244,8 @@ impl Controller {
             probe: None,
             since_probe: 0,
             loaded: 0,
+            descent: None,
+            start: [(0, 0.0); KINDS],
         }
     }
 
@@ -325,6 +344,7 @@ impl Controller {
             // none: a quarter of the limit is not always unloaded (requests the gate does not
             // see, a busy client), and a baseline too high lets the limit grow past the storage.
             self.rebase(w, now, u64::MAX);
+            self.descent = None;
             self.limit = resume;
             self.last_probe = now;
             self.since_probe = 0;
@@ -338,6 +358,8 @@ impl Controller {
             self.last_probe = now;
             self.since_probe = 0;
             self.phase = Phase::SlowStart;
+            self.descent = None;
+            self.start = [(0, 0.0); KINDS];
             self.limit = 1.0;
         }
         let due = match self.phase {
@@ -352,7 +374,45 @@ impl Controller {
         let Some(r) = self.ratio(w) else { return };
         match self.phase {
             Phase::SlowStart => self.slow_start(w, r, now),
-            Phase::Steady => self.steer(r, w.reach),
+            Phase::Steady => {
+                if self.followed(w, r, now) {
+                    self.steer(r, w.reach);
+                } else {
+                    self.descent = None;
+                }
+            }
+        }
+    }
+
+    /// Whether the latency followed the limit down, as a queue's does: a descent that has
+    /// taken the limit to [`FOLLOW`] of what it was when the ratio last fell and left the ratio
+    /// `r` at nine tenths or more of that one did not shorten a queue of this walk's requests
+    /// (in a queue, a third fewer requests wait a third less).
+    /// The baselines are too low (taken from slow start's windows, which a warm cache or a
+    /// lighter mix of operations made faster than the storage is now): this window is
+    /// measured as the new baseline and the limit grows again from there as at the start,
+    /// instead of halving towards one in flight and climbing back from there.
+    fn followed(&mut self, w: &Window, r: f64, now: Duration) -> bool {
+        if r <= HIGH {
+            self.descent = None;
+            return true;
+        }
+        match self.descent {
+            Some((from, r0)) if r >= 0.9 * r0 => {
+                if self.limit > FOLLOW * from {
+                    return true;
+                }
+                self.rebase(w, now, PROBE_MIN);
+                self.loaded = 0;
+                self.phase = Phase::SlowStart;
+                self.start = [(0, 0.0); KINDS];
+                false
+            }
+            // The latency followed (or the descent begins): measured from here on.
+            _ => {
+                self.descent = Some((self.limit, r));
+                true
+            }
         }
     }
 
@@ -378,11 +438,19 @@ impl Controller {
     /// Slow start: doubles the limit while the ratio `r` stays below [`SLOW_START_EXIT`]; the
     /// second window in a row past it goes to steady steering.
     fn slow_start(&mut self, w: &Window, r: f64, now: Duration) {
-        // Still (nearly) unloaded: the lowest means are the baseline.
-        for k in 0..KINDS {
-            if let (Some(mean), Some(base)) = (w.served_mean(k, self.floor(k)), self.base[k]) {
-                self.base[k] = Some(base.min(mean));
-                self.based_at[k] = now;
+        // Still (nearly) unloaded: the mean of every window so far is the baseline (the lowest
+        // window's mean would be one the noise made low, and the limit would shrink later on a
+        // ratio the storage's own latency gives).
+        if r < SLOW_START_EXIT {
+            for k in 0..KINDS {
+                let (n, sum) = w.served(k, self.floor(k));
+                if n > 0 && self.base[k].is_some() {
+                    let (an, asum) = &mut self.start[k];
+                    *an += n;
+                    *asum += sum;
+                    self.base[k] = Some(*asum / *an as f64);
+                    self.based_at[k] = now;
+                }
             }
         }
         if r < SLOW_START_EXIT && self.limit < self.max {
@@ -395,6 +463,7 @@ impl Controller {
         } else {
             self.phase = Phase::Steady;
             self.last_probe = now;
+            self.descent = (r > HIGH).then_some((self.limit, r));
             self.steer(r, w.reach);
         }
     }
@@ -573,6 +642,28 @@ mod tests {
                 Scenario { slots, service_us: step, cached: uncached, sends: None, max: 32, late: None },
                 5.0,
             );
+        }
+    }
+
+    #[test]
+    fn a_descent_the_latency_does_not_follow_re_bases_instead_of_going_down_to_one() {
+        // Slow start's windows are answered in 1.1 ms (a warm cache, a lighter mix), then every
+        // request takes 2 ms: the ratio reads 1.8 at any limit up to the slots, a queue's
+        // would halve with the limit.
+        fn warm_start(t: f64) -> f64 {
+            if t < 0.03 { 1100.0 } else { 2000.0 }
+        }
+        for slots in [4.0, 16.0] {
+            let sc = Scenario { slots, service_us: warm_start, cached: uncached, sends: None, max: 32, late: None };
+            let tr = trace(&sc, 10.0);
+            // No window after the step below a third of the slots, but a probe's (a quarter of
+            // the limit between two windows at it).
+            let after: Vec<usize> = tr.iter().filter(|(t, _)| *t >= 0.03).map(|(_, l)| *l).collect();
+            for w in after.windows(3) {
+                let probe = w[0] >= 3 * w[1] && w[2] >= 3 * w[1];
+                assert!(probe || w[1] as f64 >= slots / 3.0, "{slots} slots: down to {} in flight: {w:?}", w[1]);
+            }
+            recovers("warm start", sc, 0.03);
         }
     }
 
@@ -778,6 +869,38 @@ mod tests {
             start.update(&window(us), Duration::from_millis(i as u64));
         }
         assert_eq!((start.limit(), start.phase), (8, Phase::SlowStart), "one window past the exit: still doubling");
+    }
+
+    #[test]
+    fn slow_start_takes_the_mean_of_its_windows_as_baseline_not_the_lowest() {
+        // Unloaded windows a storage answers in 2.4, 1.6, 2.0 and 2.0 ms: the lowest, 1.6 ms,
+        // is noise, and a later 2 ms would read as 1.25 times unloaded.
+        let mut c = Controller::new(64);
+        for (i, us) in [2400, 1600, 2000, 2000].into_iter().enumerate() {
+            let w = window(Reach::Limit, OpKind::Change, c.window_size(), us);
+            c.update(&w, Duration::from_millis(10 * i as u64));
+        }
+        assert_eq!(c.limit(), 16, "doubling all along");
+        let base = c.base_us(OpKind::Change).unwrap_or(0.0);
+        assert!((1900.0..2100.0).contains(&base), "baseline {base} µs");
+    }
+
+    #[test]
+    fn how_many_operations_a_cache_on_the_way_answers_does_not_move_the_ratio() {
+        // Changes the server answers in 2 ms, and some the client answers in 0.3 ms (too slow
+        // to be a cache's at once, the kernel asking the FUSE daemon): half of them at first,
+        // three in four later. The ratio is the server's, 1, both times.
+        let mix = |fast: u64| {
+            let mut w = window(Reach::Limit, OpKind::Change, 16 - fast, 2000);
+            (0..fast).for_each(|_| w.add(OpKind::Change, Duration::from_micros(300)));
+            w
+        };
+        let mut c = Controller::new(64);
+        c.update(&mix(8), Duration::from_millis(10));
+        let base = c.base_us(OpKind::Change).unwrap_or(0.0);
+        assert!((1900.0..2100.0).contains(&base), "baseline {base} µs");
+        let r = c.ratio(&mix(12)).unwrap_or(0.0);
+        assert!((0.9..1.1).contains(&r), "ratio {r:.2}");
     }
 
     #[test]
