@@ -123,20 +123,22 @@ impl Window {
     /// other changes from window to window, and would move a mean of both), and their summed
     /// latency.
     fn served(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
-        let low = floor_us.map_or(0, bucket);
-        let Some(q) = self.quantile(k, low) else { return (0, 0.0) };
-        let from = low.max(q.saturating_sub(HUMP));
+        let Some((from, _)) = self.hump(k, floor_us) else { return (0, 0.0) };
         (self.n[k][from..].iter().sum(), self.sum_us[k][from..].iter().sum())
     }
 
-    /// The bucket of the 7/8 quantile of kind `k`'s operations from bucket `low` up.
-    fn quantile(&self, k: usize, low: usize) -> Option<usize> {
+    /// Where the server's hump of kind `k` begins (the bucket [`HUMP`] below its 7/8 quantile,
+    /// and not below about `floor_us`), and the bucket of that quantile; `None` without an
+    /// operation from `floor_us` up.
+    fn hump(&self, k: usize, floor_us: Option<f64>) -> Option<(usize, usize)> {
+        let low = floor_us.map_or(0, bucket);
         let n: u64 = self.n[k][low..].iter().sum();
         let mut seen = 0;
-        (low..BUCKETS).find(|&b| {
+        let q = (low..BUCKETS).find(|&b| {
             seen += self.n[k][b];
             n > 0 && 8 * seen >= 7 * n
-        })
+        })?;
+        Some((low.max(q.saturating_sub(HUMP)), q))
     }
 
     /// The operations of kind `k` that took at least about `floor_us` and are neither far faster
@@ -146,9 +148,7 @@ impl Window {
     /// thread descheduled on a busy machine); at one in flight the mean alone would take that
     /// stall for the storage's unloaded latency, and the limit would grow past the storage on it.
     fn typical(&self, k: usize, floor_us: Option<f64>) -> (u64, f64) {
-        let low = floor_us.map_or(0, bucket);
-        let Some(q) = self.quantile(k, low) else { return (0, 0.0) };
-        let from = low.max(q.saturating_sub(HUMP));
+        let Some((from, q)) = self.hump(k, floor_us) else { return (0, 0.0) };
         let upto = (q + STALL).min(BUCKETS - 1);
         (self.n[k][from..=upto].iter().sum(), self.sum_us[k][from..=upto].iter().sum())
     }
@@ -354,12 +354,9 @@ impl Controller {
             // One in flight: this window is unloaded, whatever the baselines said; from there
             // the limit grows again as at the start. (A kind with fewer than PROBE_MIN
             // operations here only lowers its baseline: one operation alone may have stalled.)
-            self.rebase(w, now, PROBE_MIN);
+            self.start_again(w, now);
             self.last_probe = now;
             self.since_probe = 0;
-            self.phase = Phase::SlowStart;
-            self.descent = None;
-            self.start = [(0, 0.0); KINDS];
             self.limit = 1.0;
         }
         let due = match self.phase {
@@ -374,13 +371,24 @@ impl Controller {
         let Some(r) = self.ratio(w) else { return };
         match self.phase {
             Phase::SlowStart => self.slow_start(w, r, now),
-            Phase::Steady => {
-                if self.followed(w, r, now) {
-                    self.steer(r, w.reach);
-                } else {
-                    self.descent = None;
-                }
-            }
+            Phase::Steady => self.steady(w, r, now),
+        }
+    }
+
+    /// Takes `w` as unloaded: re-bases every kind it has [`PROBE_MIN`] operations of (fewer
+    /// only lower a baseline) and grows the limit again from where it is, as at the start.
+    fn start_again(&mut self, w: &Window, now: Duration) {
+        self.rebase(w, now, PROBE_MIN);
+        self.phase = Phase::SlowStart;
+        self.descent = None;
+        self.start = [(0, 0.0); KINDS];
+    }
+
+    /// Steady steering of the window `w` of ratio `r`, unless the latency did not follow a
+    /// descent of the limit ([`Self::followed`]).
+    fn steady(&mut self, w: &Window, r: f64, now: Duration) {
+        if self.followed(w, r, now) {
+            self.steer(r, w.reach);
         }
     }
 
@@ -402,10 +410,8 @@ impl Controller {
                 if self.limit > FOLLOW * from {
                     return true;
                 }
-                self.rebase(w, now, PROBE_MIN);
+                self.start_again(w, now);
                 self.loaded = 0;
-                self.phase = Phase::SlowStart;
-                self.start = [(0, 0.0); KINDS];
                 false
             }
             // The latency followed (or the descent begins): measured from here on.
@@ -463,8 +469,7 @@ impl Controller {
         } else {
             self.phase = Phase::Steady;
             self.last_probe = now;
-            self.descent = (r > HIGH).then_some((self.limit, r));
-            self.steer(r, w.reach);
+            self.steady(w, r, now);
         }
     }
 
